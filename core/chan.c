@@ -1,0 +1,88 @@
+#include <errno.h>
+#include <stdint.h>
+
+#include "core/chan.h"
+#include "preload/real.h"
+
+static void fs_chan_efd_write(int efd)
+{
+  uint64_t one = 1;
+  int saved = errno;
+  (void)FS_REAL(write)(efd, &one, sizeof one);
+  errno = saved;
+}
+
+void fs_chan_kick_data(struct fs_chan *ch)
+{
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  if (__atomic_load_n(&ch->tx.ctl->want_data, __ATOMIC_RELAXED) &&
+      __atomic_exchange_n(&ch->tx.ctl->want_data, 0, __ATOMIC_ACQ_REL))
+    ch->ops->wake_peer(ch);
+}
+
+void fs_chan_kick_space(struct fs_chan *ch)
+{
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  if (__atomic_load_n(&ch->rx.ctl->want_space, __ATOMIC_RELAXED) &&
+      __atomic_exchange_n(&ch->rx.ctl->want_space, 0, __ATOMIC_ACQ_REL))
+    ch->ops->wake_peer(ch);
+}
+
+bool fs_chan_rx_ready(const struct fs_chan *ch)
+{
+  return !fs_ring_empty(&ch->rx);
+}
+
+bool fs_chan_tx_ready(const struct fs_chan *ch)
+{
+  return fs_ring_space(&ch->tx) > 0;
+}
+
+bool fs_chan_peer_closed(const struct fs_chan *ch)
+{
+  return __atomic_load_n(&ch->peer->closed, __ATOMIC_ACQUIRE) != 0;
+}
+
+bool fs_chan_arm_rx(struct fs_chan *ch)
+{
+  __atomic_store_n(&ch->rx.ctl->want_data, 1, __ATOMIC_RELAXED);
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  return fs_chan_rx_ready(ch) || fs_chan_peer_closed(ch);
+}
+
+bool fs_chan_arm_tx(struct fs_chan *ch, size_t need)
+{
+  __atomic_store_n(&ch->tx.ctl->want_space, 1, __ATOMIC_RELAXED);
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  return fs_ring_space(&ch->tx) >= need || fs_chan_peer_closed(ch);
+}
+
+void fs_chan_drain(struct fs_chan *ch)
+{
+  uint64_t v;
+  int saved = errno;
+  (void)FS_REAL(read)(ch->my_efd, &v, sizeof v);
+  errno = saved;
+}
+
+void fs_chan_drop_end(struct fs_chan *ch, bool eof)
+{
+  if (__atomic_sub_fetch(&ch->me->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+    if (eof)
+      (void)fs_ring_put_ctl(&ch->tx, FS_REC_EOF, 0);
+    __atomic_store_n(&ch->me->closed, 1, __ATOMIC_RELEASE);
+    ch->ops->wake_peer(ch);
+  }
+}
+
+void fs_chan_detach(struct fs_chan *ch, bool eof)
+{
+  fs_chan_drop_end(ch, eof);
+  ch->ops->release(ch);
+}
+
+/* The eventfd wake used by the shm fabric. */
+void fs_chan_efd_wake(struct fs_chan *ch)
+{
+  fs_chan_efd_write(ch->peer_efd);
+}

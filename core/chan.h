@@ -1,0 +1,81 @@
+/* A fabric channel: the side channel of one TCP connection.
+ *
+ * Each direction is a ring (core/ring.h).  Each end has a small endpoint
+ * block in shared memory (reference count across fork, closed flag).
+ *
+ * Wake-up: each end owns an eventfd.  A side that is about to sleep (or that
+ * sits in poll/epoll) sets want_data/want_space in the ring control block;
+ * the other side, after publishing, clears the flag and writes the eventfd.
+ * A Dekker-style fence pair makes the "set flag, re-check, sleep" and
+ * "publish, check flag, wake" sequences miss nothing. */
+#ifndef FS_CORE_CHAN_H
+#define FS_CORE_CHAN_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/ring.h"
+
+enum fs_flow { FS_FLOW_TCP = 0, FS_FLOW_FABRIC = 1, FS_FLOW_EOF = 2 };
+
+/* Shared per-end block.  Only what must survive the end's holders across
+ * fork lives here; the flow state and locks are in the connection object,
+ * which a fork copies (one process uses a forked connection at a time). */
+struct fs_chan_ep {
+  uint32_t refs;             /* conn objects (across processes) on this end; atomic */
+  uint32_t closed;           /* every holder closed; atomic */
+  uint32_t pid;              /* creator, for diagnostics */
+  uint32_t rx_revert;        /* this end stopped reading its rx ring at its
+                                head: the peer re-sends the rest on TCP; atomic */
+};
+
+struct fs_chan;
+
+struct fs_chan_ops {
+  const char *name;
+  int fabric;                                 /* enum fs_fabric */
+  void (*wake_peer)(struct fs_chan *ch);      /* after publishing */
+  void (*release)(struct fs_chan *ch);        /* unmap, close local fds */
+};
+
+struct fs_chan {
+  const struct fs_chan_ops *ops;
+  int side;                  /* 0 connecting end, 1 accepting end */
+  struct fs_ring tx, rx;
+  struct fs_chan_ep *me, *peer;
+  int my_efd, peer_efd;      /* eventfds: mine (I sleep on it), the peer's */
+  void *map;
+  size_t map_len;
+};
+
+/* Producer side, after publishing into tx: wake the peer if it asked. */
+void fs_chan_kick_data(struct fs_chan *ch);
+/* Consumer side, after consuming from rx: wake the peer if it waits for room. */
+void fs_chan_kick_space(struct fs_chan *ch);
+
+/* Declare interest before sleeping; return true if already ready. */
+bool fs_chan_arm_rx(struct fs_chan *ch);
+bool fs_chan_arm_tx(struct fs_chan *ch, size_t need);
+
+/* Write the peer's eventfd (ops->wake_peer of eventfd-based fabrics). */
+void fs_chan_efd_wake(struct fs_chan *ch);
+
+/* Drain my eventfd (non-blocking). */
+void fs_chan_drain(struct fs_chan *ch);
+
+/* Ready states without side effects. */
+bool fs_chan_rx_ready(const struct fs_chan *ch);
+bool fs_chan_tx_ready(const struct fs_chan *ch);
+bool fs_chan_peer_closed(const struct fs_chan *ch);
+
+/* Drop one conn reference on the end (caller holds the conn's tx lock; eof
+ * says the tx direction is on the fabric and still open).  The last one
+ * writes EOF, marks the end closed and wakes the peer.  The mapping stays
+ * until ops->release (other threads may still be inside a call). */
+void fs_chan_drop_end(struct fs_chan *ch, bool eof);
+
+/* drop_end then release: for a channel nobody else can see yet. */
+void fs_chan_detach(struct fs_chan *ch, bool eof);
+
+#endif

@@ -1,0 +1,410 @@
+/* epoll over tracked sockets (declared in core/ready.h).
+ *
+ * Per epoll instance we keep the interest entries of tracked fds.  In the
+ * kernel set, a tracked fd is registered with data = its entry, and its
+ * connection's wake eventfd (edge-triggered) with data = entry | 1, so one
+ * kernel epoll_wait sleeps for TCP and fabric events alike; returned events
+ * are mapped back to the application's events and epoll_data.  Entries live
+ * in one private mapping, so a returned tag is recognised by address range,
+ * magic and owner: an application's own epoll_data never falls in it. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "core/ready.h"
+#include "core/sockio.h"
+#include "preload/fdtab.h"
+#include "preload/real.h"
+
+#define FS_EP_MAGIC 0x46534550u
+#define FS_EP_ARENA (64u << 20)
+
+struct fs_ep;
+
+struct fs_ep_ent {
+  uint32_t magic;
+  bool alive, oneshot_fired, edge_pending, out_masked, wake_reg;
+  struct fs_ep *ep;
+  int fd;
+  struct fs_conn *c;
+  uint32_t events;           /* the application's */
+  epoll_data_t data;         /* the application's */
+  struct fs_ep_ent *next;    /* in ep->ents, or the free list */
+  struct fs_ep_ent *cnext;   /* in the connection's list (c->ep_ents) */
+};
+
+struct fs_ep {
+  pthread_mutex_t lock;
+  int epfd;
+  struct fs_ep_ent *ents;
+};
+
+static struct fs_ep *fs_ep_tab[FS_FDTAB_SIZE];
+static pthread_mutex_t fs_ep_alloc_lock = PTHREAD_MUTEX_INITIALIZER;
+static char *fs_ep_arena, *fs_ep_bump;
+static struct fs_ep_ent *fs_ep_free;
+
+static struct fs_ep_ent *fs_ep_ent_new(void)
+{
+  struct fs_ep_ent *e = NULL;
+  pthread_mutex_lock(&fs_ep_alloc_lock);
+  if (!fs_ep_arena) {
+    void *m = mmap(NULL, FS_EP_ARENA, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m != MAP_FAILED)
+      fs_ep_arena = fs_ep_bump = m;
+  }
+  if (fs_ep_free) {
+    e = fs_ep_free;
+    fs_ep_free = e->next;
+  } else if (fs_ep_arena && fs_ep_bump + sizeof *e <= fs_ep_arena + FS_EP_ARENA) {
+    e = (struct fs_ep_ent *)fs_ep_bump;
+    fs_ep_bump += (sizeof *e + 63) & ~(size_t)63;
+  }
+  pthread_mutex_unlock(&fs_ep_alloc_lock);
+  if (e)
+    memset(e, 0, sizeof *e);
+  return e;
+}
+
+static void fs_ep_ent_free(struct fs_ep_ent *e)
+{
+  e->magic = 0;
+  e->alive = false;
+  pthread_mutex_lock(&fs_ep_alloc_lock);
+  e->next = fs_ep_free;
+  fs_ep_free = e;
+  pthread_mutex_unlock(&fs_ep_alloc_lock);
+}
+
+/* The entry a kernel tag names, or NULL if the tag is application data. */
+static struct fs_ep_ent *fs_ep_tag(struct fs_ep *ep, uint64_t u64)
+{
+  char *p = (char *)(uintptr_t)(u64 & ~(uint64_t)1);
+  if (!fs_ep_arena || p < fs_ep_arena || p >= fs_ep_bump || ((uintptr_t)(p - fs_ep_arena) & 63))
+    return NULL;
+  struct fs_ep_ent *e = (struct fs_ep_ent *)p;
+  return e->magic == FS_EP_MAGIC && e->ep == ep && e->alive ? e : NULL;
+}
+
+/* Drop an entry already removed from its ep list (ep->lock held): out of
+ * the connection's list, the wake fd out of the kernel set, then free. */
+static void fs_ep_unlink(struct fs_ep_ent *e)
+{
+  struct fs_conn *c = e->c;
+  pthread_mutex_lock(&c->lock);
+  for (struct fs_ep_ent **pp = (struct fs_ep_ent **)&c->ep_ents; *pp; pp = &(*pp)->cnext)
+    if (*pp == e) {
+      *pp = e->cnext;
+      break;
+    }
+  pthread_mutex_unlock(&c->lock);
+  if (e->wake_reg && c->wake_fd >= 0)
+    FS_REAL(epoll_ctl)(e->ep->epfd, EPOLL_CTL_DEL, c->wake_fd, NULL);
+  e->alive = false;
+  fs_conn_put(c);
+  fs_ep_ent_free(e);
+}
+
+void fs_ready_epoll_forget_conn(struct fs_conn *c)
+{
+  for (;;) {
+    pthread_mutex_lock(&c->lock);
+    struct fs_ep_ent *e = c->ep_ents;
+    struct fs_ep *ep = e ? e->ep : NULL;
+    pthread_mutex_unlock(&c->lock);
+    if (!e)
+      return;
+    pthread_mutex_lock(&ep->lock);
+    bool found = false;
+    for (struct fs_ep_ent **pp = &ep->ents; *pp; pp = &(*pp)->next)
+      if (*pp == e) {
+        *pp = e->next;
+        found = true;
+        break;
+      }
+    if (found) {
+      FS_REAL(epoll_ctl)(ep->epfd, EPOLL_CTL_DEL, e->fd, NULL);
+      fs_ep_unlink(e);
+    }
+    pthread_mutex_unlock(&ep->lock);
+    if (!found) { /* raced with a DEL or epoll close: it unlinks itself */
+      pthread_mutex_lock(&c->lock);
+      if (c->ep_ents == e)
+        c->ep_ents = e->cnext;
+      pthread_mutex_unlock(&c->lock);
+    }
+  }
+}
+
+bool fs_ready_epoll_tracked(int epfd)
+{
+  return (unsigned)epfd < FS_FDTAB_SIZE && __atomic_load_n(&fs_ep_tab[epfd], __ATOMIC_ACQUIRE) != NULL;
+}
+
+static struct fs_ep *fs_ep_get(int epfd, bool create)
+{
+  if ((unsigned)epfd >= FS_FDTAB_SIZE)
+    return NULL;
+  struct fs_ep *ep = __atomic_load_n(&fs_ep_tab[epfd], __ATOMIC_ACQUIRE);
+  if (ep || !create)
+    return ep;
+  ep = calloc(1, sizeof *ep);
+  if (!ep)
+    return NULL;
+  pthread_mutex_init(&ep->lock, NULL);
+  ep->epfd = epfd;
+  struct fs_ep *expect = NULL;
+  if (!__atomic_compare_exchange_n(&fs_ep_tab[epfd], &expect, ep, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+    free(ep);
+    ep = expect;
+  }
+  return ep;
+}
+
+/* Kernel event mask for the TCP fd: a fabric tx is never asked of TCP. */
+static uint32_t fs_ep_kernel_events(struct fs_ep_ent *e)
+{
+  uint32_t ev = e->events | EPOLLRDHUP;
+  struct fs_chan *ch = __atomic_load_n(&e->c->chan, __ATOMIC_ACQUIRE);
+  e->out_masked = false;
+  if (ch && !e->c->reverted && e->c->tx_flow == FS_FLOW_FABRIC) {
+    ev &= ~(uint32_t)EPOLLOUT;
+    e->out_masked = true;
+  }
+  return ev;
+}
+
+static int fs_ep_kmod(int epfd, struct fs_ep_ent *e, uint32_t events)
+{
+  struct epoll_event kev = { .events = events, .data.u64 = (uint64_t)(uintptr_t)e };
+  return FS_REAL(epoll_ctl)(epfd, EPOLL_CTL_MOD, e->fd, &kev) < 0 ? -errno : 0;
+}
+
+int fs_ready_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
+{
+  struct fs_conn *c = fs_fdtab_get(fd);
+  struct fs_ep *ep = fs_ep_get(epfd, op == EPOLL_CTL_ADD && c);
+  if (!c || !ep) {
+    if (c)
+      fs_conn_put(c);
+    if (op == EPOLL_CTL_ADD && c)
+      return -ENOMEM;
+    int r = FS_REAL(epoll_ctl)(epfd, op, fd, ev);
+    return r < 0 ? -errno : 0;
+  }
+  pthread_mutex_lock(&ep->lock);
+  struct fs_ep_ent *e = ep->ents, **pp = &ep->ents;
+  while (e && e->fd != fd) {
+    pp = &e->next;
+    e = e->next;
+  }
+  int rc = 0;
+  switch (op) {
+  case EPOLL_CTL_ADD: {
+    if (e) {
+      rc = -EEXIST;
+      break;
+    }
+    e = fs_ep_ent_new();
+    if (!e) {
+      rc = -ENOMEM;
+      break;
+    }
+    e->magic = FS_EP_MAGIC;
+    e->ep = ep;
+    e->fd = fd;
+    e->c = c;
+    fs_conn_get(c);
+    e->events = ev->events;
+    e->data = ev->data;
+    e->edge_pending = true;
+    struct epoll_event kev = { .events = fs_ep_kernel_events(e), .data.u64 = (uint64_t)(uintptr_t)e };
+    if (FS_REAL(epoll_ctl)(epfd, EPOLL_CTL_ADD, fd, &kev) < 0) {
+      rc = -errno;
+      fs_conn_put(c);
+      fs_ep_ent_free(e);
+      break;
+    }
+    if (c->wake_fd >= 0) {
+      struct epoll_event wev = { .events = EPOLLIN | EPOLLET, .data.u64 = (uint64_t)(uintptr_t)e | 1 };
+      e->wake_reg = FS_REAL(epoll_ctl)(epfd, EPOLL_CTL_ADD, c->wake_fd, &wev) == 0;
+    }
+    e->alive = true;
+    e->next = ep->ents;
+    ep->ents = e;
+    pthread_mutex_lock(&c->lock);
+    e->cnext = c->ep_ents;
+    c->ep_ents = e;
+    pthread_mutex_unlock(&c->lock);
+    break;
+  }
+  case EPOLL_CTL_MOD:
+    if (!e) {
+      rc = FS_REAL(epoll_ctl)(epfd, op, fd, ev) < 0 ? -errno : -ENOENT;
+      break;
+    }
+    e->events = ev->events;
+    e->data = ev->data;
+    e->oneshot_fired = false;
+    e->edge_pending = true;
+    rc = fs_ep_kmod(epfd, e, fs_ep_kernel_events(e));
+    break;
+  case EPOLL_CTL_DEL:
+    if (!e) {
+      rc = FS_REAL(epoll_ctl)(epfd, op, fd, ev) < 0 ? -errno : -ENOENT;
+      break;
+    }
+    *pp = e->next;
+    rc = FS_REAL(epoll_ctl)(epfd, EPOLL_CTL_DEL, fd, NULL) < 0 ? -errno : 0;
+    fs_ep_unlink(e);
+    break;
+  default:
+    rc = -EINVAL;
+  }
+  pthread_mutex_unlock(&ep->lock);
+  fs_conn_put(c);
+  return rc;
+}
+
+void fs_ready_epoll_close(int epfd)
+{
+  if ((unsigned)epfd >= FS_FDTAB_SIZE)
+    return;
+  struct fs_ep *ep = __atomic_exchange_n(&fs_ep_tab[epfd], NULL, __ATOMIC_ACQ_REL);
+  if (!ep)
+    return;
+  pthread_mutex_lock(&ep->lock);
+  struct fs_ep_ent *e = ep->ents;
+  ep->ents = NULL;
+  while (e) {
+    struct fs_ep_ent *n = e->next;
+    e->wake_reg = false; /* the kernel set dies with the fd */
+    fs_ep_unlink(e);
+    e = n;
+  }
+  pthread_mutex_unlock(&ep->lock);
+  /* ep itself is not freed: a thread may still be in epoll_wait on it. */
+}
+
+/* Fabric readiness of an entry, translated to the application's mask. */
+static uint32_t fs_ep_eval(struct fs_ep_ent *e, uint32_t kernel, bool arm)
+{
+  struct fs_conn *c = e->c;
+  struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
+  if (!ch || c->reverted)
+    return kernel & (e->events | EPOLLERR | EPOLLHUP);
+  fs_sockio_service(c, e->fd);
+  short r = fs_sockio_ready(c, ch, (short)e->events, (short)kernel, arm);
+  return (uint32_t)(unsigned short)r & (e->events | EPOLLERR | EPOLLHUP);
+}
+
+static int fs_ep_emit(struct epoll_event *out, int n, struct fs_ep_ent *e, uint32_t ev)
+{
+  out[n].events = ev;
+  out[n].data = e->data;
+  return n + 1;
+}
+
+int fs_ready_epoll_wait(int epfd, struct epoll_event *out, int max, const struct timespec *ts, const sigset_t *mask)
+{
+  struct fs_ep *ep = fs_ep_get(epfd, false);
+  if (max <= 0)
+    return -EINVAL;
+  struct epoll_event kst[64];
+  int kmax = max < 64 ? max : 64;
+  uint64_t deadline = 0;
+  if (ts) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    deadline = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec +
+               (uint64_t)ts->tv_sec * 1000000000u + (uint64_t)ts->tv_nsec;
+  }
+  for (;;) {
+    int n = 0;
+    /* 1. What the fabrics say now (level-triggered entries, and edges that
+     *    are pending), masking TCP's EPOLLOUT for fabric senders. */
+    pthread_mutex_lock(&ep->lock);
+    for (int arm = 0; arm < 2 && n == 0; arm++)
+      for (struct fs_ep_ent *e = ep->ents; e && n < max; e = e->next) {
+        if (e->oneshot_fired || !__atomic_load_n(&e->c->chan, __ATOMIC_ACQUIRE))
+          continue;
+        bool masked = e->c->tx_flow == FS_FLOW_FABRIC && !e->c->reverted;
+        if (masked != e->out_masked)
+          fs_ep_kmod(epfd, e, fs_ep_kernel_events(e));
+        /* Edge-triggered entries report on an edge (ADD/MOD, a wake), or
+         * when arming finds them ready: the peer published before we armed,
+         * so no wake will come.  A spurious edge is harmless; a lost one is not. */
+        if ((e->events & EPOLLET) && !e->edge_pending && !arm)
+          continue;
+        uint32_t r = fs_ep_eval(e, 0, arm);
+        if (!r)
+          continue;
+        e->edge_pending = false;
+        n = fs_ep_emit(out, n, e, r);
+        if (e->events & EPOLLONESHOT) {
+          e->oneshot_fired = true;
+          fs_ep_kmod(epfd, e, 0);
+        }
+      }
+    pthread_mutex_unlock(&ep->lock);
+    /* 2. One kernel call for everything else (and to sleep). */
+    struct timespec zero = { 0, 0 }, left, *t = NULL;
+    if (n)
+      t = &zero;
+    else if (ts) {
+      struct timespec now;
+      clock_gettime(CLOCK_MONOTONIC, &now);
+      uint64_t nn = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
+      uint64_t l = deadline > nn ? deadline - nn : 0;
+      left.tv_sec = (time_t)(l / 1000000000u);
+      left.tv_nsec = (long)(l % 1000000000u);
+      t = &left;
+    }
+    int room = max - n < kmax ? max - n : kmax;
+    int k = room > 0 ? FS_REAL(epoll_pwait2)(epfd, kst, room, t, mask) : 0;
+    if (k < 0)
+      return n ? n : -errno;
+    pthread_mutex_lock(&ep->lock);
+    for (int i = 0; i < k; i++) {
+      struct fs_ep_ent *e = fs_ep_tag(ep, kst[i].data.u64);
+      if (!e) {
+        out[n++] = kst[i];
+        continue;
+      }
+      if (e->oneshot_fired)
+        continue;
+      bool wake = kst[i].data.u64 & 1;
+      uint32_t r = fs_ep_eval(e, wake ? 0 : kst[i].events, false);
+      if (!r)
+        continue;
+      bool dup = false;
+      for (int j = 0; j < n; j++)
+        if (out[j].data.u64 == e->data.u64 && (out[j].events & r) == r) {
+          dup = true;
+          break;
+        }
+      if (dup)
+        continue;
+      e->edge_pending = false;
+      out[n].events = r;
+      out[n].data = e->data;
+      n++;
+      if (e->events & EPOLLONESHOT) {
+        e->oneshot_fired = true;
+        fs_ep_kmod(epfd, e, 0);
+      }
+    }
+    pthread_mutex_unlock(&ep->lock);
+    if (n > 0 || k == 0)
+      return n;
+    /* Only wake edges with nothing to report: sleep again for the rest. */
+    if (ts) {
+      struct timespec now;
+      clock_gettime(CLOCK_MONOTONIC, &now);
+      if ((uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec >= deadline)
+        return 0;
+    }
+  }
+}

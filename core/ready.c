@@ -1,0 +1,197 @@
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "core/log.h"
+#include "core/ready.h"
+#include "core/sockio.h"
+#include "preload/fdtab.h"
+#include "preload/real.h"
+
+static uint64_t fs_ready_now_ns(void)
+{
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* Remaining time as a timespec for the next kernel call (NULL = forever). */
+static const struct timespec *fs_ready_left(const struct timespec *ts, uint64_t deadline, struct timespec *buf)
+{
+  if (!ts)
+    return NULL;
+  uint64_t now = fs_ready_now_ns();
+  uint64_t left = deadline > now ? deadline - now : 0;
+  buf->tv_sec = (time_t)(left / 1000000000u);
+  buf->tv_nsec = (long)(left % 1000000000u);
+  return buf;
+}
+
+static struct fs_chan *fs_ready_chan(struct fs_conn *c)
+{
+  struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
+  return ch && !c->reverted ? ch : NULL;
+}
+
+/* ---- poll -------------------------------------------------------------- */
+
+int fs_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const sigset_t *mask)
+{
+  struct pollfd kst[64];
+  struct fs_conn *cst[32];
+  size_t cap = (size_t)n * 2;
+  struct pollfd *k = cap <= 64 ? kst : malloc(cap * sizeof *k);
+  struct fs_conn **cs = n <= 32 ? cst : calloc(n, sizeof *cs);
+  if (!k || !cs) {
+    if (k != kst)
+      free(k);
+    if (cs != cst)
+      free(cs);
+    return -ENOMEM;
+  }
+  nfds_t kn = n;
+  int fabric = 0;
+  for (nfds_t i = 0; i < n; i++) {
+    k[i] = fds[i];
+    k[i].revents = 0;
+    cs[i] = fds[i].fd >= 0 ? fs_fdtab_get(fds[i].fd) : NULL;
+    struct fs_conn *c = cs[i];
+    if (!c)
+      continue;
+    if (c->connecting)
+      fs_sock_check_connected(c, fds[i].fd);
+    struct fs_chan *ch = fs_ready_chan(c);
+    if (ch) {
+      fs_sockio_service(c, fds[i].fd);
+      fabric++;
+      if (c->tx_flow == FS_FLOW_FABRIC)
+        k[i].events &= (short)~(POLLOUT | POLLWRNORM);
+      k[i].events |= POLLRDHUP;
+    }
+    if (c->wake_fd >= 0 && (ch || !c->no_upgrade)) {
+      k[kn].fd = c->wake_fd;
+      k[kn].events = POLLIN;
+      k[kn].revents = 0;
+      kn++;
+    }
+  }
+  uint64_t deadline = ts ? fs_ready_now_ns() + (uint64_t)ts->tv_sec * 1000000000u + (uint64_t)ts->tv_nsec : 0;
+  int rc;
+  for (int pass = 0;; pass++) {
+    /* What the fabrics say without asking the kernel; arm on the second look. */
+    int pre = 0;
+    for (int arm = 0; arm < 2 && pre == 0 && fabric; arm++)
+      for (nfds_t i = 0; i < n; i++) {
+        struct fs_chan *ch = cs[i] ? fs_ready_chan(cs[i]) : NULL;
+        if (ch && (fs_sockio_ready(cs[i], ch, fds[i].events, 0, arm) & (fds[i].events | POLLHUP | POLLERR)))
+          pre++;
+      }
+    struct timespec zero = { 0, 0 }, left;
+    const struct timespec *t = pre ? &zero : fs_ready_left(ts, deadline, &left);
+    rc = FS_REAL(ppoll)(k, kn, t, mask);
+    if (rc < 0) {
+      rc = -errno;
+      break;
+    }
+    for (nfds_t j = n; j < kn; j++)
+      if (k[j].revents & POLLIN) {
+        uint64_t v;
+        (void)FS_REAL(read)(k[j].fd, &v, sizeof v);
+      }
+    rc = 0;
+    for (nfds_t i = 0; i < n; i++) {
+      short r = k[i].revents;
+      struct fs_chan *ch = cs[i] ? fs_ready_chan(cs[i]) : NULL;
+      if (ch)
+        r = (short)(fs_sockio_ready(cs[i], ch, fds[i].events, k[i].revents, false) &
+                    (fds[i].events | POLLHUP | POLLERR | POLLNVAL));
+      fds[i].revents = r;
+      rc += r != 0;
+    }
+    /* Woken only by a wake fd with nothing to report (e.g. an upgrade
+     * finished): a connection may have moved to a fabric; look again. */
+    if (rc != 0 || (ts && fs_ready_now_ns() >= deadline) || pass > 1000)
+      break;
+    fabric = 0;
+    for (nfds_t i = 0; i < n; i++)
+      if (cs[i] && fs_ready_chan(cs[i])) {
+        fabric++;
+        k[i].events = fds[i].events | POLLRDHUP;
+        if (cs[i]->tx_flow == FS_FLOW_FABRIC)
+          k[i].events &= (short)~(POLLOUT | POLLWRNORM);
+      }
+  }
+  for (nfds_t i = 0; i < n; i++)
+    if (cs[i])
+      fs_conn_put(cs[i]);
+  if (k != kst)
+    free(k);
+  if (cs != cst)
+    free(cs);
+  return rc;
+}
+
+/* ---- select ------------------------------------------------------------ */
+
+bool fs_ready_select_tracked(int nfds, const fd_set *r, const fd_set *w, const fd_set *e)
+{
+  if (nfds > FD_SETSIZE)
+    nfds = FD_SETSIZE;
+  for (int fd = 0; fd < nfds; fd++)
+    if (((r && FD_ISSET(fd, r)) || (w && FD_ISSET(fd, w)) || (e && FD_ISSET(fd, e))) && fs_fdtab_tracked(fd))
+      return true;
+  return false;
+}
+
+int fs_ready_select(int nfds, fd_set *r, fd_set *w, fd_set *e, const struct timespec *ts, const sigset_t *mask)
+{
+  if (nfds < 0 || nfds > FD_SETSIZE)
+    return -EINVAL;
+  struct pollfd p[FD_SETSIZE];
+  nfds_t n = 0;
+  for (int fd = 0; fd < nfds; fd++) {
+    short ev = 0;
+    if (r && FD_ISSET(fd, r))
+      ev |= POLLIN;
+    if (w && FD_ISSET(fd, w))
+      ev |= POLLOUT;
+    if (e && FD_ISSET(fd, e))
+      ev |= POLLPRI;
+    if (ev) {
+      p[n].fd = fd;
+      p[n].events = ev;
+      p[n].revents = 0;
+      n++;
+    }
+  }
+  int rc = fs_ready_poll(p, n, ts, mask);
+  if (rc < 0)
+    return rc;
+  for (nfds_t i = 0; i < n; i++)
+    if (p[i].revents & POLLNVAL)
+      return -EBADF;
+  if (r)
+    FD_ZERO(r);
+  if (w)
+    FD_ZERO(w);
+  if (e)
+    FD_ZERO(e);
+  int count = 0;
+  for (nfds_t i = 0; i < n; i++) {
+    short re = p[i].revents;
+    if (r && (p[i].events & POLLIN) && (re & (POLLIN | POLLHUP | POLLERR))) {
+      FD_SET(p[i].fd, r);
+      count++;
+    }
+    if (w && (p[i].events & POLLOUT) && (re & (POLLOUT | POLLERR))) {
+      FD_SET(p[i].fd, w);
+      count++;
+    }
+    if (e && (p[i].events & POLLPRI) && (re & POLLPRI)) {
+      FD_SET(p[i].fd, e);
+      count++;
+    }
+  }
+  return count;
+}

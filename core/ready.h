@@ -1,0 +1,38 @@
+/* Readiness for poll/ppoll/select/pselect and epoll when tracked sockets
+ * are involved.  For a connection on a fabric, readable means its rx ring
+ * has data (or EOF, or the peer died); writable means the peer's ring has
+ * room.  The kernel is asked about everything else, in one call, with each
+ * fabric connection's wake eventfd added so that the one kernel call sleeps
+ * for both. */
+#ifndef FS_CORE_READY_H
+#define FS_CORE_READY_H
+
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <sys/epoll.h>
+#include <sys/select.h>
+#include <time.h>
+
+/* ppoll-style: ts NULL = forever.  Returns count or -errno. */
+int fs_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const sigset_t *mask);
+
+/* pselect-style over fd_sets. */
+int fs_ready_select(int nfds, fd_set *r, fd_set *w, fd_set *e, const struct timespec *ts, const sigset_t *mask);
+
+/* True if any fd in the sets / array is tracked (else the caller goes
+ * straight to libc). */
+bool fs_ready_select_tracked(int nfds, const fd_set *r, const fd_set *w, const fd_set *e);
+
+/* epoll: per-instance interest of tracked fds. */
+bool fs_ready_epoll_tracked(int epfd);
+int fs_ready_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev);
+int fs_ready_epoll_wait(int epfd, struct epoll_event *ev, int max, const struct timespec *ts, const sigset_t *mask);
+/* An epoll fd is closed: forget its interest list. */
+void fs_ready_epoll_close(int epfd);
+
+/* A connection's last fd is closing: take it out of every epoll set. */
+struct fs_conn;
+void fs_ready_epoll_forget_conn(struct fs_conn *c);
+
+#endif

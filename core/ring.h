@@ -1,0 +1,99 @@
+/* Single-producer/single-consumer record ring in shared memory.
+ *
+ * Wire format v1 (FS_RING_VERSION), little-endian host order, shared between
+ * two processes of the same host:
+ *
+ *   A ring is `size` bytes (a power of two, multiple of 8) of data plus a
+ *   control block.  `tail` (written by the producer) and `head` (written by
+ *   the consumer) are free-running 64-bit byte positions; used = tail - head.
+ *   The data holds records, each 8-byte aligned:
+ *
+ *     u32 type | u32 len | payload[len] | pad to a multiple of 8
+ *
+ *   type 1 DATA    payload = application bytes (len >= 1)
+ *   type 2 SWITCH  payload = u64 n: the sender wrote n bytes on TCP in total
+ *                  before this record; read TCP up to n, then this ring
+ *   type 3 REVERT  payload = u64 m: bytes sent on this ring in total; after
+ *                  it the stream continues on TCP
+ *   type 4 EOF     len 0: the sender shut down writing (shutdown or close)
+ *
+ *   A header never wraps (8-aligned in an 8-multiple ring); a payload may
+ *   wrap to the start.  The consumer may consume part of a DATA record: it
+ *   then rewrites that record's header in place (the region is its own until
+ *   head moves past it): len becomes the bytes left and the upper 24 bits of
+ *   type the bytes already consumed (the producer always writes 0 there).
+ *   So partial reads keep no private state and survive fork.  Rings are at
+ *   most 16 MiB.  The producer always leaves FS_RING_RESERVE bytes free for the
+ *   EOF/REVERT record, so close() never blocks on a full ring.
+ *
+ * A consumer never trusts the producer: every length is checked against what
+ * is published, and a bad record makes the ring "corrupt" (-EPROTO). */
+#ifndef FS_CORE_RING_H
+#define FS_CORE_RING_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#define FS_RING_VERSION 1
+#define FS_REC_DATA 1
+#define FS_REC_SWITCH 2
+#define FS_REC_REVERT 3
+#define FS_REC_EOF 4
+#define FS_RING_HDR 8
+#define FS_RING_RESERVE 32
+
+struct fs_ring_ctl {
+  uint64_t tail __attribute__((aligned(64))); /* producer; atomic */
+  uint32_t want_space;                         /* producer waits for room; atomic */
+  uint64_t head __attribute__((aligned(64))); /* consumer; atomic */
+  uint32_t want_data;                          /* consumer waits for data; atomic */
+  uint32_t size;
+  uint32_t pad;
+} __attribute__((aligned(64)));
+
+/* A view of one ring: control block + data, both in a shared mapping. */
+struct fs_ring {
+  struct fs_ring_ctl *ctl;
+  uint8_t *data;
+  uint32_t size;
+};
+
+static inline uint64_t fs_ring_load(const uint64_t *p)
+{
+  return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+
+/* Bytes the producer could write as DATA payload right now (0 if none). */
+size_t fs_ring_space(const struct fs_ring *r);
+
+/* Producer: append one DATA record with up to `len` bytes gathered from iov
+ * starting at byte `skip`; returns bytes taken (0 if full). */
+size_t fs_ring_put_data(struct fs_ring *r, const struct iovec *iov, int iovcnt, size_t skip, size_t len);
+
+/* Producer: append a control record (SWITCH/REVERT carry u64 val).  Uses the
+ * reserve, so it succeeds unless the ring is badly broken (-ENOSPC). */
+int fs_ring_put_ctl(struct fs_ring *r, uint32_t type, uint64_t val);
+
+/* Consumer: the record at head.  Returns 1 and fills type/len/val (len is the
+ * DATA bytes left), 0 if the ring is empty, -EPROTO if corrupt. */
+int fs_ring_peek(const struct fs_ring *r, uint32_t *type, uint32_t *len, uint64_t *val);
+
+/* Consumer: copy up to `max` bytes from DATA records into iov (starting at
+ * byte `skip` of the iov), consuming them unless peek.  Stops at a non-DATA
+ * record.  Returns bytes copied or -EPROTO. */
+ssize_t fs_ring_get_data(struct fs_ring *r, const struct iovec *iov, int iovcnt, size_t skip, size_t max, bool peek);
+
+/* Consumer: drop the (control) record at head. */
+void fs_ring_pop(struct fs_ring *r);
+
+/* DATA bytes readable before the first control record (FIONREAD). */
+size_t fs_ring_readable(const struct fs_ring *r);
+
+static inline bool fs_ring_empty(const struct fs_ring *r)
+{
+  return fs_ring_load(&r->ctl->tail) == __atomic_load_n(&r->ctl->head, __ATOMIC_RELAXED);
+}
+
+#endif

@@ -1,0 +1,444 @@
+/* Socket engine, lifecycle half: tracking, policy, upgrade decisions,
+ * attach/detach of fabric channels, close, fork and exec.  The data path
+ * is in core/sockio.c. */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "core/addr.h"
+#include "core/chan.h"
+#include "core/hook.h"
+#include "core/log.h"
+#include "core/rdv.h"
+#include "core/ready.h"
+#include "core/sock.h"
+#include "core/sockio.h"
+#include "preload/fdtab.h"
+#include "preload/real.h"
+
+extern char *program_invocation_short_name;
+
+static bool fs_sock_disabled;
+static bool fs_sock_inited;
+
+static void fs_sock_release(struct fs_conn *c)
+{
+  struct fs_chan *ch = c->chan;
+  if (ch) {
+    c->chan = NULL;
+    ch->ops->release(ch);
+  }
+  if (c->hooks) {
+    fs_hook_close(c->hooks);
+    c->hooks = NULL;
+  }
+  if (c->wake_fd >= 0) {
+    FS_REAL(close)(c->wake_fd);
+    c->wake_fd = -1;
+  }
+}
+
+__attribute__((destructor)) static void fs_sock_fini(void)
+{
+  fs_stat_shutdown();
+}
+
+void fs_sock_init(void)
+{
+  if (__atomic_load_n(&fs_sock_inited, __ATOMIC_ACQUIRE))
+    return;
+  bool disabled = false;
+  (void)fs_policy_get(&disabled);
+  const char *d = getenv("FABSOCK_DISABLE");
+  fs_sock_disabled = (d && *d && strcmp(d, "0") != 0);
+  fs_conn_release_hook = fs_sock_release;
+  __atomic_store_n(&fs_sock_inited, true, __ATOMIC_RELEASE);
+}
+
+static void fs_sock_stat_addrs(struct fs_conn *c)
+{
+  struct fs_stat_conn *s = c->stat;
+  if (!s)
+    return;
+  const struct sockaddr *l = (const struct sockaddr *)&c->local, *p = (const struct sockaddr *)&c->peer;
+  s->family = (uint8_t)c->local.ss_family;
+  s->lport = fs_addr_port(l);
+  s->pport = fs_addr_port(p);
+  if (l->sa_family == AF_INET) {
+    memcpy(s->laddr, &((const struct sockaddr_in *)l)->sin_addr, 4);
+    memcpy(s->paddr, &((const struct sockaddr_in *)p)->sin_addr, 4);
+  } else if (l->sa_family == AF_INET6) {
+    memcpy(s->laddr, &((const struct sockaddr_in6 *)l)->sin6_addr, 16);
+    memcpy(s->paddr, &((const struct sockaddr_in6 *)p)->sin6_addr, 16);
+  }
+  s->dir = c->dir;
+}
+
+void fs_sock_created(int fd, int domain, int type, int protocol)
+{
+  fs_sock_init();
+  if (fs_sock_disabled)
+    return;
+  if ((type & ~(SOCK_NONBLOCK | SOCK_CLOEXEC)) != SOCK_STREAM || (protocol != 0 && protocol != IPPROTO_TCP))
+    return;
+  struct fs_conn *c = fs_conn_new(fd, domain);
+  if (!c)
+    return;
+  c->nonblock = (type & SOCK_NONBLOCK) != 0;
+  fs_fdtab_install(fd, c);
+  fs_conn_put(c);
+}
+
+/* The connection is established: learn addresses, match policy, arm upgrade. */
+static void fs_sock_established(struct fs_conn *c, int fd, int dir)
+{
+  socklen_t ll = sizeof c->local, pl = sizeof c->peer;
+  if (getsockname(fd, (struct sockaddr *)&c->local, &ll) < 0 ||
+      getpeername(fd, (struct sockaddr *)&c->peer, &pl) < 0) {
+    c->no_upgrade = true;
+    fs_conn_set_state(c, FS_STATE_TCP, FS_REASON_ERROR);
+    return;
+  }
+  c->dir = (uint8_t)dir;
+  c->connecting = false;
+  fs_sock_stat_addrs(c);
+  bool disabled = false;
+  const struct fs_policy *pol = fs_policy_get(&disabled);
+  struct fs_policy_query q = { program_invocation_short_name, dir, (struct sockaddr *)&c->local,
+                               (struct sockaddr *)&c->peer };
+  fs_policy_match(pol, &q, &c->policy);
+  c->spin_us = c->policy.busy_poll ? 0 : (c->policy.spin_us >= 0 ? (uint32_t)c->policy.spin_us : 50);
+  if (c->policy.hooks[0]) {
+    struct fabsock_conn_info ci = { sizeof ci, fd, c->family, FS_FABRIC_TCP, dir, c->local, c->peer };
+    if (fs_hook_open(c->policy.hooks, &ci, c->stat, &c->hooks) < 0)
+      c->hooks = NULL;
+  }
+  int reason = FS_REASON_PENDING;
+  if (disabled)
+    reason = FS_REASON_DISABLED;
+  else if (c->policy.fabric == FS_FABRIC_TCP || c->policy.upgrade_bytes == FS_POLICY_UPGRADE_NEVER)
+    reason = FS_REASON_POLICY;
+  else if (c->policy.fabric == FS_FABRIC_RDMA)
+    reason = FS_REASON_NO_DEVICE; /* the rdma fabric is not in this build */
+  else if ((c->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
+    reason = FS_REASON_RESOURCES;
+  c->no_upgrade = reason != FS_REASON_PENDING;
+  fs_conn_set_state(c, FS_STATE_TCP, reason);
+  if (c->stat)
+    c->stat->fabric = FS_FABRIC_TCP;
+  if (dir == FS_DIR_CONNECT && !c->no_upgrade && c->policy.upgrade_bytes == 0)
+    fs_sock_maybe_upgrade(c);
+}
+
+void fs_sock_maybe_upgrade(struct fs_conn *c)
+{
+  if (c->no_upgrade || c->dir != FS_DIR_CONNECT || __atomic_load_n(&c->chan, __ATOMIC_RELAXED))
+    return;
+  if (c->tcp_tx + c->tcp_rx < c->policy.upgrade_bytes)
+    return;
+  bool expect = false;
+  if (!__atomic_compare_exchange_n(&c->upgrade_queued, &expect, true, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+    return;
+  fs_conn_set_state(c, FS_STATE_UPGRADING, FS_REASON_PENDING);
+  fs_rdv_upgrade(c);
+}
+
+void fs_sock_accepted(struct fs_conn *lc, int nfd, int flags)
+{
+  struct fs_conn *c = fs_conn_new(nfd, lc->family);
+  if (!c)
+    return;
+  c->nonblock = (flags & SOCK_NONBLOCK) != 0;
+  if (fs_fdtab_install(nfd, c) == 0)
+    fs_sock_established(c, nfd, FS_DIR_ACCEPT);
+  fs_conn_put(c);
+  fs_rdv_accepted();
+}
+
+void fs_sock_connect_done(struct fs_conn *c, int fd, int rc)
+{
+  if (rc == 0)
+    fs_sock_established(c, fd, FS_DIR_CONNECT);
+  else if (rc == -EINPROGRESS || rc == -EALREADY || rc == -EINTR)
+    c->connecting = true;
+}
+
+void fs_sock_check_connected(struct fs_conn *c, int fd)
+{
+  struct sockaddr_storage ss;
+  socklen_t sl = sizeof ss;
+  int saved = errno;
+  if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0) {
+    pthread_mutex_lock(&c->lock);
+    if (c->connecting)
+      fs_sock_established(c, fd, FS_DIR_CONNECT);
+    pthread_mutex_unlock(&c->lock);
+  }
+  errno = saved;
+}
+
+void fs_sock_listening(struct fs_conn *c, int fd)
+{
+  fs_conn_set_state(c, FS_STATE_LISTEN, FS_REASON_NONE);
+  socklen_t ll = sizeof c->local;
+  if (getsockname(fd, (struct sockaddr *)&c->local, &ll) == 0 && c->stat) {
+    c->stat->listening = 1;
+    fs_sock_stat_addrs(c);
+  }
+  bool disabled = false;
+  const struct fs_policy *pol = fs_policy_get(&disabled);
+  struct fs_policy_action act;
+  struct fs_policy_query q = { program_invocation_short_name, FS_DIR_ACCEPT, (struct sockaddr *)&c->local, NULL };
+  fs_policy_match(pol, &q, &act);
+  if (disabled || act.fabric == FS_FABRIC_TCP || act.fabric == FS_FABRIC_RDMA || c->rdv || c->listener_shared)
+    return;
+  fs_rdv_listen(c, fd);
+}
+
+struct fs_sock_find_arg {
+  const struct sockaddr *local, *peer;
+  struct fs_conn *found;
+};
+
+static void fs_sock_find_one(int fd, struct fs_conn *c, void *arg)
+{
+  struct fs_sock_find_arg *a = arg;
+  if (a->found || c->dir != FS_DIR_ACCEPT)
+    return;
+  if (fs_addr_eq((struct sockaddr *)&c->local, a->local) && fs_addr_eq((struct sockaddr *)&c->peer, a->peer)) {
+    fs_conn_get(c);
+    a->found = c;
+  }
+}
+
+struct fs_conn *fs_sock_find(const struct sockaddr *local, const struct sockaddr *peer)
+{
+  struct fs_sock_find_arg a = { local, peer, NULL };
+  fs_fdtab_foreach(fs_sock_find_one, &a);
+  return a.found;
+}
+
+bool fs_sock_may_upgrade(struct fs_conn *c)
+{
+  return !c->no_upgrade && __atomic_load_n(&c->nfds, __ATOMIC_ACQUIRE) > 0 && c->wake_fd >= 0;
+}
+
+int fs_sock_may_attach(struct fs_conn *c, uint32_t uid)
+{
+  if (c->no_upgrade || c->wake_fd < 0)
+    return c->reason && c->reason != FS_REASON_PENDING ? c->reason : FS_REASON_POLICY;
+  if (__atomic_load_n(&c->chan, __ATOMIC_ACQUIRE))
+    return FS_REASON_PROTOCOL; /* a replay */
+  if (uid != geteuid() && !c->policy.any_uid)
+    return FS_REASON_PEER_UID;
+  return 0;
+}
+
+int fs_sock_attach(struct fs_conn *c, struct fs_chan *ch)
+{
+  pthread_mutex_lock(&c->lock);
+  if (__atomic_load_n(&c->nfds, __ATOMIC_ACQUIRE) == 0 || c->no_upgrade || c->chan) {
+    pthread_mutex_unlock(&c->lock);
+    return -ESTALE;
+  }
+  __atomic_store_n(&c->chan, ch, __ATOMIC_RELEASE);
+  fs_conn_set_state(c, FS_STATE_FABRIC, FS_REASON_NONE);
+  if (c->stat)
+    c->stat->fabric = (uint8_t)ch->ops->fabric;
+  pthread_mutex_unlock(&c->lock);
+  fs_log(FS_LOG_DEBUG, "fd %d on %s", c->fd, ch->ops->name);
+  /* Our sender switches now if it is idle; a busy one does at its next send. */
+  if (pthread_mutex_trylock(&c->txlock) == 0) {
+    fs_sockio_switch_tx(c, ch);
+    pthread_mutex_unlock(&c->txlock);
+  }
+  /* Wake our own threads blocked on the TCP path: data may now come here. */
+  uint64_t one = 1;
+  (void)FS_REAL(write)(c->wake_fd, &one, sizeof one);
+  return 0;
+}
+
+void fs_sock_upgrade_failed(struct fs_conn *c, int reason)
+{
+  pthread_mutex_lock(&c->lock);
+  c->no_upgrade = true;
+  if (!c->chan)
+    fs_conn_set_state(c, FS_STATE_TCP, reason);
+  pthread_mutex_unlock(&c->lock);
+  fs_log(FS_LOG_DEBUG, "fd %d stays on tcp: %s", c->fd, fs_reason_name(reason));
+}
+
+void fs_sock_last_close(struct fs_conn *c)
+{
+  pthread_mutex_lock(&c->lock);
+  int st = fs_conn_state(c);
+  fs_conn_set_state(c, FS_STATE_CLOSED, c->reason);
+  c->no_upgrade = true;
+  struct fs_chan *ch = c->chan;
+  pthread_mutex_unlock(&c->lock);
+  if (st == FS_STATE_LISTEN && c->rdv)
+    fs_rdv_unlisten(c);
+  fs_ready_epoll_forget_conn(c);
+  if (ch) {
+    pthread_mutex_lock(&c->txlock);
+    fs_chan_drop_end(ch, c->tx_flow == FS_FLOW_FABRIC);
+    c->tx_flow = FS_FLOW_EOF;
+    pthread_mutex_unlock(&c->txlock);
+  }
+}
+
+void fs_sock_close(struct fs_conn *c, int fd)
+{
+  (void)fd;
+  if (__atomic_load_n(&c->nfds, __ATOMIC_ACQUIRE) == 0)
+    fs_sock_last_close(c);
+  fs_conn_put(c);
+}
+
+/* ---- fork / exec / fd passing ---------------------------------------- */
+
+static uint32_t fs_sock_epoch;
+
+static void fs_sock_fork_prep(int fd, struct fs_conn *c, void *arg)
+{
+  (void)fd;
+  (void)arg;
+  if (c->visit == fs_sock_epoch)
+    return;
+  c->visit = fs_sock_epoch;
+  struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
+  if (ch) /* the child will hold this end too */
+    __atomic_fetch_add(&ch->me->refs, 1, __ATOMIC_ACQ_REL);
+}
+
+void fs_sock_before_fork(void)
+{
+  fs_sock_epoch++;
+  fs_fdtab_foreach(fs_sock_fork_prep, NULL);
+  fs_rdv_before_fork();
+}
+
+static void fs_sock_fork_fix(int fd, struct fs_conn *c, void *arg)
+{
+  pid_t pid = *(pid_t *)arg;
+  (void)fd;
+  if (c->visit == fs_sock_epoch)
+    return;
+  c->visit = fs_sock_epoch;
+  if (pid == 0) { /* the threads that held these are gone */
+    pthread_mutex_init(&c->lock, NULL);
+    pthread_mutex_init(&c->txlock, NULL);
+    pthread_mutex_init(&c->rxlock, NULL);
+  }
+  struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
+  if (pid < 0) {
+    if (ch)
+      __atomic_fetch_sub(&ch->me->refs, 1, __ATOMIC_ACQ_REL);
+    return;
+  }
+  if (fs_conn_state(c) == FS_STATE_LISTEN)
+    c->listener_shared = true;
+  /* Two processes now share the TCP socket: byte counts can no longer be
+   * kept, so a connection not yet on a fabric stays on TCP. */
+  if (!ch && !c->no_upgrade) {
+    c->no_upgrade = true;
+    fs_conn_set_state(c, FS_STATE_TCP, FS_REASON_FORK);
+  }
+}
+
+void fs_sock_after_fork(pid_t pid)
+{
+  fs_rdv_after_fork(pid == 0);
+  if (pid == 0)
+    fs_stat_atfork_child();
+  fs_sock_epoch++;
+  fs_fdtab_foreach(fs_sock_fork_fix, &pid);
+}
+
+static void fs_sock_exec_one(int fd, struct fs_conn *c, void *arg)
+{
+  (void)arg;
+  int fl = FS_REAL(fcntl)(fd, F_GETFD, 0);
+  if (fl >= 0 && !(fl & FD_CLOEXEC))
+    fs_sock_downgrade(c, fd, FS_REASON_EXEC);
+}
+
+void fs_sock_before_exec(void)
+{
+  fs_fdtab_foreach(fs_sock_exec_one, NULL);
+}
+
+void fs_sock_scm_rights(const struct msghdr *msg)
+{
+  for (struct cmsghdr *cm = CMSG_FIRSTHDR(msg); cm; cm = CMSG_NXTHDR((struct msghdr *)msg, cm)) {
+    if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+      continue;
+    size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < n; i++) {
+      int fd;
+      memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof fd);
+      struct fs_conn *c = fs_fdtab_get(fd);
+      if (c) {
+        fs_sock_downgrade(c, fd, FS_REASON_FD_PASSED);
+        fs_conn_put(c);
+      }
+    }
+  }
+}
+
+void fs_sock_set_nonblock(struct fs_conn *c, bool on)
+{
+  c->nonblock = on;
+}
+
+void fs_sock_setsockopt(struct fs_conn *c, int fd, int level, int name, const void *val, socklen_t len)
+{
+  (void)fd;
+  (void)val;
+  (void)len;
+  /* Urgent data has no place on a fabric: keep such a connection on TCP. */
+  if (level == SOL_SOCKET && name == SO_OOBINLINE && !c->chan) {
+    c->no_upgrade = true;
+    fs_conn_set_state(c, fs_conn_state(c), FS_REASON_SOCKOPT);
+  }
+}
+
+/* Bring c back to plain TCP for good, before its fd leaves this process
+ * image (exec) or this process (SCM_RIGHTS).  Our tx: a REVERT record ends
+ * our fabric bytes and TCP carries the rest.  Our rx: we stop reading the
+ * ring where we are and flag it (ep->rx_revert); the peer re-sends whatever
+ * we did not read on TCP before anything new (fs_sockio_service), so the
+ * next reader of the TCP socket sees every byte in order. */
+void fs_sock_downgrade(struct fs_conn *c, int fd, int reason)
+{
+  (void)fd;
+  struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
+  if (!ch || c->reverted) {
+    if (!c->no_upgrade) {
+      c->no_upgrade = true;
+      fs_conn_set_state(c, fs_conn_state(c), reason);
+    }
+    return;
+  }
+  pthread_mutex_lock(&c->rxlock);
+  pthread_mutex_lock(&c->txlock);
+  if (c->tx_flow == FS_FLOW_FABRIC && fs_ring_put_ctl(&ch->tx, FS_REC_REVERT, c->fab_tx) == 0)
+    c->tx_flow = FS_FLOW_TCP;
+  if (c->rx_flow != FS_FLOW_EOF) {
+    __atomic_store_n(&ch->me->rx_revert, 1, __ATOMIC_RELEASE);
+    c->rx_flow = FS_FLOW_TCP;
+  }
+  c->reverted = true;
+  c->no_upgrade = true;
+  fs_conn_set_state(c, FS_STATE_TCP, reason);
+  if (c->stat)
+    c->stat->fabric = FS_FABRIC_TCP;
+  pthread_mutex_unlock(&c->txlock);
+  pthread_mutex_unlock(&c->rxlock);
+  ch->ops->wake_peer(ch);
+  fs_log(FS_LOG_INFO, "fd %d back to tcp (%s)", fd, fs_reason_name(reason));
+}

@@ -1,0 +1,629 @@
+/* Socket engine, data half.  See core/sockio.h and core/ring.h. */
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/hook.h"
+#include "core/log.h"
+#include "core/sock.h"
+#include "core/sockio.h"
+#include "preload/real.h"
+
+#define FS_SPIN_MAX_US 200
+#define FS_SPIN_MIN_US 2
+
+static uint64_t fs_mono_us(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+static size_t fs_iov_total(const struct iovec *iov, int n)
+{
+  size_t t = 0;
+  for (int i = 0; i < n; i++)
+    t += iov[i].iov_len;
+  return t;
+}
+
+/* Feed the first n bytes of an iovec to a hook direction. */
+static int fs_sockio_hook(struct fs_conn *c, int fd, const struct iovec *iov, int cnt, size_t n, bool tx)
+{
+  for (int i = 0; i < cnt && n > 0; i++) {
+    size_t l = iov[i].iov_len < n ? iov[i].iov_len : n;
+    int rc = tx ? fs_hook_send(c->hooks, iov[i].iov_base, l) : fs_hook_recv(c->hooks, iov[i].iov_base, l);
+    if (rc < 0) {
+      c->hook_closed = true;
+      fs_conn_set_state(c, fs_conn_state(c), FS_REASON_HOOK);
+      FS_REAL(shutdown)(fd, SHUT_RDWR);
+      return rc;
+    }
+    n -= l;
+  }
+  return 0;
+}
+
+/* Bytes moved: account, run hooks, maybe start an upgrade. */
+static ssize_t fs_sockio_done(struct fs_conn *c, int fd, struct fs_io *io, ssize_t r, bool tx, bool peek)
+{
+  if (r <= 0 || peek)
+    return r;
+  if (tx)
+    FS_STAT_ADD(c->stat, tx_bytes, (uint64_t)r);
+  else
+    FS_STAT_ADD(c->stat, rx_bytes, (uint64_t)r);
+  if (c->hooks && fs_sockio_hook(c, fd, io->iov, io->iovcnt, (size_t)r, tx) < 0)
+    return tx ? r : -ECONNABORTED;
+  if (!c->no_upgrade && c->dir == FS_DIR_CONNECT && !c->upgrade_queued)
+    fs_sock_maybe_upgrade(c);
+  return r;
+}
+
+ssize_t fs_sock_tcp_io(int fd, struct fs_io *io)
+{
+  ssize_t r;
+  switch (io->op) {
+  case FS_IO_READ: r = FS_REAL(read)(fd, io->iov[0].iov_base, io->iov[0].iov_len); break;
+  case FS_IO_READV: r = FS_REAL(readv)(fd, io->iov, io->iovcnt); break;
+  case FS_IO_RECV: r = FS_REAL(recv)(fd, io->iov[0].iov_base, io->iov[0].iov_len, io->flags); break;
+  case FS_IO_RECVFROM:
+    r = FS_REAL(recvfrom)(fd, io->iov[0].iov_base, io->iov[0].iov_len, io->flags, io->from, io->fromlen);
+    break;
+  case FS_IO_RECVMSG: r = FS_REAL(recvmsg)(fd, io->msg, io->flags); break;
+  case FS_IO_WRITE: r = FS_REAL(write)(fd, io->iov[0].iov_base, io->iov[0].iov_len); break;
+  case FS_IO_WRITEV: r = FS_REAL(writev)(fd, io->iov, io->iovcnt); break;
+  case FS_IO_SEND: r = FS_REAL(send)(fd, io->iov[0].iov_base, io->iov[0].iov_len, io->flags); break;
+  case FS_IO_SENDTO:
+    r = FS_REAL(sendto)(fd, io->iov[0].iov_base, io->iov[0].iov_len, io->flags, io->to, io->tolen);
+    break;
+  case FS_IO_SENDMSG: r = FS_REAL(sendmsg)(fd, io->msg, io->flags); break;
+  default: return -EINVAL;
+  }
+  return r < 0 ? -errno : r;
+}
+
+/* The part of iov after `skip` bytes, as a new iovec (at most 64 entries). */
+static int fs_iov_sub(const struct iovec *iov, int cnt, size_t skip, struct iovec *out)
+{
+  int n = 0;
+  for (int i = 0; i < cnt && n < 64; i++) {
+    if (skip >= iov[i].iov_len) {
+      skip -= iov[i].iov_len;
+      continue;
+    }
+    out[n].iov_base = (char *)iov[i].iov_base + skip;
+    out[n].iov_len = iov[i].iov_len - skip;
+    skip = 0;
+    n++;
+  }
+  return n;
+}
+
+/* Non-blocking TCP read into iov after `skip` bytes. */
+static ssize_t fs_sockio_tcp_read(int fd, struct fs_io *io, size_t skip, size_t limit)
+{
+  struct iovec sub[64];
+  int n = fs_iov_sub(io->iov, io->iovcnt, skip, sub);
+  size_t tot = 0;
+  for (int i = 0; i < n; i++) {
+    if (tot + sub[i].iov_len > limit) {
+      sub[i].iov_len = limit - tot;
+      n = i + 1;
+      tot = limit;
+      break;
+    }
+    tot += sub[i].iov_len;
+  }
+  struct msghdr mh = { .msg_iov = sub, .msg_iovlen = (size_t)n };
+  ssize_t r = FS_REAL(recvmsg)(fd, &mh, (io->flags & MSG_PEEK) | MSG_DONTWAIT);
+  return r < 0 ? -errno : r;
+}
+
+static int fs_sockio_timeo(int fd, int opt)
+{
+  struct timeval tv = { 0, 0 };
+  socklen_t l = sizeof tv;
+  if (FS_REAL(getsockopt)(fd, SOL_SOCKET, opt, &tv, &l) < 0 || (tv.tv_sec == 0 && tv.tv_usec == 0))
+    return -1;
+  long ms = tv.tv_sec * 1000 + (tv.tv_usec + 999) / 1000;
+  return ms > 0x7fffffff ? 0x7fffffff : (int)ms;
+}
+
+/* Sleep until the wake fd or the TCP socket says something.  Returns 0,
+ * -EAGAIN on SO_*TIMEO expiry, -EINTR. */
+static int fs_sockio_sleep(struct fs_conn *c, int fd, bool tx, int *budget_ms)
+{
+  struct pollfd p[2] = { { c->wake_fd, POLLIN, 0 }, { fd, (short)(tx ? POLLRDHUP : (POLLIN | POLLRDHUP)), 0 } };
+  int nfds = c->wake_fd >= 0 ? 2 : 1;
+  struct pollfd *pp = c->wake_fd >= 0 ? p : &p[1];
+  uint64_t t0 = *budget_ms >= 0 ? fs_mono_us() : 0;
+  int r = FS_REAL(poll)(pp, (nfds_t)nfds, *budget_ms);
+  if (r < 0)
+    return -errno;
+  if (*budget_ms >= 0) {
+    uint64_t spent = (fs_mono_us() - t0) / 1000u;
+    *budget_ms = spent >= (uint64_t)*budget_ms ? 0 : *budget_ms - (int)spent;
+    if (r == 0)
+      return -EAGAIN;
+  }
+  if (c->wake_fd >= 0 && (p[0].revents & POLLIN)) {
+    uint64_t v;
+    (void)FS_REAL(read)(c->wake_fd, &v, sizeof v);
+  }
+  return 0;
+}
+
+/* Spin up to the connection's budget for cond(); adapt the budget. */
+static bool fs_sockio_spin(struct fs_conn *c, bool (*cond)(struct fs_chan *, void *), struct fs_chan *ch, void *arg)
+{
+  uint32_t budget = c->policy.busy_poll ? 1000u : c->spin_us;
+  if (budget == 0)
+    return cond(ch, arg);
+  uint64_t start = fs_mono_us();
+  for (unsigned i = 0;; i++) {
+    if (cond(ch, arg)) {
+      if (!c->policy.busy_poll && c->policy.spin_us < 0 && c->spin_us < FS_SPIN_MAX_US)
+        c->spin_us = c->spin_us * 2 > FS_SPIN_MAX_US ? FS_SPIN_MAX_US : c->spin_us * 2;
+      return true;
+    }
+    __builtin_ia32_pause();
+    if ((i & 63) == 63 && fs_mono_us() - start >= budget)
+      break;
+  }
+  if (!c->policy.busy_poll && c->policy.spin_us < 0)
+    c->spin_us = c->spin_us / 2 < FS_SPIN_MIN_US ? FS_SPIN_MIN_US : c->spin_us / 2;
+  return false;
+}
+
+static bool fs_cond_rx(struct fs_chan *ch, void *arg)
+{
+  (void)arg;
+  return fs_chan_rx_ready(ch) || fs_chan_peer_closed(ch) ||
+         __atomic_load_n(&ch->peer->rx_revert, __ATOMIC_RELAXED);
+}
+
+static bool fs_cond_tx(struct fs_chan *ch, void *arg)
+{
+  return fs_ring_space(&ch->tx) >= *(size_t *)arg || fs_chan_peer_closed(ch) ||
+         __atomic_load_n(&ch->peer->rx_revert, __ATOMIC_RELAXED);
+}
+
+static struct fs_chan *fs_sockio_chan(struct fs_conn *c)
+{
+  struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
+  return ch && !c->reverted ? ch : NULL;
+}
+
+/* ---- send -------------------------------------------------------------- */
+
+void fs_sockio_switch_tx(struct fs_conn *c, struct fs_chan *ch)
+{
+  if (c->tx_flow != FS_FLOW_TCP || c->shut_wr || c->reverted)
+    return;
+  if (fs_ring_put_ctl(&ch->tx, FS_REC_SWITCH, c->tcp_tx) == 0) {
+    c->tx_flow = FS_FLOW_FABRIC;
+    fs_chan_kick_data(ch);
+  }
+}
+
+/* Write everything still unread in our tx ring to TCP (the peer stopped
+ * reading the ring: fs_sock_downgrade on its side), then stay on TCP. */
+static int fs_sockio_resend(struct fs_conn *c, int fd, struct fs_chan *ch)
+{
+  char buf[16384];
+  for (;;) {
+    struct iovec v = { buf, sizeof buf };
+    /* Read the peer's unconsumed DATA as if we were its consumer: its head
+     * is frozen, and we advance it ourselves as we re-send. */
+    ssize_t n = fs_ring_get_data(&ch->tx, &v, 1, 0, sizeof buf, false);
+    if (n <= 0) {
+      uint32_t t, l;
+      uint64_t val;
+      if (n == 0 && fs_ring_peek(&ch->tx, &t, &l, &val) == 1 && t != FS_REC_DATA) {
+        fs_ring_pop(&ch->tx); /* our own SWITCH/EOF marks: TCP needs none */
+        continue;
+      }
+      break;
+    }
+    size_t off = 0;
+    while (off < (size_t)n) {
+      ssize_t w = FS_REAL(send)(fd, buf + off, (size_t)n - off, MSG_NOSIGNAL);
+      if (w < 0 && errno == EAGAIN) {
+        struct pollfd p = { fd, POLLOUT, 0 };
+        FS_REAL(poll)(&p, 1, 1000);
+        continue;
+      }
+      if (w < 0)
+        return -errno;
+      off += (size_t)w;
+      c->tcp_tx += (uint64_t)w;
+    }
+  }
+  return 0;
+}
+
+void fs_sockio_service(struct fs_conn *c, int fd)
+{
+  struct fs_chan *ch = fs_sockio_chan(c);
+  if (!ch || c->peer_revert_done || !__atomic_load_n(&ch->peer->rx_revert, __ATOMIC_ACQUIRE))
+    return;
+  pthread_mutex_lock(&c->txlock);
+  if (!c->peer_revert_done) {
+    int was = c->tx_flow;
+    if (was != FS_FLOW_TCP)
+      (void)fs_sockio_resend(c, fd, ch);
+    if (was == FS_FLOW_EOF)
+      FS_REAL(shutdown)(fd, SHUT_WR);
+    c->tx_flow = was == FS_FLOW_EOF ? FS_FLOW_EOF : FS_FLOW_TCP;
+    c->peer_revert_done = true;
+    c->no_upgrade = true;
+    fs_log(FS_LOG_INFO, "fd %d: peer went back to tcp", fd);
+  }
+  pthread_mutex_unlock(&c->txlock);
+}
+
+static void fs_sockio_sigpipe(int flags)
+{
+  if (!(flags & MSG_NOSIGNAL)) {
+    int saved = errno;
+    raise(SIGPIPE);
+    errno = saved;
+  }
+}
+
+static ssize_t fs_sockio_fabric_send(struct fs_conn *c, int fd, struct fs_chan *ch, struct fs_io *io, size_t total)
+{
+  int flags = (io->op == FS_IO_WRITE || io->op == FS_IO_WRITEV) ? 0 : io->flags;
+  if (flags & MSG_OOB)
+    return -EOPNOTSUPP;
+  bool nonblock = c->nonblock || (flags & MSG_DONTWAIT);
+  size_t sent = 0;
+  int budget = -2;
+  while (sent < total || total == 0) {
+    if (fs_chan_peer_closed(ch)) {
+      if (sent)
+        break;
+      fs_sockio_sigpipe(flags);
+      return -EPIPE;
+    }
+    if (total == 0)
+      return 0;
+    size_t n = fs_ring_put_data(&ch->tx, io->iov, io->iovcnt, sent, total - sent);
+    if (n) {
+      sent += n;
+      fs_chan_kick_data(ch);
+      continue;
+    }
+    size_t need = total - sent < 4096 ? total - sent : 4096;
+    if (nonblock) {
+      if (fs_chan_arm_tx(ch, need))
+        continue;
+      break;
+    }
+    if (__atomic_load_n(&ch->peer->rx_revert, __ATOMIC_ACQUIRE))
+      break; /* the caller re-sends on TCP */
+    if (fs_sockio_spin(c, fs_cond_tx, ch, &need))
+      continue;
+    if (fs_chan_arm_tx(ch, need))
+      continue;
+    if (budget == -2)
+      budget = fs_sockio_timeo(fd, SO_SNDTIMEO);
+    struct pollfd p = { fd, POLLRDHUP, 0 };
+    if (FS_REAL(poll)(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR))) {
+      if (sent)
+        break;
+      int err = 0;
+      socklen_t el = sizeof err;
+      FS_REAL(getsockopt)(fd, SOL_SOCKET, SO_ERROR, &err, &el);
+      fs_sockio_sigpipe(flags);
+      return err ? -err : -EPIPE;
+    }
+    int rc = fs_sockio_sleep(c, fd, true, &budget);
+    if (rc < 0) {
+      if (sent)
+        break;
+      return rc;
+    }
+  }
+  if (sent == 0 && total > 0)
+    return -EAGAIN;
+  c->fab_tx += sent;
+  FS_STAT_ADD(c->stat, fabric_tx, sent);
+  return (ssize_t)sent;
+}
+
+ssize_t fs_sock_send(struct fs_conn *c, int fd, struct fs_io *io)
+{
+  if (c->connecting)
+    fs_sock_check_connected(c, fd);
+  if (c->hook_closed)
+    return -ECONNABORTED;
+  struct fs_chan *ch = fs_sockio_chan(c);
+  if (!ch && c->no_upgrade)
+    return fs_sockio_done(c, fd, io, fs_sock_tcp_io(fd, io), true, false);
+  if (ch)
+    fs_sockio_service(c, fd);
+  pthread_mutex_lock(&c->txlock);
+  ch = fs_sockio_chan(c);
+  if (ch)
+    fs_sockio_switch_tx(c, ch);
+  ssize_t r;
+  if (ch && c->tx_flow == FS_FLOW_FABRIC) {
+    r = fs_sockio_fabric_send(c, fd, ch, io, fs_iov_total(io->iov, io->iovcnt));
+    if (r == -EAGAIN && __atomic_load_n(&ch->peer->rx_revert, __ATOMIC_ACQUIRE)) {
+      pthread_mutex_unlock(&c->txlock);
+      fs_sockio_service(c, fd);
+      return fs_sock_send(c, fd, io);
+    }
+  } else {
+    r = fs_sock_tcp_io(fd, io);
+    if (r > 0)
+      c->tcp_tx += (uint64_t)r;
+  }
+  pthread_mutex_unlock(&c->txlock);
+  return fs_sockio_done(c, fd, io, r, true, false);
+}
+
+/* ---- receive ----------------------------------------------------------- */
+
+/* One step from whichever source is current: >0 bytes, 0 EOF, -EAGAIN
+ * nothing now (then *tcp_wait tells what to sleep on), other -errno. */
+static ssize_t fs_sockio_rx_step(struct fs_conn *c, int fd, struct fs_io *io, size_t skip, size_t want, bool peek)
+{
+  for (;;) {
+    struct fs_chan *ch = fs_sockio_chan(c);
+    if (c->rx_flow == FS_FLOW_EOF)
+      return 0;
+    if (c->rx_flow == FS_FLOW_TCP) {
+      size_t limit = want;
+      if (ch) {
+        uint32_t t, l;
+        uint64_t n;
+        int pr = fs_ring_peek(&ch->rx, &t, &l, &n);
+        if (pr < 0)
+          return -ECONNRESET;
+        if (pr == 1) {
+          if (t != FS_REC_SWITCH)
+            return -ECONNRESET; /* the peer broke the protocol */
+          if (c->tcp_rx >= n) {
+            fs_ring_pop(&ch->rx);
+            fs_chan_kick_space(ch);
+            c->rx_flow = FS_FLOW_FABRIC;
+            continue;
+          }
+          if (n - c->tcp_rx < limit)
+            limit = (size_t)(n - c->tcp_rx);
+        }
+      }
+      ssize_t r = fs_sockio_tcp_read(fd, io, skip, limit);
+      if (r > 0 && !peek)
+        c->tcp_rx += (uint64_t)r;
+      return r;
+    }
+    /* rx on the fabric */
+    ssize_t r = fs_ring_get_data(&ch->rx, io->iov, io->iovcnt, skip, want, peek);
+    if (r > 0) {
+      if (!peek) {
+        fs_chan_kick_space(ch);
+        c->fab_rx += (uint64_t)r;
+        FS_STAT_ADD(c->stat, fabric_rx, (uint64_t)r);
+      }
+      return r;
+    }
+    if (r < 0)
+      return -ECONNRESET;
+    uint32_t t, l;
+    uint64_t n;
+    int pr = fs_ring_peek(&ch->rx, &t, &l, &n);
+    if (pr < 0)
+      return -ECONNRESET;
+    if (pr == 1) {
+      if (t == FS_REC_EOF) {
+        if (!peek)
+          c->rx_flow = FS_FLOW_EOF;
+        return 0;
+      }
+      if (t == FS_REC_REVERT) {
+        fs_ring_pop(&ch->rx);
+        fs_chan_kick_space(ch);
+        c->rx_flow = FS_FLOW_TCP;
+        c->no_upgrade = true;
+        continue;
+      }
+      return -ECONNRESET;
+    }
+    if (fs_chan_peer_closed(ch))
+      return 0; /* closed with its tx on TCP or after EOF was consumed */
+    return -EAGAIN;
+  }
+}
+
+/* The ring is empty and the fabric said nothing: what does TCP say?  The
+ * peer's TCP socket closing before its fabric EOF means it died. */
+static ssize_t fs_sockio_liveness(int fd)
+{
+  char b;
+  ssize_t r = FS_REAL(recv)(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (r == 0)
+    return 0;
+  if (r < 0 && errno != EAGAIN)
+    return -errno;
+  return -EAGAIN;
+}
+
+static ssize_t fs_sockio_fabric_recv(struct fs_conn *c, int fd, struct fs_io *io, int flags)
+{
+  size_t total = fs_iov_total(io->iov, io->iovcnt);
+  bool peek = flags & MSG_PEEK, waitall = (flags & MSG_WAITALL) && !peek;
+  bool nonblock = c->nonblock || (flags & MSG_DONTWAIT);
+  size_t got = 0;
+  int budget = -2;
+  if (flags & MSG_OOB)
+    return -EINVAL; /* no urgent data on a fabric, as TCP without any */
+  if (total == 0)
+    return 0;
+  for (;;) {
+    ssize_t r = fs_sockio_rx_step(c, fd, io, got, total - got, peek);
+    if (r > 0) {
+      got += (size_t)r;
+      if (!waitall || got == total)
+        break;
+      continue;
+    }
+    if (r == 0 || (r != -EAGAIN && got))
+      break;
+    if (r != -EAGAIN)
+      return r;
+    struct fs_chan *ch = fs_sockio_chan(c);
+    if (ch && c->rx_flow == FS_FLOW_FABRIC) {
+      if (!nonblock && fs_sockio_spin(c, fs_cond_rx, ch, NULL))
+        continue;
+      if (fs_chan_arm_rx(ch))
+        continue;
+      ssize_t lv = fs_sockio_liveness(fd);
+      if (lv != -EAGAIN) {
+        if (got)
+          break;
+        if (fs_chan_rx_ready(ch))
+          continue; /* the EOF record beat the TCP close */
+        return lv;
+      }
+    } else if (ch) {
+      fs_chan_arm_rx(ch); /* a SWITCH may arrive instead of TCP data */
+    }
+    if (nonblock)
+      return got ? (ssize_t)got : -EAGAIN;
+    if (budget == -2)
+      budget = fs_sockio_timeo(fd, SO_RCVTIMEO);
+    int rc = fs_sockio_sleep(c, fd, false, &budget);
+    if (rc < 0)
+      return got ? (ssize_t)got : rc;
+  }
+  return (ssize_t)got;
+}
+
+ssize_t fs_sock_recv(struct fs_conn *c, int fd, struct fs_io *io)
+{
+  if (c->connecting)
+    fs_sock_check_connected(c, fd);
+  if (c->hook_closed)
+    return -ECONNABORTED;
+  int flags = (io->op == FS_IO_READ || io->op == FS_IO_READV) ? 0 : io->flags;
+  struct fs_chan *ch = fs_sockio_chan(c);
+  if (!ch && (c->no_upgrade || c->wake_fd < 0)) {
+    ssize_t r = fs_sock_tcp_io(fd, io);
+    if (r > 0 && !(flags & MSG_PEEK))
+      c->tcp_rx += (uint64_t)r;
+    return fs_sockio_done(c, fd, io, r, false, flags & MSG_PEEK);
+  }
+  if (ch)
+    fs_sockio_service(c, fd);
+  pthread_mutex_lock(&c->rxlock);
+  ssize_t r = fs_sockio_fabric_recv(c, fd, io, flags);
+  pthread_mutex_unlock(&c->rxlock);
+  if (r >= 0 && fs_sockio_chan(c)) {
+    if (io->op == FS_IO_RECVFROM && io->from && io->fromlen)
+      *io->fromlen = 0;
+    if (io->op == FS_IO_RECVMSG) {
+      io->msg->msg_namelen = 0;
+      io->msg->msg_controllen = 0;
+      io->msg->msg_flags = 0;
+    }
+  }
+  return fs_sockio_done(c, fd, io, r, false, flags & MSG_PEEK);
+}
+
+int fs_sock_fionread(struct fs_conn *c, int fd, int *out)
+{
+  (void)fd;
+  struct fs_chan *ch = fs_sockio_chan(c);
+  if (!ch || c->rx_flow != FS_FLOW_FABRIC)
+    return -ENOTSUP;
+  size_t n = fs_ring_readable(&ch->rx);
+  *out = n > 0x7fffffff ? 0x7fffffff : (int)n;
+  return 0;
+}
+
+int fs_sock_shutdown(struct fs_conn *c, int fd, int how)
+{
+  if (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR)
+    return -EINVAL;
+  struct fs_chan *ch = fs_sockio_chan(c);
+  if (ch && how != SHUT_RD) {
+    pthread_mutex_lock(&c->txlock);
+    if (c->tx_flow == FS_FLOW_FABRIC) {
+      (void)fs_ring_put_ctl(&ch->tx, FS_REC_EOF, 0);
+      c->tx_flow = FS_FLOW_EOF;
+    }
+    c->shut_wr = true;
+    pthread_mutex_unlock(&c->txlock);
+    ch->ops->wake_peer(ch);
+  } else if (how != SHUT_RD) {
+    c->shut_wr = true;
+  }
+  if (how != SHUT_WR)
+    c->shut_rd = true;
+  /* The kernel socket is shut down too: the peer's liveness view and
+   * getsockopt/poll stay the kernel's.  A fabric EOF is already queued
+   * before the TCP FIN, so the peer reads all data first. */
+  int r = FS_REAL(shutdown)(fd, how);
+  return r < 0 ? -errno : 0;
+}
+
+short fs_sockio_ready(struct fs_conn *c, struct fs_chan *ch, short want, short kernel, bool arm)
+{
+  short r = 0;
+  /* A SWITCH at the head with all TCP bytes read: move rx to the fabric now,
+   * or a lone SWITCH would look like readable data. */
+  if (c->rx_flow == FS_FLOW_TCP && !fs_ring_empty(&ch->rx) && pthread_mutex_trylock(&c->rxlock) == 0) {
+    uint32_t t, l;
+    uint64_t n;
+    if (c->rx_flow == FS_FLOW_TCP && fs_ring_peek(&ch->rx, &t, &l, &n) == 1 && t == FS_REC_SWITCH && c->tcp_rx >= n) {
+      fs_ring_pop(&ch->rx);
+      fs_chan_kick_space(ch);
+      c->rx_flow = FS_FLOW_FABRIC;
+    }
+    pthread_mutex_unlock(&c->rxlock);
+  }
+  short dead = kernel & (POLLHUP | POLLERR);
+  bool closed = fs_chan_peer_closed(ch);
+  switch (c->rx_flow) {
+  case FS_FLOW_TCP:
+    r |= kernel & (POLLIN | POLLRDNORM | POLLRDHUP | POLLPRI);
+    if (!fs_ring_empty(&ch->rx)) {
+      uint32_t t, l;
+      uint64_t n;
+      if (fs_ring_peek(&ch->rx, &t, &l, &n) != 1 || t != FS_REC_SWITCH || c->tcp_rx >= n)
+        r |= POLLIN | POLLRDNORM;
+    }
+    break;
+  case FS_FLOW_FABRIC:
+    if (!fs_ring_empty(&ch->rx) || closed)
+      r |= POLLIN | POLLRDNORM;
+    else if (kernel & (POLLIN | POLLRDHUP))
+      r |= POLLIN | POLLRDNORM | (kernel & POLLRDHUP); /* TCP closed first: the peer died */
+    if (closed && fs_ring_readable(&ch->rx) == 0)
+      r |= POLLRDHUP;
+    break;
+  default:
+    r |= POLLIN | POLLRDNORM | POLLRDHUP;
+    break;
+  }
+  if (c->tx_flow == FS_FLOW_FABRIC && !c->peer_revert_done) {
+    if (fs_ring_space(&ch->tx) > 0 || closed)
+      r |= POLLOUT | POLLWRNORM;
+  } else {
+    r |= kernel & (POLLOUT | POLLWRNORM);
+  }
+  r |= dead;
+  if (arm) {
+    if ((want & POLLIN) && !(r & POLLIN) && fs_chan_arm_rx(ch))
+      r |= POLLIN | POLLRDNORM;
+    if ((want & POLLOUT) && !(r & POLLOUT) && c->tx_flow == FS_FLOW_FABRIC && fs_chan_arm_tx(ch, 1))
+      r |= POLLOUT | POLLWRNORM;
+  }
+  return r;
+}

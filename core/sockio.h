@@ -1,0 +1,26 @@
+/* Socket engine, data half: send/recv over TCP or a fabric channel, the
+ * SWITCH/REVERT cutover, and blocking (spin, then sleep). */
+#ifndef FS_CORE_SOCKIO_H
+#define FS_CORE_SOCKIO_H
+
+#include <stdbool.h>
+
+#include "core/chan.h"
+#include "core/conn.h"
+
+/* With c->txlock held: if c has a channel and its tx is still on TCP, write
+ * SWITCH(tcp_tx) and move tx to the fabric. */
+void fs_sockio_switch_tx(struct fs_conn *c, struct fs_chan *ch);
+
+/* Connection-level readiness for poll/epoll on a connection with a channel
+ * (POLLIN/POLLOUT/POLLRDHUP/POLLHUP/POLLERR bits), given what the kernel
+ * said about the TCP socket.  arm: declare interest so the peer wakes us. */
+short fs_sockio_ready(struct fs_conn *c, struct fs_chan *ch, short want, short kernel, bool arm);
+
+/* Answer a pending peer revert request (see fs_sock_downgrade). */
+void fs_sockio_service(struct fs_conn *c, int fd);
+
+void fs_sock_maybe_upgrade(struct fs_conn *c);
+void fs_sock_check_connected(struct fs_conn *c, int fd);
+
+#endif

@@ -1,0 +1,70 @@
+/* Per-process connection table published for `fabsock stat`.
+ *
+ * File: $FABSOCK_STATDIR (default /dev/shm) / "fabsock.<pid>.stat", mode 0600,
+ * created on the first tracked socket, unlinked at exit.  Layout (host byte
+ * order; readers check magic and version and ignore files they do not know):
+ *
+ *   struct fs_stat_header                      (offset 0, 256 bytes)
+ *   struct fs_stat_conn slots[FS_STAT_SLOTS]  (offset 256, 128 bytes each)
+ *
+ * The file is sparse: a slot costs memory only once touched.  A slot is live
+ * while `used` is 1; the library fills a slot before setting used (release)
+ * and readers read used (acquire) first.  Counters are updated with relaxed
+ * atomics by the data path and may be read torn-free (64-bit aligned).
+ * After fork the child copies the mapping into its own file and maps it at the
+ * same address, so slot pointers held by connections stay valid. */
+#ifndef FS_CORE_STAT_H
+#define FS_CORE_STAT_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#define FS_STAT_MAGIC 0x534b5346u /* "FSKS" */
+#define FS_STAT_VERSION 1
+#define FS_STAT_SLOTS 65536
+
+struct fs_stat_header {
+  uint32_t magic;
+  uint32_t version;
+  int32_t pid;
+  uint32_t nslots;
+  uint64_t start_ns;       /* CLOCK_REALTIME at creation, tells pid reuse apart */
+  uint64_t proc_start;     /* field 22 of /proc/self/stat (starttime in ticks) */
+  char program[64];        /* basename, NUL-terminated */
+  uint32_t hi_water;       /* slots [0, hi_water) may be live */
+  uint8_t pad[256 - 100];
+};
+
+struct fs_stat_conn {
+  uint32_t used;           /* 0 free, 1 live; atomic */
+  int32_t fd;
+  uint8_t state;           /* enum fs_conn_state */
+  uint8_t fabric;          /* enum fs_fabric actually carrying data */
+  uint8_t reason;          /* enum fs_reason */
+  uint8_t family;          /* AF_INET or AF_INET6 */
+  uint8_t dir;             /* enum fs_dir, 0 for listening sockets */
+  uint8_t listening;
+  uint16_t lport, pport;   /* host order */
+  uint8_t laddr[16], paddr[16]; /* IPv4 in the first 4 bytes */
+  uint8_t pad0[6];
+  uint64_t tx_bytes, rx_bytes;  /* bytes the application sent/received */
+  uint64_t tx_msgs, rx_msgs;    /* frames counted by the frame hook, else calls */
+  uint64_t fabric_tx, fabric_rx;/* of which carried by the fabric */
+  uint8_t pad[128 - 104];
+};
+
+_Static_assert(sizeof(struct fs_stat_header) == 256, "stat header size is ABI");
+_Static_assert(sizeof(struct fs_stat_conn) == 128, "stat slot size is ABI");
+
+/* Library side.  All return NULL / -errno and never disturb errno. */
+struct fs_stat_conn *fs_stat_slot_alloc(void); /* NULL when stats are off or full */
+void fs_stat_slot_free(struct fs_stat_conn *s);
+void fs_stat_atfork_child(void);               /* re-home the table under the new pid */
+void fs_stat_shutdown(void);                   /* unlink at exit */
+
+#define FS_STAT_ADD(slot, field, n) \
+  do { if (slot) __atomic_fetch_add(&(slot)->field, (n), __ATOMIC_RELAXED); } while (0)
+#define FS_STAT_SET(slot, field, v) \
+  do { if (slot) __atomic_store_n(&(slot)->field, (v), __ATOMIC_RELAXED); } while (0)
+
+#endif

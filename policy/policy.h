@@ -1,0 +1,68 @@
+/* Per-process policy: environment (FABSOCK_*) and a config file (fabsock.conf(5)).
+ *
+ * Parsed once into an immutable struct fs_policy; fs_policy_match() is a pure
+ * function of that struct and a query, safe from any thread without locks. */
+#ifndef FS_POLICY_POLICY_H
+#define FS_POLICY_POLICY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+enum fs_fabric { FS_FABRIC_AUTO = 0, FS_FABRIC_RDMA, FS_FABRIC_SHM, FS_FABRIC_TCP };
+/* Values are part of the stat file format: append only. */
+
+enum fs_dir { FS_DIR_CONNECT = 1, FS_DIR_ACCEPT = 2 };
+
+#define FS_POLICY_UPGRADE_NEVER UINT64_MAX
+#define FS_POLICY_SPIN_ADAPTIVE (-1)
+#define FS_POLICY_HOOKS_MAX 512
+
+struct fs_policy_action {
+  enum fs_fabric fabric;   /* auto: first that works (rdma for remote, shm for local) */
+  uint64_t upgrade_bytes;  /* upgrade after this many bytes either way; 0 = at once */
+  int32_t spin_us;         /* FS_POLICY_SPIN_ADAPTIVE, 0 = sleep at once, >0 = spin bound */
+  bool busy_poll;          /* never sleep: spin until data (latency over CPU) */
+  uint32_t timeout_ms;     /* bound on a fabric set-up attempt */
+  bool any_uid;            /* shm: accept peers of another uid */
+  char hooks[FS_POLICY_HOOKS_MAX]; /* hook spec, FABSOCK_HOOKS syntax; "" = none */
+};
+
+struct fs_policy_query {
+  const char *program;           /* basename of the executable */
+  enum fs_dir dir;
+  const struct sockaddr *local;  /* AF_INET or AF_INET6; may be NULL (matches only '*') */
+  const struct sockaddr *remote;
+};
+
+struct fs_policy;
+
+/* Parse config text.  filename is used in messages only.  On error returns
+ * -EINVAL and writes "file:line: message" into err. */
+int fs_policy_parse(const char *text, size_t len, const char *filename,
+                    struct fs_policy **out, char *err, size_t errlen);
+
+/* Apply FABSOCK_* variables from getenv-like lookup to p's defaults (env
+ * overrides the config file's defaults; FABSOCK_TRANSPORT overrides every rule). */
+int fs_policy_apply_env(struct fs_policy *p, const char *(*get)(const char *name),
+                        char *err, size_t errlen);
+
+void fs_policy_free(struct fs_policy *p);
+
+/* Number of rule statements in p (for diagnostics and tests). */
+size_t fs_policy_rule_count(const struct fs_policy *p);
+
+/* First matching rule's action over the defaults. */
+void fs_policy_match(const struct fs_policy *p, const struct fs_policy_query *q,
+                     struct fs_policy_action *out);
+
+/* The process's policy, loaded on first use from the environment and
+ * FABSOCK_CONFIG (or the sysconfdir default if it exists).  Never fails:
+ * on a bad config it logs file:line and returns a policy whose every match
+ * is fabric=tcp with reason disabled.  *disabled tells which. */
+const struct fs_policy *fs_policy_get(bool *disabled);
+
+const char *fs_fabric_name(int fabric);
+
+#endif

@@ -1,0 +1,139 @@
+/* Process events: fork, vfork, the exec family, posix_spawn, system, popen.
+ *
+ * Before an exec (including the ones glibc does behind posix_spawn, system
+ * and popen) every accelerated connection is brought back to plain TCP, so a
+ * new image never inherits a socket whose bytes flow elsewhere.  vfork is
+ * treated as fork: a wrapper cannot safely return into a frame the child
+ * shares with its parent. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "core/sock.h"
+#include "preload/export.h"
+#include "preload/real.h"
+
+FS_EXPORT pid_t fork(void)
+{
+  fs_sock_before_fork();
+  pid_t pid = FS_REAL(fork)();
+  int saved = errno;
+  fs_sock_after_fork(pid);
+  errno = saved;
+  return pid;
+}
+
+FS_EXPORT pid_t vfork(void)
+{
+  return fork();
+}
+
+static void fs_exec_point(void)
+{
+  int saved = errno;
+  fs_sock_before_exec();
+  errno = saved;
+}
+
+FS_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
+{
+  fs_exec_point();
+  return FS_REAL(execve)(path, argv, envp);
+}
+
+FS_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
+{
+  fs_exec_point();
+  return FS_REAL(execvpe)(file, argv, envp);
+}
+
+FS_EXPORT int execv(const char *path, char *const argv[])
+{
+  return execve(path, argv, environ);
+}
+
+FS_EXPORT int execvp(const char *file, char *const argv[])
+{
+  return execvpe(file, argv, environ);
+}
+
+FS_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
+{
+  fs_exec_point();
+  return FS_REAL(fexecve)(fd, argv, envp);
+}
+
+/* execl*: collect the variadic arguments into an argv on the stack. */
+#define FS_EXECL_ARGV(first, ap, argv) \
+  do { \
+    size_t n__ = 1; \
+    va_list c__; \
+    va_copy(c__, ap); \
+    while (va_arg(c__, char *) != NULL) \
+      n__++; \
+    va_end(c__); \
+    argv = __builtin_alloca((n__ + 1) * sizeof(char *)); \
+    argv[0] = (char *)(first); \
+    for (size_t i__ = 1; i__ <= n__; i__++) \
+      argv[i__] = va_arg(ap, char *); \
+  } while (0)
+
+FS_EXPORT int execl(const char *path, const char *arg, ...)
+{
+  char **argv;
+  va_list ap;
+  va_start(ap, arg);
+  FS_EXECL_ARGV(arg, ap, argv);
+  va_end(ap);
+  return execve(path, argv, environ);
+}
+
+FS_EXPORT int execlp(const char *file, const char *arg, ...)
+{
+  char **argv;
+  va_list ap;
+  va_start(ap, arg);
+  FS_EXECL_ARGV(arg, ap, argv);
+  va_end(ap);
+  return execvpe(file, argv, environ);
+}
+
+FS_EXPORT int execle(const char *path, const char *arg, ...)
+{
+  char **argv;
+  char **envp = NULL;
+  va_list ap;
+  va_start(ap, arg);
+  FS_EXECL_ARGV(arg, ap, argv);
+  envp = va_arg(ap, char **);
+  va_end(ap);
+  return execve(path, argv, envp);
+}
+
+FS_EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa,
+                          const posix_spawnattr_t *at, char *const argv[], char *const envp[])
+{
+  fs_exec_point();
+  return FS_REAL(posix_spawn)(pid, path, fa, at, argv, envp);
+}
+
+FS_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa,
+                           const posix_spawnattr_t *at, char *const argv[], char *const envp[])
+{
+  fs_exec_point();
+  return FS_REAL(posix_spawnp)(pid, file, fa, at, argv, envp);
+}
+
+FS_EXPORT int system(const char *cmd)
+{
+  if (cmd != NULL)
+    fs_exec_point();
+  return FS_REAL(system)(cmd);
+}
+
+FS_EXPORT FILE *popen(const char *cmd, const char *mode)
+{
+  fs_exec_point();
+  return FS_REAL(popen)(cmd, mode);
+}

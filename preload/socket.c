@@ -1,0 +1,280 @@
+/* Exported socket-lifecycle names: socket, bind, listen, accept, connect,
+ * shutdown, close, dup*, fcntl, ioctl, {get,set}sockopt.
+ *
+ * Pattern: one fd-table load; an fd we do not track goes straight to libc. */
+#include <fcntl.h>
+#include <stdarg.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include "core/ready.h"
+#include "core/sock.h"
+#include "preload/boundary.h"
+#include "preload/export.h"
+#include "preload/fdtab.h"
+#include "preload/real.h"
+
+FS_EXPORT int socket(int domain, int type, int protocol)
+{
+  int fd = FS_REAL(socket)(domain, type, protocol);
+  if (fd >= 0 && (domain == AF_INET || domain == AF_INET6)) {
+    int saved = errno;
+    fs_sock_created(fd, domain, type, protocol);
+    errno = saved;
+  }
+  return fd;
+}
+
+FS_EXPORT int socketpair(int domain, int type, int protocol, int sv[2])
+{
+  return FS_REAL(socketpair)(domain, type, protocol, sv);
+}
+
+FS_EXPORT int bind(int fd, const struct sockaddr *addr, socklen_t len)
+{
+  return FS_REAL(bind)(fd, addr, len);
+}
+
+FS_EXPORT int listen(int fd, int backlog)
+{
+  int rc = FS_REAL(listen)(fd, backlog);
+  if (rc == 0) {
+    struct fs_conn *c = fs_fdtab_get(fd);
+    if (c) {
+      int saved = errno;
+      fs_sock_listening(c, fd);
+      fs_conn_put(c);
+      errno = saved;
+    }
+  }
+  return rc;
+}
+
+static int fs_accept_common(int fd, struct sockaddr *addr, socklen_t *len, int flags, bool four)
+{
+  int nfd = four ? FS_REAL(accept4)(fd, addr, len, flags) : FS_REAL(accept)(fd, addr, len);
+  if (nfd >= 0) {
+    struct fs_conn *lc = fs_fdtab_get(fd);
+    if (lc) {
+      int saved = errno;
+      fs_sock_accepted(lc, nfd, four ? flags : 0);
+      fs_conn_put(lc);
+      errno = saved;
+    }
+  }
+  return nfd;
+}
+
+FS_EXPORT int accept(int fd, struct sockaddr *addr, socklen_t *len)
+{
+  return fs_accept_common(fd, addr, len, 0, false);
+}
+
+FS_EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
+{
+  return fs_accept_common(fd, addr, len, flags, true);
+}
+
+FS_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
+{
+  int rc = FS_REAL(connect)(fd, addr, len);
+  struct fs_conn *c = fs_fdtab_get(fd);
+  if (c) {
+    int saved = errno;
+    fs_sock_connect_done(c, fd, rc < 0 ? -saved : 0);
+    fs_conn_put(c);
+    errno = saved;
+  }
+  return rc;
+}
+
+FS_EXPORT int shutdown(int fd, int how)
+{
+  struct fs_conn *c = fs_fdtab_get(fd);
+  if (!c)
+    return FS_REAL(shutdown)(fd, how);
+  int rc = fs_sock_shutdown(c, fd, how);
+  fs_conn_put(c);
+  return (int)fs_boundary_ret(rc);
+}
+
+/* Drop our entry, then close the kernel fd.  The order matters: the fabric's
+ * EOF must be on its way before the peer can see the TCP socket close. */
+static void fs_forget(int fd)
+{
+  struct fs_conn *c = fs_fdtab_take(fd);
+  if (c) {
+    int saved = errno;
+    fs_sock_close(c, fd);
+    errno = saved;
+  }
+}
+
+FS_EXPORT int close(int fd)
+{
+  fs_forget(fd);
+  if (__builtin_expect(fs_ready_epoll_tracked(fd), 0))
+    fs_ready_epoll_close(fd);
+  return FS_REAL(close)(fd);
+}
+
+FS_EXPORT int close_range(unsigned lo, unsigned hi, int flags)
+{
+  int rc = FS_REAL(close_range)(lo, hi, flags);
+  /* CLOSE_RANGE_CLOEXEC only marks fds; they are forgotten at exec. */
+  if (rc == 0 && !(flags & CLOSE_RANGE_CLOEXEC)) {
+    int saved = errno;
+    unsigned top = (unsigned)fs_fdtab_hiwater;
+    for (unsigned fd = lo; fd < top && fd <= hi; fd++)
+      fs_forget((int)fd);
+    errno = saved;
+  }
+  return rc;
+}
+
+FS_EXPORT void closefrom(int lowfd)
+{
+  int saved = errno;
+  for (int fd = lowfd < 0 ? 0 : lowfd; fd < fs_fdtab_hiwater; fd++)
+    fs_forget(fd);
+  errno = saved;
+  if (FS_REAL(close_range)((unsigned)(lowfd < 0 ? 0 : lowfd), ~0U, 0) < 0) {
+    /* Old kernel: fall back like glibc does. */
+    for (int fd = lowfd < 0 ? 0 : lowfd; fd < 65536; fd++)
+      FS_REAL(close)(fd);
+  }
+  errno = saved;
+}
+
+/* A new fd that refers to the same open socket shares the connection. */
+static void fs_dup_track(int oldfd, int newfd)
+{
+  int saved = errno;
+  if (newfd != oldfd)
+    fs_forget(newfd);
+  struct fs_conn *c = fs_fdtab_get(oldfd);
+  if (c) {
+    fs_fdtab_install(newfd, c);
+    fs_conn_put(c);
+  }
+  errno = saved;
+}
+
+FS_EXPORT int dup(int fd)
+{
+  int nfd = FS_REAL(dup)(fd);
+  if (nfd >= 0)
+    fs_dup_track(fd, nfd);
+  return nfd;
+}
+
+/* dup2/dup3 close nfd silently: forget it first, as close() would, but only
+ * if fd is valid (otherwise the call fails and nfd stays open). */
+static void fs_dup_prepare(int fd, int nfd)
+{
+  if (fd != nfd && fs_fdtab_tracked(nfd) && FS_REAL(fcntl)(fd, F_GETFD, 0) >= 0)
+    fs_forget(nfd);
+}
+
+FS_EXPORT int dup2(int fd, int nfd)
+{
+  fs_dup_prepare(fd, nfd);
+  int rc = FS_REAL(dup2)(fd, nfd);
+  if (rc >= 0 && fd != nfd && fs_fdtab_tracked(fd))
+    fs_dup_track(fd, rc);
+  return rc;
+}
+
+FS_EXPORT int dup3(int fd, int nfd, int flags)
+{
+  fs_dup_prepare(fd, nfd);
+  int rc = FS_REAL(dup3)(fd, nfd, flags);
+  if (rc >= 0 && fs_fdtab_tracked(fd))
+    fs_dup_track(fd, rc);
+  return rc;
+}
+
+static int fs_fcntl_common(int fd, int cmd, long arg)
+{
+  int rc = FS_REAL(fcntl)(fd, cmd, arg);
+  if (rc < 0)
+    return rc;
+  switch (cmd) {
+  case F_DUPFD:
+  case F_DUPFD_CLOEXEC:
+    fs_dup_track(fd, rc);
+    break;
+  case F_SETFL: {
+    struct fs_conn *c = fs_fdtab_get(fd);
+    if (c) {
+      fs_sock_set_nonblock(c, (arg & O_NONBLOCK) != 0);
+      fs_conn_put(c);
+    }
+    break;
+  }
+  default:
+    break;
+  }
+  return rc;
+}
+
+FS_EXPORT int fcntl(int fd, int cmd, ...)
+{
+  va_list ap;
+  va_start(ap, cmd);
+  long arg = va_arg(ap, long);
+  va_end(ap);
+  return fs_fcntl_common(fd, cmd, arg);
+}
+
+FS_EXPORT int fcntl64(int fd, int cmd, ...) __attribute__((alias("fcntl")));
+
+FS_EXPORT int ioctl(int fd, unsigned long req, ...)
+{
+  va_list ap;
+  va_start(ap, req);
+  void *arg = va_arg(ap, void *);
+  va_end(ap);
+  struct fs_conn *c = fs_fdtab_get(fd);
+  if (!c)
+    return FS_REAL(ioctl)(fd, req, arg);
+  int rc;
+  if (req == FIONREAD) {
+    int n;
+    rc = fs_sock_fionread(c, fd, &n);
+    if (rc == -ENOTSUP) {
+      rc = FS_REAL(ioctl)(fd, req, arg);
+    } else if (rc == 0) {
+      *(int *)arg = n;
+    } else {
+      errno = -rc;
+      rc = -1;
+    }
+  } else {
+    rc = FS_REAL(ioctl)(fd, req, arg);
+    if (rc == 0 && req == FIONBIO)
+      fs_sock_set_nonblock(c, *(int *)arg != 0);
+  }
+  fs_conn_put(c);
+  return rc;
+}
+
+FS_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
+{
+  return FS_REAL(getsockopt)(fd, level, name, val, len);
+}
+
+FS_EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t len)
+{
+  int rc = FS_REAL(setsockopt)(fd, level, name, val, len);
+  if (rc == 0) {
+    struct fs_conn *c = fs_fdtab_get(fd);
+    if (c) {
+      int saved = errno;
+      fs_sock_setsockopt(c, fd, level, name, val, len);
+      fs_conn_put(c);
+      errno = saved;
+    }
+  }
+  return rc;
+}
