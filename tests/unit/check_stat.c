@@ -1,0 +1,680 @@
+/* Unit tests for core/stat.c (the per-process table) and for the `fabsock`
+ * command that reads it (run when the harness sets FABSOCK_BIN). */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <dirent.h>
+
+#include "core/stat.h"
+
+#define HDR sizeof(struct fs_stat_header)
+#define SLOT sizeof(struct fs_stat_conn)
+#define FILE_LEN (HDR + (size_t)FS_STAT_SLOTS * SLOT)
+
+static char tmpdir[PATH_MAX];
+
+/* Checked fixture: runs in the test's own process (Check forks per test). */
+static void setup(void)
+{
+  snprintf(tmpdir, sizeof tmpdir, "%s/check_stat.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+  ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+  char real[PATH_MAX];
+  ck_assert_ptr_nonnull(realpath(tmpdir, real));
+  strcpy(tmpdir, real);
+  setenv("FABSOCK_STATDIR", tmpdir, 1);
+  unsetenv("FABSOCK_STAT");
+}
+
+static void teardown(void)
+{
+  DIR *d = opendir(tmpdir);
+  if (d) {
+    char p[PATH_MAX + 300];
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+      if (e->d_name[0] != '.') {
+        snprintf(p, sizeof p, "%s/%s", tmpdir, e->d_name);
+        unlink(p);
+      }
+    closedir(d);
+  }
+  rmdir(tmpdir);
+}
+
+static void table_path(int pid, char *out, size_t len)
+{
+  snprintf(out, len, "%s/fabsock.%d.stat", tmpdir, pid);
+}
+
+/* Read len bytes at off of pid's table file; 0 or -1 if it is not there. */
+static int read_table(int pid, void *buf, size_t len, off_t off)
+{
+  char p[PATH_MAX + 64];
+  table_path(pid, p, sizeof p);
+  int fd = open(p, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return -1;
+  ssize_t n = pread(fd, buf, len, off);
+  close(fd);
+  return n == (ssize_t)len ? 0 : -1;
+}
+
+static int read_header(int pid, struct fs_stat_header *h)
+{
+  return read_table(pid, h, sizeof *h, 0);
+}
+
+static int read_slot(int pid, unsigned i, struct fs_stat_conn *c)
+{
+  return read_table(pid, c, sizeof *c, (off_t)(HDR + i * SLOT));
+}
+
+static int table_exists(int pid)
+{
+  char p[PATH_MAX + 64];
+  table_path(pid, p, sizeof p);
+  return access(p, F_OK) == 0;
+}
+
+/* starttime of /proc/PID/stat (field 22), 0 if unreadable. */
+static uint64_t proc_start_of(int pid)
+{
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  FILE *f = fopen(path, "r");
+  if (f == NULL)
+    return 0;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  char *p = strrchr(buf, ')');
+  for (int field = 2; p && field < 22; field++)
+    p = strchr(p + 1, ' ');
+  return p ? strtoull(p + 1, NULL, 10) : 0;
+}
+
+static uint64_t my_proc_start(void)
+{
+  uint64_t v = proc_start_of((int)getpid());
+  ck_assert(v != 0);
+  return v;
+}
+
+static void publish(struct fs_stat_conn *s, int fd)
+{
+  s->fd = fd;
+  s->family = AF_INET;
+  __atomic_store_n(&s->used, 1, __ATOMIC_RELEASE);
+}
+
+START_TEST(test_lazy_create_and_header)
+{
+  int pid = (int)getpid();
+  ck_assert(!table_exists(pid));
+  errno = 4242;
+  struct fs_stat_conn *a = fs_stat_slot_alloc();
+  ck_assert_int_eq(errno, 4242);
+  ck_assert_ptr_nonnull(a);
+
+  char p[PATH_MAX + 64];
+  struct stat st;
+  table_path(pid, p, sizeof p);
+  ck_assert_int_eq(stat(p, &st), 0);
+  ck_assert_int_eq(st.st_mode & 07777, 0600);
+  ck_assert_uint_eq((size_t)st.st_size, FILE_LEN);
+
+  struct fs_stat_header h;
+  ck_assert_int_eq(read_header(pid, &h), 0);
+  ck_assert_uint_eq(h.magic, FS_STAT_MAGIC);
+  ck_assert_uint_eq(h.version, FS_STAT_VERSION);
+  ck_assert_int_eq(h.pid, pid);
+  ck_assert_uint_eq(h.nslots, FS_STAT_SLOTS);
+  ck_assert_uint_eq(h.hi_water, 1);
+  ck_assert(h.start_ns > 0);
+  ck_assert_uint_eq(h.proc_start, my_proc_start());
+
+  char exe[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  ck_assert(n > 0);
+  exe[n] = '\0';
+  char expect[64] = { 0 };
+  strncpy(expect, strrchr(exe, '/') + 1, sizeof expect - 1);
+  ck_assert_str_eq(h.program, expect);
+}
+END_TEST
+
+START_TEST(test_alloc_free_layout)
+{
+  int pid = (int)getpid();
+  struct fs_stat_conn *a = fs_stat_slot_alloc(), *b = fs_stat_slot_alloc(), *c = fs_stat_slot_alloc();
+  ck_assert_ptr_nonnull(a);
+  ck_assert_ptr_eq(b, a + 1);
+  ck_assert_ptr_eq(c, a + 2);
+  ck_assert_uint_eq(a->used, 0); /* the caller publishes */
+
+  publish(a, 5);
+  publish(b, 6);
+  b->lport = 8080;
+  b->tx_bytes = 99;
+  struct fs_stat_conn s;
+  ck_assert_int_eq(read_slot(pid, 1, &s), 0);
+  ck_assert_uint_eq(s.used, 1);
+  ck_assert_int_eq(s.fd, 6);
+  ck_assert_uint_eq(s.lport, 8080);
+  ck_assert_uint_eq(s.tx_bytes, 99);
+
+  struct fs_stat_header h;
+  ck_assert_int_eq(read_header(pid, &h), 0);
+  ck_assert_uint_eq(h.hi_water, 3);
+
+  errno = 77;
+  fs_stat_slot_free(b);
+  ck_assert_int_eq(errno, 77);
+  ck_assert_int_eq(read_slot(pid, 1, &s), 0);
+  static const struct fs_stat_conn zero;
+  ck_assert_mem_eq(&s, &zero, sizeof s);
+  /* The lowest free slot is reused; hi_water does not go back. */
+  ck_assert_ptr_eq(fs_stat_slot_alloc(), b);
+  ck_assert_ptr_eq(fs_stat_slot_alloc(), a + 3);
+  ck_assert_int_eq(read_header(pid, &h), 0);
+  ck_assert_uint_eq(h.hi_water, 4);
+  ck_assert_int_eq(read_slot(pid, 0, &s), 0);
+  ck_assert_int_eq(s.fd, 5);
+
+  fs_stat_slot_free(NULL); /* ignored */
+  struct fs_stat_conn foreign;
+  fs_stat_slot_free(&foreign); /* not ours: ignored */
+}
+END_TEST
+
+START_TEST(test_exhaustion)
+{
+  struct fs_stat_conn *first = fs_stat_slot_alloc();
+  ck_assert_ptr_nonnull(first);
+  for (unsigned i = 1; i < FS_STAT_SLOTS; i++)
+    ck_assert_ptr_eq(fs_stat_slot_alloc(), first + i);
+  errno = 11;
+  ck_assert_ptr_null(fs_stat_slot_alloc());
+  ck_assert_int_eq(errno, 11);
+  struct fs_stat_header h;
+  ck_assert_int_eq(read_header((int)getpid(), &h), 0);
+  ck_assert_uint_eq(h.hi_water, FS_STAT_SLOTS);
+  fs_stat_slot_free(first + 1000);
+  ck_assert_ptr_eq(fs_stat_slot_alloc(), first + 1000);
+  ck_assert_ptr_null(fs_stat_slot_alloc());
+}
+END_TEST
+
+START_TEST(test_disabled)
+{
+  setenv("FABSOCK_STAT", "0", 1);
+  ck_assert_ptr_null(fs_stat_slot_alloc());
+  ck_assert(!table_exists((int)getpid()));
+  fs_stat_atfork_child(); /* no table: nothing to do */
+  fs_stat_shutdown();
+}
+END_TEST
+
+START_TEST(test_bad_dir)
+{
+  setenv("FABSOCK_STATDIR", "/nonexistent/fabsock-stat-dir", 1);
+  errno = 3;
+  ck_assert_ptr_null(fs_stat_slot_alloc());
+  ck_assert_int_eq(errno, 3);
+  ck_assert_ptr_null(fs_stat_slot_alloc()); /* stays off, no retry */
+}
+END_TEST
+
+START_TEST(test_stale_file_replaced)
+{
+  int pid = (int)getpid();
+  char p[PATH_MAX + 64];
+  table_path(pid, p, sizeof p);
+  FILE *f = fopen(p, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs("stale junk", f);
+  fclose(f);
+  ck_assert_ptr_nonnull(fs_stat_slot_alloc());
+  struct fs_stat_header h;
+  ck_assert_int_eq(read_header(pid, &h), 0);
+  ck_assert_uint_eq(h.magic, FS_STAT_MAGIC);
+  ck_assert_int_eq(h.pid, pid);
+}
+END_TEST
+
+START_TEST(test_shutdown)
+{
+  int pid = (int)getpid();
+  struct fs_stat_conn *a = fs_stat_slot_alloc();
+  ck_assert_ptr_nonnull(a);
+  ck_assert(table_exists(pid));
+  errno = 9;
+  fs_stat_shutdown();
+  ck_assert_int_eq(errno, 9);
+  ck_assert(!table_exists(pid));
+  /* The mapping stays: late updates and frees are harmless. */
+  a->tx_bytes = 1;
+  fs_stat_slot_free(a);
+  ck_assert_ptr_null(fs_stat_slot_alloc());
+  ck_assert(!table_exists(pid));
+  fs_stat_shutdown();
+}
+END_TEST
+
+#define NTHREADS 8
+#define HELD 16
+
+/* Threads allocate, publish, check and free concurrently: no slot is ever
+ * handed to two owners at once. */
+static void *churn(void *arg)
+{
+  int id = (int)(intptr_t)arg;
+  struct fs_stat_conn *mine[HELD];
+  for (int round = 0; round < 500; round++) {
+    for (int i = 0; i < HELD; i++) {
+      mine[i] = fs_stat_slot_alloc();
+      if (mine[i] == NULL)
+        return (void *)1;
+      if (mine[i]->used != 0 || mine[i]->fd != 0)
+        return (void *)2;
+      mine[i]->fd = id * 1000 + i;
+      __atomic_store_n(&mine[i]->used, 1, __ATOMIC_RELEASE);
+    }
+    for (int i = 0; i < HELD; i++) {
+      if (mine[i]->fd != id * 1000 + i)
+        return (void *)3;
+      fs_stat_slot_free(mine[i]);
+    }
+  }
+  return NULL;
+}
+
+START_TEST(test_threads)
+{
+  pthread_t t[NTHREADS];
+  for (int i = 0; i < NTHREADS; i++)
+    ck_assert_int_eq(pthread_create(&t[i], NULL, churn, (void *)(intptr_t)(i + 1)), 0);
+  for (int i = 0; i < NTHREADS; i++) {
+    void *rv;
+    pthread_join(t[i], &rv);
+    ck_assert_ptr_null(rv);
+  }
+  struct fs_stat_header h;
+  ck_assert_int_eq(read_header((int)getpid(), &h), 0);
+  ck_assert_uint_le(h.hi_water, NTHREADS * HELD);
+  /* Everything was freed: the next slot is the first one. */
+  struct fs_stat_conn *s = fs_stat_slot_alloc();
+  ck_assert_ptr_nonnull(s);
+  ck_assert_uint_eq(h.hi_water > 0, 1);
+  struct fs_stat_conn c;
+  for (unsigned i = 0; i < h.hi_water; i++) {
+    ck_assert_int_eq(read_slot((int)getpid(), i, &c), 0);
+    ck_assert_uint_eq(c.used, 0);
+  }
+}
+END_TEST
+
+/* In the child: report the first failed check by exit code. */
+#define CHILD_CHECK(n, cond) do { if (!(cond)) _exit(n); } while (0)
+
+START_TEST(test_fork_rehome)
+{
+  int ppid = (int)getpid();
+  struct fs_stat_conn *s = fs_stat_slot_alloc();
+  ck_assert_ptr_nonnull(s);
+  ck_assert_ptr_eq(fs_stat_slot_alloc(), s + 1);
+  ck_assert_ptr_eq(fs_stat_slot_alloc(), s + 2);
+  publish(&s[0], 10);
+  publish(&s[1], 11);
+  publish(&s[2], 12);
+  s[2].tx_bytes = 500;
+  fs_stat_slot_free(&s[1]);
+
+  pid_t child = fork();
+  ck_assert_int_ge(child, 0);
+  if (child == 0) {
+    int me = (int)getpid();
+    errno = 21;
+    fs_stat_atfork_child();
+    CHILD_CHECK(2, errno == 21);
+    CHILD_CHECK(3, table_exists(me));
+    struct fs_stat_header h;
+    struct fs_stat_conn c;
+    CHILD_CHECK(4, read_header(me, &h) == 0 && h.magic == FS_STAT_MAGIC && h.pid == me);
+    CHILD_CHECK(5, h.hi_water == 3 && h.proc_start == my_proc_start());
+    CHILD_CHECK(6, read_slot(me, 0, &c) == 0 && c.used == 1 && c.fd == 10);
+    CHILD_CHECK(7, read_slot(me, 1, &c) == 0 && c.used == 0);
+    CHILD_CHECK(8, read_slot(me, 2, &c) == 0 && c.used == 1 && c.fd == 12 && c.tx_bytes == 500);
+    /* Old pointers now write into the child's file, not the parent's. */
+    s[0].tx_bytes = 777;
+    CHILD_CHECK(9, read_slot(me, 0, &c) == 0 && c.tx_bytes == 777);
+    CHILD_CHECK(10, read_slot(ppid, 0, &c) == 0 && c.tx_bytes == 0);
+    /* The child allocates from its own bitmap. */
+    CHILD_CHECK(11, fs_stat_slot_alloc() == &s[1]);
+    fs_stat_shutdown();
+    CHILD_CHECK(12, !table_exists(me) && table_exists(ppid));
+    _exit(0);
+  }
+  int status;
+  ck_assert_int_eq(waitpid(child, &status, 0), child);
+  ck_assert(WIFEXITED(status));
+  ck_assert_int_eq(WEXITSTATUS(status), 0);
+  ck_assert(table_exists(ppid));
+  struct fs_stat_header h;
+  struct fs_stat_conn c;
+  ck_assert_int_eq(read_header(ppid, &h), 0);
+  ck_assert_int_eq(h.pid, ppid);
+  s[0].rx_bytes = 5;
+  ck_assert_int_eq(read_slot(ppid, 0, &c), 0);
+  ck_assert_int_eq(c.fd, 10);
+  ck_assert_uint_eq(c.tx_bytes, 0);
+  ck_assert_uint_eq(c.rx_bytes, 5);
+  ck_assert_ptr_eq(fs_stat_slot_alloc(), &s[1]);
+}
+END_TEST
+
+START_TEST(test_fork_fallback)
+{
+  int ppid = (int)getpid();
+  struct fs_stat_conn *s = fs_stat_slot_alloc();
+  ck_assert_ptr_nonnull(s);
+  publish(s, 10);
+  pid_t child = fork();
+  ck_assert_int_ge(child, 0);
+  if (child == 0) {
+    /* The child cannot create its file: stats go off, pointers stay valid
+     * and no longer reach the parent's file. */
+    setenv("FABSOCK_STATDIR", "/nonexistent/fabsock-stat-dir", 1);
+    fs_stat_atfork_child();
+    s->tx_bytes = 31337;
+    struct fs_stat_conn c;
+    CHILD_CHECK(2, read_slot(ppid, 0, &c) == 0 && c.tx_bytes == 0 && c.fd == 10);
+    CHILD_CHECK(3, fs_stat_slot_alloc() == NULL);
+    fs_stat_slot_free(s);
+    fs_stat_shutdown();
+    CHILD_CHECK(4, table_exists(ppid));
+    _exit(0);
+  }
+  int status;
+  ck_assert_int_eq(waitpid(child, &status, 0), child);
+  ck_assert(WIFEXITED(status));
+  ck_assert_int_eq(WEXITSTATUS(status), 0);
+  ck_assert_uint_eq(s->tx_bytes, 0);
+  ck_assert_uint_eq(s->used, 1);
+}
+END_TEST
+
+/* ---- the fabsock command ------------------------------------------------ */
+
+static const char *fabsock_bin(void)
+{
+  const char *bin = getenv("FABSOCK_BIN");
+  if (bin == NULL || *bin == '\0' || access(bin, X_OK) != 0) {
+    fprintf(stderr, "# SKIP: FABSOCK_BIN not set or not executable\n");
+    return NULL;
+  }
+  return bin;
+}
+
+/* Output of a shell command line (malloc'ed) and its exit status. */
+static char *run_cmd(const char *cmd, int *status)
+{
+  FILE *f = popen(cmd, "r");
+  ck_assert_ptr_nonnull(f);
+  size_t cap = 4096, len = 0;
+  char *out = malloc(cap);
+  size_t n;
+  while ((n = fread(out + len, 1, cap - len - 1, f)) > 0) {
+    len += n;
+    if (cap - len < 1024)
+      out = realloc(out, cap *= 2);
+  }
+  out[len] = '\0';
+  int st = pclose(f);
+  *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return out;
+}
+
+static void write_fake_table(int pid, uint64_t proc_start, const char *program)
+{
+  char p[PATH_MAX + 64];
+  table_path(pid, p, sizeof p);
+  struct fs_stat_header h = { .magic = FS_STAT_MAGIC, .version = FS_STAT_VERSION, .pid = pid,
+                              .nslots = FS_STAT_SLOTS, .proc_start = proc_start, .hi_water = 1 };
+  struct fs_stat_conn c = { .used = 1, .fd = 42, .family = AF_INET, .state = 1, .lport = 1 };
+  strncpy(h.program, program, sizeof h.program - 1);
+  int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(pwrite(fd, &h, sizeof h, 0), (ssize_t)sizeof h);
+  ck_assert_int_eq(pwrite(fd, &c, sizeof c, HDR), (ssize_t)sizeof c);
+  close(fd);
+}
+
+START_TEST(test_tool_stat)
+{
+  const char *bin = fabsock_bin();
+  if (bin == NULL)
+    return;
+  char cmd[PATH_MAX * 2];
+  int rc, me = (int)getpid();
+
+  snprintf(cmd, sizeof cmd, "'%s' stat --json", bin);
+  char *out = run_cmd(cmd, &rc);
+  ck_assert_int_eq(rc, 0);
+  ck_assert_str_eq(out, "{\"processes\":[]}\n");
+  free(out);
+
+  struct fs_stat_conn *a = fs_stat_slot_alloc(), *l = fs_stat_slot_alloc();
+  ck_assert_ptr_nonnull(a);
+  ck_assert_ptr_nonnull(l);
+  a->fd = 7;
+  a->family = AF_INET;
+  a->state = 1;  /* tcp */
+  a->fabric = 3; /* tcp */
+  a->reason = 1; /* pending */
+  a->dir = 1;
+  inet_pton(AF_INET, "127.0.0.1", a->laddr);
+  inet_pton(AF_INET, "10.1.2.3", a->paddr);
+  a->lport = 5000;
+  a->pport = 6000;
+  a->tx_bytes = 1234;
+  a->rx_msgs = 3;
+  __atomic_store_n(&a->used, 1, __ATOMIC_RELEASE);
+  l->fd = 8;
+  l->family = AF_INET6;
+  l->state = 5;
+  l->listening = 1;
+  inet_pton(AF_INET6, "::1", l->laddr);
+  l->lport = 7000;
+  __atomic_store_n(&l->used, 1, __ATOMIC_RELEASE);
+
+  /* Tables of a dead process, a zombie and a reused pid: all removed. */
+  pid_t dead = fork();
+  if (dead == 0)
+    _exit(0);
+  waitpid(dead, NULL, 0);
+  write_fake_table((int)dead, 1, "ghost");
+  pid_t zombie = fork();
+  if (zombie == 0)
+    _exit(0);
+  siginfo_t si;
+  waitid(P_PID, (id_t)zombie, &si, WEXITED | WNOWAIT); /* exited, not reaped */
+  ck_assert(proc_start_of((int)zombie) != 0);
+  write_fake_table((int)zombie, proc_start_of((int)zombie), "zombie");
+  pid_t live = fork();
+  if (live == 0) {
+    pause();
+    _exit(0);
+  }
+  write_fake_table((int)live, 1, "reused");
+
+  snprintf(cmd, sizeof cmd, "'%s' stat --json", bin);
+  out = run_cmd(cmd, &rc);
+  kill(live, SIGKILL);
+  waitpid(live, NULL, 0);
+  waitpid(zombie, NULL, 0);
+  ck_assert_int_eq(rc, 0);
+  char pidkey[64];
+  snprintf(pidkey, sizeof pidkey, "{\"processes\":[{\"pid\":%d,", me);
+  ck_assert_msg(strstr(out, pidkey) != NULL, "%s", out);
+  static const char *const want[] = {
+    "\"fd\":7,\"state\":\"tcp\",\"fabric\":\"tcp\",\"reason\":\"pending\"",
+    "\"dir\":\"connect\"",
+    "\"local\":\"127.0.0.1:5000\",\"local_addr\":\"127.0.0.1\",\"local_port\":5000",
+    "\"peer\":\"10.1.2.3:6000\",\"peer_addr\":\"10.1.2.3\",\"peer_port\":6000",
+    "\"tx_bytes\":1234,\"rx_bytes\":0,\"tx_msgs\":0,\"rx_msgs\":3",
+    "\"fd\":8,\"state\":\"listen\"",
+    "\"local\":\"[::1]:7000\"",
+    "\"peer\":null",
+  };
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+    ck_assert_msg(strstr(out, want[i]) != NULL, "missing %s in %s", want[i], out);
+  ck_assert_msg(strstr(out, "ghost") == NULL && strstr(out, "reused") == NULL &&
+                strstr(out, "zombie") == NULL, "%s", out);
+  ck_assert(!table_exists((int)dead));
+  ck_assert(!table_exists((int)zombie));
+  ck_assert(!table_exists((int)live));
+  free(out);
+
+  /* A table of a live process with the right start time is listed. */
+  pid_t other = fork();
+  if (other == 0) {
+    pause();
+    _exit(0);
+  }
+  uint64_t start = proc_start_of((int)other);
+  ck_assert(start != 0);
+  write_fake_table((int)other, start, "fake prog");
+  snprintf(cmd, sizeof cmd, "'%s' stat %d", bin, (int)other);
+  out = run_cmd(cmd, &rc);
+  kill(other, SIGKILL);
+  waitpid(other, NULL, 0);
+  ck_assert_int_eq(rc, 0);
+  ck_assert_msg(strstr(out, "PID  PROGRAM") != NULL, "%s", out);
+  ck_assert_msg(strstr(out, "  REASON\n") != NULL, "%s", out);
+  ck_assert_msg(strstr(out, "fake?prog") != NULL, "%s", out);
+  ck_assert_msg(strstr(out, "0.0.0.0:1") != NULL, "%s", out);
+  free(out);
+}
+END_TEST
+
+START_TEST(test_tool_cli)
+{
+  const char *bin = fabsock_bin();
+  if (bin == NULL)
+    return;
+  char cmd[PATH_MAX * 3], lib[PATH_MAX + 32], conf[PATH_MAX + 32];
+  int rc;
+  snprintf(lib, sizeof lib, "%s/libfake.so", tmpdir);
+  snprintf(conf, sizeof conf, "%s/fabsock.conf", tmpdir);
+  FILE *f = fopen(lib, "w");
+  ck_assert_ptr_nonnull(f);
+  fclose(f);
+  f = fopen(conf, "w");
+  ck_assert_ptr_nonnull(f);
+  fclose(f);
+
+  /* ld.so complains about the fake library on stderr and runs env anyway. */
+  snprintf(cmd, sizeof cmd,
+           "cd '%s' && FABSOCK_LIB=libfake.so LD_PRELOAD='/nonexistent/other.so %s' '%s' run "
+           "--transport shm --log debug,syslog --config=fabsock.conf -- env 2>/dev/null",
+           tmpdir, lib, bin);
+  char *env = run_cmd(cmd, &rc);
+  /* Every variable on a line of its own, the first one too. */
+  char *out = malloc(strlen(env) + 2);
+  out[0] = '\n';
+  strcpy(out + 1, env);
+  free(env);
+  ck_assert_int_eq(rc, 0);
+  char want[PATH_MAX * 2];
+  snprintf(want, sizeof want, "\nLD_PRELOAD=%s:/nonexistent/other.so\n", lib);
+  ck_assert_msg(strstr(out, want) != NULL, "%s", out);
+  ck_assert_msg(strstr(out, "\nFABSOCK_TRANSPORT=shm\n") != NULL, "%s", out);
+  ck_assert_msg(strstr(out, "\nFABSOCK_LOG=debug,syslog\n") != NULL, "%s", out);
+  snprintf(want, sizeof want, "\nFABSOCK_CONFIG=%s\n", conf);
+  ck_assert_msg(strstr(out, want) != NULL, "%s", out);
+  free(out);
+
+  static const struct { const char *args; int status; } cases[] = {
+    { "run -- sh -c 'exit 3'", 3 },
+    { "run -- /nonexistent/program", 127 },
+    { "run --transport bogus -- true", 2 },
+    { "run --log loud -- true", 2 },
+    { "run --config /nonexistent/fabsock.conf -- true", 2 },
+    { "run --transport", 2 },
+    { "run --bogus -- true", 2 },
+    { "run", 2 },
+    { "stat --bogus", 2 },
+    { "stat 12 34", 2 },
+    { "stat notapid", 2 },
+    { "bogus", 2 },
+    { "", 2 },
+    { "--help", 0 },
+    { "run --help", 0 },
+    { "stat --help", 0 },
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    snprintf(cmd, sizeof cmd, "FABSOCK_LIB='%s' '%s' %s >/dev/null 2>&1", lib, bin, cases[i].args);
+    free(run_cmd(cmd, &rc));
+    ck_assert_msg(rc == cases[i].status, "fabsock %s: exit %d, want %d", cases[i].args, rc,
+                  cases[i].status);
+  }
+  snprintf(cmd, sizeof cmd, "FABSOCK_LIB=/nonexistent/lib.so '%s' run -- true 2>/dev/null", bin);
+  free(run_cmd(cmd, &rc));
+  ck_assert_int_eq(rc, 127);
+
+  snprintf(cmd, sizeof cmd, "'%s' --version", bin);
+  out = run_cmd(cmd, &rc);
+  ck_assert_int_eq(rc, 0);
+  ck_assert_msg(strstr(out, PACKAGE_VERSION) != NULL, "%s", out);
+  free(out);
+}
+END_TEST
+
+static Suite *stat_suite(void)
+{
+  Suite *s = suite_create("stat");
+  TCase *tc = tcase_create("table");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_test(tc, test_lazy_create_and_header);
+  tcase_add_test(tc, test_alloc_free_layout);
+  tcase_add_test(tc, test_exhaustion);
+  tcase_add_test(tc, test_disabled);
+  tcase_add_test(tc, test_bad_dir);
+  tcase_add_test(tc, test_stale_file_replaced);
+  tcase_add_test(tc, test_shutdown);
+  tcase_add_test(tc, test_threads);
+  tcase_add_test(tc, test_fork_rehome);
+  tcase_add_test(tc, test_fork_fallback);
+  suite_add_tcase(s, tc);
+  TCase *tool = tcase_create("tool");
+  tcase_add_checked_fixture(tool, setup, teardown);
+  tcase_add_test(tool, test_tool_stat);
+  tcase_add_test(tool, test_tool_cli);
+  suite_add_tcase(s, tool);
+  return s;
+}
+
+int main(void)
+{
+  SRunner *sr = srunner_create(stat_suite());
+  /* The table is per-process state with no reset: every test needs its own
+   * process, whatever CK_FORK says. */
+  srunner_set_fork_status(sr, CK_FORK);
+  srunner_run_all(sr, CK_ENV);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

@@ -1,0 +1,453 @@
+/* `fabsock stat`: read every process's table (core/stat.h) and print its
+ * connections as a table or as JSON.  Tables of dead processes (or of a
+ * reused pid) are removed when they belong to us. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/reason.h"
+#include "core/stat.h"
+#include "tools/fabsock.h"
+
+/* Local copies of the enum names (core/conn.h, policy/policy.h): the tool
+ * does not link the library.  Values are part of the stat file format. */
+static const char *fs_tool_state_name(int s)
+{
+  static const char *const names[] = {
+    "passthrough", "tcp", "upgrading", "fabric", "downgrading", "listen", "unconnected", "closed",
+  };
+  return s >= 0 && s < (int)(sizeof names / sizeof names[0]) ? names[s] : "unknown";
+}
+
+static const char *fs_tool_fabric_name(int f)
+{
+  static const char *const names[] = { "auto", "rdma", "shm", "tcp" };
+  return f >= 0 && f < (int)(sizeof names / sizeof names[0]) ? names[f] : "unknown";
+}
+
+static const char *fs_tool_dir_name(int d)
+{
+  return d == 1 ? "connect" : d == 2 ? "accept" : NULL;
+}
+
+void fs_tool_stat_usage(FILE *out)
+{
+  fputs("fabsock stat [--json] [PID]\n"
+        "  List the connections of every process running libfabsock (only PID's if\n"
+        "  given): PID PROGRAM FD STATE FABRIC LOCAL PEER TX RX TXMSG RXMSG REASON.\n"
+        "  Tables are read from $FABSOCK_STATDIR, default /dev/shm; those of\n"
+        "  exited processes are removed when they belong to the caller.\n"
+        "  --json          print one JSON object instead of a table\n"
+        "  -h, --help      show this help\n",
+        out);
+}
+
+/* One connection, formatted. */
+struct fs_tool_row {
+  int pid;
+  char program[64];
+  struct fs_stat_conn c;
+  char laddr[INET6_ADDRSTRLEN], paddr[INET6_ADDRSTRLEN]; /* "" when unset */
+  char local[INET6_ADDRSTRLEN + 10], peer[INET6_ADDRSTRLEN + 10];
+};
+
+struct fs_tool_stat {
+  bool json;
+  int nproc;           /* processes printed so far (JSON commas) */
+  struct fs_tool_row *rows;
+  size_t nrows, cap;
+};
+
+/* The program name is untrusted bytes: keep it printable for the table. */
+static void fs_tool_sanitize(char *s)
+{
+  for (; *s; s++)
+    if ((unsigned char)*s < 0x20 || *s == 0x7f || *s == ' ')
+      *s = '?';
+}
+
+static void fs_tool_json_str(const char *s)
+{
+  putchar('"');
+  const unsigned char *p = (const unsigned char *)s;
+  while (*p) {
+    unsigned char ch = *p;
+    if (ch == '"' || ch == '\\') {
+      printf("\\%c", ch);
+      p++;
+    } else if (ch < 0x20 || ch == 0x7f) {
+      printf("\\u%04x", ch);
+      p++;
+    } else if (ch < 0x80) {
+      putchar(ch);
+      p++;
+    } else {
+      /* Copy a well-formed UTF-8 sequence, replace anything else. */
+      int n = ch >= 0xf0 && ch <= 0xf4 ? 4 : ch >= 0xe0 ? 3 : ch >= 0xc2 && ch < 0xe0 ? 2 : 0;
+      int ok = n > 0;
+      for (int i = 1; ok && i < n; i++)
+        ok = (p[i] & 0xc0) == 0x80;
+      if (ok && n == 3 && ((ch == 0xe0 && p[1] < 0xa0) || (ch == 0xed && p[1] >= 0xa0)))
+        ok = 0;
+      if (ok && n == 4 && ((ch == 0xf0 && p[1] < 0x90) || (ch == 0xf4 && p[1] >= 0x90)))
+        ok = 0;
+      if (ok) {
+        fwrite(p, 1, (size_t)n, stdout);
+        p += n;
+      } else {
+        fputs("\\ufffd", stdout);
+        p++;
+      }
+    }
+  }
+  putchar('"');
+}
+
+/* "a.b.c.d" / "v6" into addr and "a.b.c.d:port" / "[v6]:port" into full;
+ * both "" for an unset address (no family, or zero address and port). */
+static void fs_tool_addr(int family, const uint8_t *a, uint16_t port, char *addr, char *full, size_t flen)
+{
+  static const uint8_t zero[16];
+  addr[0] = full[0] = '\0';
+  int af = family == AF_INET ? AF_INET : family == AF_INET6 ? AF_INET6 : 0;
+  if (af == 0 || (port == 0 && memcmp(a, zero, af == AF_INET ? 4 : 16) == 0))
+    return;
+  if (inet_ntop(af, a, addr, INET6_ADDRSTRLEN) == NULL) {
+    addr[0] = '\0';
+    return;
+  }
+  snprintf(full, flen, af == AF_INET ? "%s:%u" : "[%s]:%u", addr, (unsigned)port);
+}
+
+/* starttime (field 22) of /proc/PID/stat, 0 if unknown; *state gets field 3
+ * ('Z' for a zombie), or 0. */
+static uint64_t fs_tool_proc_start(int pid, char *state)
+{
+  char path[64], buf[1024];
+  *state = 0;
+  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return 0;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0)
+    return 0;
+  buf[n] = '\0';
+  char *p = strrchr(buf, ')');
+  if (p != NULL && p[1] == ' ')
+    *state = p[2];
+  for (int field = 2; p != NULL && field < 22; field++)
+    p = strchr(p + 1, ' ');
+  return p ? strtoull(p + 1, NULL, 10) : 0;
+}
+
+/* A zombie has exited: its table is as stale as a dead process's. */
+static bool fs_tool_alive(int pid)
+{
+  char state;
+  if (kill(pid, 0) < 0 && errno != EPERM)
+    return false;
+  fs_tool_proc_start(pid, &state);
+  return state != 'Z' && state != 'X';
+}
+
+static void fs_tool_remove_stale(const char *path, const struct stat *st)
+{
+  if (st->st_uid == geteuid())
+    unlink(path);
+}
+
+static int fs_tool_add_row(struct fs_tool_stat *S, const struct fs_tool_row *r)
+{
+  if (S->nrows == S->cap) {
+    size_t cap = S->cap ? S->cap * 2 : 64;
+    struct fs_tool_row *n = realloc(S->rows, cap * sizeof *n);
+    if (n == NULL)
+      return -ENOMEM;
+    S->rows = n;
+    S->cap = cap;
+  }
+  S->rows[S->nrows++] = *r;
+  return 0;
+}
+
+static void fs_tool_json_conn(const struct fs_tool_row *r, bool first)
+{
+  const struct fs_stat_conn *c = &r->c;
+  printf("%s{\"fd\":%d,\"state\":", first ? "" : ",", (int)c->fd);
+  fs_tool_json_str(c->listening ? "listen" : fs_tool_state_name(c->state));
+  printf(",\"fabric\":");
+  fs_tool_json_str(fs_tool_fabric_name(c->fabric));
+  printf(",\"reason\":");
+  fs_tool_json_str(fs_reason_name(c->reason));
+  printf(",\"reason_code\":%u,\"dir\":", (unsigned)c->reason);
+  const char *dir = fs_tool_dir_name(c->dir);
+  if (dir)
+    fs_tool_json_str(dir);
+  else
+    fputs("null", stdout);
+  printf(",\"listening\":%s,\"family\":%s", c->listening ? "true" : "false",
+         c->family == AF_INET ? "\"inet\"" : c->family == AF_INET6 ? "\"inet6\"" : "null");
+  const char *names[2][3] = { { "local", "local_addr", "local_port" }, { "peer", "peer_addr", "peer_port" } };
+  const char *vals[2][2] = { { r->local, r->laddr }, { r->peer, r->paddr } };
+  unsigned ports[2] = { c->lport, c->pport };
+  for (int i = 0; i < 2; i++) {
+    for (int j = 0; j < 2; j++) {
+      printf(",\"%s\":", names[i][j]);
+      if (vals[i][j][0])
+        fs_tool_json_str(vals[i][j]);
+      else
+        fputs("null", stdout);
+    }
+    printf(",\"%s\":%u", names[i][2], ports[i]);
+  }
+  printf(",\"tx_bytes\":%" PRIu64 ",\"rx_bytes\":%" PRIu64 ",\"tx_msgs\":%" PRIu64
+         ",\"rx_msgs\":%" PRIu64 ",\"fabric_tx_bytes\":%" PRIu64 ",\"fabric_rx_bytes\":%" PRIu64 "}",
+         c->tx_bytes, c->rx_bytes, c->tx_msgs, c->rx_msgs, c->fabric_tx, c->fabric_rx);
+}
+
+/* Read one table file; prints it (JSON) or collects its rows (table). */
+static int fs_tool_stat_file(struct fs_tool_stat *S, const char *dir, int pid)
+{
+  char path[PATH_MAX];
+  if (snprintf(path, sizeof path, "%s/fabsock.%d.stat", dir, pid) >= (int)sizeof path)
+    return 0;
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0)
+    return 0;
+  struct stat st;
+  struct fs_stat_header h;
+  int rc = 0;
+  if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+    goto out;
+  if (!fs_tool_alive(pid)) {
+    fs_tool_remove_stale(path, &st);
+    goto out;
+  }
+  /* A header without magic may be half written by a live process: skip. */
+  if ((size_t)st.st_size < sizeof h || pread(fd, &h, sizeof h, 0) != (ssize_t)sizeof h ||
+      h.magic != FS_STAT_MAGIC || h.version != FS_STAT_VERSION || h.pid != pid)
+    goto out;
+  char state;
+  uint64_t ps = fs_tool_proc_start(pid, &state);
+  if (ps != 0 && h.proc_start != 0 && ps != h.proc_start) {
+    fs_tool_remove_stale(path, &st); /* the pid now belongs to another process */
+    goto out;
+  }
+  size_t nslots = h.nslots < FS_STAT_SLOTS ? h.nslots : FS_STAT_SLOTS;
+  size_t len = sizeof h + nslots * sizeof(struct fs_stat_conn);
+  if ((size_t)st.st_size < len)
+    len = (size_t)st.st_size;
+  void *map = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+  if (map == MAP_FAILED)
+    goto out;
+  const struct fs_stat_header *mh = map;
+  const struct fs_stat_conn *slots = (const struct fs_stat_conn *)((const char *)map + sizeof h);
+  size_t n = __atomic_load_n(&mh->hi_water, __ATOMIC_ACQUIRE);
+  if (n > (len - sizeof h) / sizeof *slots)
+    n = (len - sizeof h) / sizeof *slots;
+
+  struct fs_tool_row r;
+  memset(&r, 0, sizeof r);
+  r.pid = pid;
+  memcpy(r.program, h.program, sizeof r.program - 1);
+  if (S->json) {
+    printf("%s{\"pid\":%d,\"program\":", S->nproc ? "," : "", pid);
+    fs_tool_json_str(r.program);
+    printf(",\"start_ns\":%" PRIu64 ",\"connections\":[", h.start_ns);
+  }
+  fs_tool_sanitize(r.program);
+  bool first = true;
+  for (size_t i = 0; i < n; i++) {
+    if (__atomic_load_n(&slots[i].used, __ATOMIC_ACQUIRE) != 1)
+      continue;
+    memcpy(&r.c, &slots[i], sizeof r.c);
+    fs_tool_addr(r.c.family, r.c.laddr, r.c.lport, r.laddr, r.local, sizeof r.local);
+    fs_tool_addr(r.c.family, r.c.paddr, r.c.pport, r.paddr, r.peer, sizeof r.peer);
+    if (S->json)
+      fs_tool_json_conn(&r, first);
+    else if ((rc = fs_tool_add_row(S, &r)) < 0)
+      break;
+    first = false;
+  }
+  if (S->json)
+    fputs("]}", stdout);
+  S->nproc++;
+  munmap(map, len);
+out:
+  close(fd);
+  return rc;
+}
+
+#define FS_TOOL_NCOLS 12
+#define FS_TOOL_CELL 72
+
+/* Column k of row r (NULL: the heading) into cell. */
+static const char *fs_tool_cell(const struct fs_tool_row *r, int k, char *cell)
+{
+  static const char *const head[FS_TOOL_NCOLS] = {
+    "PID", "PROGRAM", "FD", "STATE", "FABRIC", "LOCAL", "PEER", "TX", "RX", "TXMSG", "RXMSG", "REASON",
+  };
+  if (r == NULL)
+    return head[k];
+  const struct fs_stat_conn *c = &r->c;
+  const uint64_t counters[4] = { c->tx_bytes, c->rx_bytes, c->tx_msgs, c->rx_msgs };
+  switch (k) {
+  case 0: snprintf(cell, FS_TOOL_CELL, "%d", r->pid); return cell;
+  case 1: return r->program;
+  case 2: snprintf(cell, FS_TOOL_CELL, "%d", (int)c->fd); return cell;
+  case 3: return c->listening ? "listen" : fs_tool_state_name(c->state);
+  case 4: return fs_tool_fabric_name(c->fabric);
+  case 5: return r->local[0] ? r->local : "-";
+  case 6: return r->peer[0] ? r->peer : "-";
+  case 7: case 8: case 9: case 10:
+    snprintf(cell, FS_TOOL_CELL, "%" PRIu64, counters[k - 7]);
+    return cell;
+  default: return fs_reason_name(c->reason);
+  }
+}
+
+/* Two passes over the rows: column widths, then the lines. */
+static void fs_tool_print_table(const struct fs_tool_stat *S)
+{
+  /* Numbers are right-aligned, words left-aligned. */
+  static const bool right[FS_TOOL_NCOLS] = { 1, 0, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0 };
+  char cell[FS_TOOL_CELL];
+  int width[FS_TOOL_NCOLS] = { 0 };
+  for (size_t i = 0; i <= S->nrows; i++)
+    for (int k = 0; k < FS_TOOL_NCOLS; k++) {
+      int w = (int)strlen(fs_tool_cell(i ? &S->rows[i - 1] : NULL, k, cell));
+      if (w > width[k])
+        width[k] = w;
+    }
+  for (size_t i = 0; i <= S->nrows; i++)
+    for (int k = 0; k < FS_TOOL_NCOLS; k++) {
+      const char *v = fs_tool_cell(i ? &S->rows[i - 1] : NULL, k, cell);
+      if (k == FS_TOOL_NCOLS - 1)
+        printf("%s\n", v);
+      else
+        printf(right[k] ? "%*s  " : "%-*s  ", width[k], v);
+    }
+}
+
+static int fs_tool_cmp_int(const void *a, const void *b)
+{
+  int x = *(const int *)a, y = *(const int *)b;
+  return (x > y) - (x < y);
+}
+
+/* pid from "fabsock.<pid>.stat", or 0. */
+static int fs_tool_parse_name(const char *name)
+{
+  if (strncmp(name, "fabsock.", 8) != 0 || name[8] < '1' || name[8] > '9')
+    return 0;
+  char *end;
+  errno = 0;
+  long pid = strtol(name + 8, &end, 10);
+  if (errno != 0 || pid <= 0 || pid > INT_MAX || strcmp(end, ".stat") != 0)
+    return 0;
+  return (int)pid;
+}
+
+int fs_tool_stat_main(int argc, char **argv)
+{
+  static const struct option opts[] = {
+    { "json", no_argument, NULL, 'j' },
+    { "help", no_argument, NULL, 'h' },
+    { NULL, 0, NULL, 0 },
+  };
+  struct fs_tool_stat S = { 0 };
+  int c, only = 0;
+  opterr = 0;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+    if (c == 'j') {
+      S.json = true;
+    } else if (c == 'h') {
+      fs_tool_stat_usage(stdout);
+      return FS_TOOL_EXIT_OK;
+    } else {
+      if (optopt != 0)
+        fprintf(stderr, "fabsock stat: unknown option '-%c'\n", optopt);
+      else
+        fprintf(stderr, "fabsock stat: unknown option '%s'\n", argv[optind - 1]);
+      fputs("Try 'fabsock stat --help'.\n", stderr);
+      return FS_TOOL_EXIT_USAGE;
+    }
+  }
+  if (optind < argc) {
+    char *end;
+    errno = 0;
+    long pid = strtol(argv[optind], &end, 10);
+    if (errno != 0 || *end != '\0' || pid <= 0 || pid > INT_MAX || optind + 1 < argc) {
+      fprintf(stderr, "fabsock stat: expected at most one PID, got '%s'\n", argv[optind]);
+      fputs("Try 'fabsock stat --help'.\n", stderr);
+      return FS_TOOL_EXIT_USAGE;
+    }
+    only = (int)pid;
+  }
+
+  const char *dir = getenv("FABSOCK_STATDIR");
+  if (dir == NULL || *dir == '\0')
+    dir = "/dev/shm";
+  int *pids = NULL;
+  size_t npids = 0, cap = 0;
+  DIR *d = opendir(dir);
+  if (d == NULL && errno != ENOENT) {
+    fprintf(stderr, "fabsock stat: %s: %s\n", dir, strerror(errno));
+    return FS_TOOL_EXIT_FAIL;
+  }
+  for (struct dirent *e; d != NULL && (e = readdir(d)) != NULL;) {
+    int pid = fs_tool_parse_name(e->d_name);
+    if (pid == 0 || (only != 0 && pid != only))
+      continue;
+    if (npids == cap) {
+      cap = cap ? cap * 2 : 32;
+      int *np = realloc(pids, cap * sizeof *np);
+      if (np == NULL)
+        break;
+      pids = np;
+    }
+    pids[npids++] = pid;
+  }
+  if (d != NULL)
+    closedir(d);
+  if (npids > 1)
+    qsort(pids, npids, sizeof *pids, fs_tool_cmp_int);
+
+  int rc = FS_TOOL_EXIT_OK;
+  if (S.json)
+    fputs("{\"processes\":[", stdout);
+  for (size_t i = 0; i < npids; i++)
+    if (fs_tool_stat_file(&S, dir, pids[i]) < 0) {
+      fprintf(stderr, "fabsock stat: out of memory\n");
+      rc = FS_TOOL_EXIT_FAIL;
+      break;
+    }
+  if (S.json)
+    fputs("]}\n", stdout);
+  else
+    fs_tool_print_table(&S);
+  free(pids);
+  free(S.rows);
+  if (fflush(stdout) != 0 || ferror(stdout)) {
+    fprintf(stderr, "fabsock stat: stdout: %s\n", strerror(errno));
+    rc = FS_TOOL_EXIT_FAIL;
+  }
+  return rc;
+}
