@@ -1,0 +1,143 @@
+/* Unit tests for preload/fdtab and core/conn: lookup, dup sharing,
+ * replacement of stale entries, and lock-free readers racing closers. */
+#include <check.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core/conn.h"
+#include "preload/fdtab.h"
+
+START_TEST(t_untracked_is_null)
+{
+  ck_assert_ptr_null(fs_fdtab_get(0));
+  ck_assert_ptr_null(fs_fdtab_get(-1));
+  ck_assert_ptr_null(fs_fdtab_get(FS_FDTAB_SIZE));
+  ck_assert(!fs_fdtab_tracked(5));
+}
+END_TEST
+
+START_TEST(t_install_get_take)
+{
+  struct fs_conn *c = fs_conn_new(100, AF_INET);
+  ck_assert_ptr_nonnull(c);
+  ck_assert_int_eq(fs_fdtab_install(100, c), 0);
+  ck_assert_int_eq(fs_fdtab_install(101, c), 0); /* a dup */
+  ck_assert_uint_eq(c->refs, 3);
+  ck_assert_uint_eq(c->nfds, 2);
+  struct fs_conn *g = fs_fdtab_get(101);
+  ck_assert_ptr_eq(g, c);
+  fs_conn_put(g);
+  struct fs_conn *t = fs_fdtab_take(100);
+  ck_assert_ptr_eq(t, c);
+  ck_assert_uint_eq(c->nfds, 1);
+  fs_conn_put(t);
+  ck_assert_ptr_null(fs_fdtab_get(100));
+  t = fs_fdtab_take(101);
+  fs_conn_put(t);
+  ck_assert_uint_eq(c->refs, 1);
+  fs_conn_put(c);
+  ck_assert_int_eq(fs_fdtab_install(-3, c), -EBADF);
+}
+END_TEST
+
+START_TEST(t_stale_replaced)
+{
+  struct fs_conn *a = fs_conn_new(200, AF_INET), *b = fs_conn_new(200, AF_INET6);
+  fs_fdtab_install(200, a);
+  fs_conn_put(a); /* table holds the only ref */
+  fs_fdtab_install(200, b); /* a close we never saw: a is dropped */
+  struct fs_conn *g = fs_fdtab_get(200);
+  ck_assert_ptr_eq(g, b);
+  ck_assert_int_eq(g->family, AF_INET6);
+  fs_conn_put(g);
+  fs_conn_put(fs_fdtab_take(200));
+  fs_conn_put(b);
+}
+END_TEST
+
+static struct fs_conn *foreach_want;
+
+static void foreach_fn(int fd, struct fs_conn *x, void *arg)
+{
+  (void)fd;
+  if (x == foreach_want)
+    (*(int *)arg)++;
+}
+
+START_TEST(t_foreach)
+{
+  struct fs_conn *c = fs_conn_new(300, AF_INET);
+  fs_fdtab_install(300, c);
+  fs_fdtab_install(302, c);
+  int seen = 0;
+  foreach_want = c;
+  fs_fdtab_foreach(foreach_fn, &seen);
+  ck_assert_int_eq(seen, 2);
+  fs_conn_put(fs_fdtab_take(300));
+  fs_conn_put(fs_fdtab_take(302));
+  fs_conn_put(c);
+}
+END_TEST
+
+static volatile int stop;
+
+static void *reader(void *arg)
+{
+  (void)arg;
+  unsigned long hits = 0;
+  while (!stop)
+    for (int fd = 400; fd < 408; fd++) {
+      struct fs_conn *c = fs_fdtab_get(fd);
+      if (c) {
+        /* A reference we hold keeps the object alive and for this fd. */
+        ck_assert_uint_ge(c->refs, 1);
+        ck_assert_int_eq(c->fd, fd);
+        hits++;
+        fs_conn_put(c);
+      }
+    }
+  return (void *)hits;
+}
+
+START_TEST(t_race_readers_closers)
+{
+  pthread_t th[3];
+  stop = 0;
+  for (int i = 0; i < 3; i++)
+    pthread_create(&th[i], NULL, reader, NULL);
+  for (int round = 0; round < 200000; round++) {
+    int fd = 400 + round % 8;
+    struct fs_conn *c = fs_conn_new(fd, AF_INET);
+    ck_assert_ptr_nonnull(c);
+    fs_fdtab_install(fd, c);
+    fs_conn_put(c);
+    struct fs_conn *t = fs_fdtab_take(fd);
+    if (t)
+      fs_conn_put(t);
+  }
+  stop = 1;
+  for (int i = 0; i < 3; i++)
+    pthread_join(th[i], NULL);
+}
+END_TEST
+
+int main(void)
+{
+  Suite *s = suite_create("fdtab");
+  TCase *tc = tcase_create("core");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, t_untracked_is_null);
+  tcase_add_test(tc, t_install_get_take);
+  tcase_add_test(tc, t_stale_replaced);
+  tcase_add_test(tc, t_foreach);
+  tcase_add_test(tc, t_race_readers_closers);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}

@@ -1,0 +1,237 @@
+/* Unit tests for core/rdv: names, request validation, sock_diag lookups,
+ * and a live rendezvous listener fed hostile requests: every one is refused
+ * with a reply, and the real connection stays on TCP, unharmed. */
+#include <arpa/inet.h>
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "core/rdv.h"
+#include "core/shm.h"
+#include "core/sock.h"
+#include "preload/fdtab.h"
+#include "preload/real.h"
+
+START_TEST(t_names)
+{
+  struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(80) };
+  inet_pton(AF_INET, "10.1.2.3", &a.sin_addr);
+  char n[108];
+  int len = fs_rdv_name(n, sizeof n, (struct sockaddr *)&a, false);
+  ck_assert_int_eq(n[0], 0);
+  ck_assert_str_eq(n + 1, "fabsock1/4/10.1.2.3/80");
+  ck_assert_int_eq(len, (int)strlen(n + 1) + 1);
+  fs_rdv_name(n, sizeof n, (struct sockaddr *)&a, true);
+  ck_assert_str_eq(n + 1, "fabsock1/4/*/80");
+  struct sockaddr_in6 m = { .sin6_family = AF_INET6, .sin6_port = htons(8080) };
+  inet_pton(AF_INET6, "::ffff:127.0.0.1", &m.sin6_addr);
+  fs_rdv_name(n, sizeof n, (struct sockaddr *)&m, false);
+  ck_assert_str_eq(n + 1, "fabsock1/4/127.0.0.1/8080"); /* mapped = IPv4 */
+  inet_pton(AF_INET6, "::1", &m.sin6_addr);
+  fs_rdv_name(n, sizeof n, (struct sockaddr *)&m, false);
+  ck_assert_str_eq(n + 1, "fabsock1/6/[::1]/8080");
+}
+END_TEST
+
+START_TEST(t_check_req)
+{
+  struct fs_rdv_req ok = { FS_RDV_MAGIC_REQ, FS_RDV_VERSION, FS_FABRIC_SHM, 1u << 20, 0 };
+  ck_assert_int_eq(fs_rdv_check_req(&ok, sizeof ok, 3), 0);
+  ck_assert_int_eq(fs_rdv_check_req(&ok, sizeof ok - 1, 3), FS_REASON_PROTOCOL);
+  ck_assert_int_eq(fs_rdv_check_req(&ok, sizeof ok, 2), FS_REASON_PROTOCOL);
+  ck_assert_int_eq(fs_rdv_check_req(&ok, sizeof ok, 4), FS_REASON_PROTOCOL);
+  struct fs_rdv_req r = ok;
+  r.magic = 1;
+  ck_assert_int_eq(fs_rdv_check_req(&r, sizeof r, 3), FS_REASON_PROTOCOL);
+  r = ok;
+  r.version = 9;
+  ck_assert_int_eq(fs_rdv_check_req(&r, sizeof r, 3), FS_REASON_VERSION);
+  r = ok;
+  r.ring_size = 3u << 20; /* not a power of two */
+  ck_assert_int_eq(fs_rdv_check_req(&r, sizeof r, 3), FS_REASON_PROTOCOL);
+  r.ring_size = 1u << 30;
+  ck_assert_int_eq(fs_rdv_check_req(&r, sizeof r, 3), FS_REASON_PROTOCOL);
+  r = ok;
+  r.fabric = FS_FABRIC_RDMA;
+  ck_assert_int_eq(fs_rdv_check_req(&r, sizeof r, 3), FS_REASON_PROTOCOL);
+}
+END_TEST
+
+/* A loopback TCP pair: listener lfd (tracked, rendezvous on), client cfd,
+ * accepted sfd (tracked). */
+static int lfd, cfd, sfd;
+static struct sockaddr_in laddr;
+
+static void pair_setup(void)
+{
+  lfd = FS_REAL(socket)(AF_INET, SOCK_STREAM, 0);
+  fs_sock_created(lfd, AF_INET, SOCK_STREAM, 0);
+  laddr = (struct sockaddr_in){ .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+  ck_assert_int_eq(FS_REAL(bind)(lfd, (struct sockaddr *)&laddr, sizeof laddr), 0);
+  socklen_t l = sizeof laddr;
+  getsockname(lfd, (struct sockaddr *)&laddr, &l);
+  ck_assert_int_eq(FS_REAL(listen)(lfd, 16), 0);
+  struct fs_conn *lc = fs_fdtab_get(lfd);
+  ck_assert_ptr_nonnull(lc);
+  fs_sock_listening(lc, lfd);
+  cfd = FS_REAL(socket)(AF_INET, SOCK_STREAM, 0); /* the client is plain */
+  ck_assert_int_eq(FS_REAL(connect)(cfd, (struct sockaddr *)&laddr, sizeof laddr), 0);
+  sfd = FS_REAL(accept)(lfd, NULL, NULL);
+  ck_assert_int_ge(sfd, 0);
+  fs_sock_accepted(lc, sfd, 0);
+  fs_conn_put(lc);
+}
+
+static int rdv_connect(void)
+{
+  struct sockaddr_un un = { .sun_family = AF_UNIX };
+  int n = fs_rdv_name(un.sun_path, sizeof un.sun_path, (struct sockaddr *)&laddr, false);
+  int u = FS_REAL(socket)(AF_UNIX, SOCK_SEQPACKET, 0);
+  ck_assert_int_eq(FS_REAL(connect)(u, (struct sockaddr *)&un, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)n)), 0);
+  return u;
+}
+
+static int send_req(int u, const void *msg, size_t len, const int *fds, int nfds)
+{
+  struct iovec iov = { (void *)msg, len };
+  char cbuf[CMSG_SPACE(4 * sizeof(int))] = { 0 };
+  struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+  if (nfds) {
+    mh.msg_control = cbuf;
+    mh.msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int));
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
+    memcpy(CMSG_DATA(cm), fds, (size_t)nfds * sizeof(int));
+  }
+  return (int)FS_REAL(sendmsg)(u, &mh, 0);
+}
+
+/* The reply status, or -1 if the listener closed without one. */
+static int reply_status(int u, int timeout_ms)
+{
+  struct pollfd p = { u, POLLIN, 0 };
+  ck_assert_int_eq(FS_REAL(poll)(&p, 1, timeout_ms), 1);
+  struct fs_rdv_rep rep;
+  ssize_t n = FS_REAL(recv)(u, &rep, sizeof rep, 0);
+  if (n != sizeof rep)
+    return -1;
+  ck_assert_uint_eq(rep.magic, FS_RDV_MAGIC_REP);
+  return (int)rep.status;
+}
+
+static void assert_still_tcp(void)
+{
+  struct fs_conn *c = fs_fdtab_get(sfd);
+  ck_assert_ptr_nonnull(c);
+  ck_assert_ptr_null(c->chan);
+  fs_conn_put(c);
+  /* and the connection carries bytes unharmed */
+  ck_assert_int_eq(FS_REAL(write)(cfd, "ping", 4), 4);
+  char b[8];
+  struct iovec v = { b, sizeof b };
+  struct fs_io io = { .op = FS_IO_READ, .iov = &v, .iovcnt = 1 };
+  c = fs_fdtab_get(sfd);
+  ck_assert_int_eq(fs_sock_recv(c, sfd, &io), 4);
+  fs_conn_put(c);
+  ck_assert_int_eq(memcmp(b, "ping", 4), 0);
+}
+
+START_TEST(t_hostile_requests)
+{
+  pair_setup();
+  /* garbage, no fds */
+  int u = rdv_connect();
+  send_req(u, "garbage!garbage!", 16, NULL, 0);
+  ck_assert_int_eq(reply_status(u, 2000), FS_REASON_PROTOCOL);
+  FS_REAL(close)(u);
+  /* right shape, one fd */
+  struct fs_rdv_req req = { FS_RDV_MAGIC_REQ, FS_RDV_VERSION, FS_FABRIC_SHM, 1u << 20, 0 };
+  u = rdv_connect();
+  send_req(u, &req, sizeof req, &cfd, 1);
+  ck_assert_int_eq(reply_status(u, 2000), FS_REASON_PROTOCOL);
+  FS_REAL(close)(u);
+  /* truncated */
+  u = rdv_connect();
+  send_req(u, &req, 5, NULL, 0);
+  ck_assert_int_eq(reply_status(u, 2000), FS_REASON_PROTOCOL);
+  FS_REAL(close)(u);
+  /* the real socket, but an unsealed memfd of the wrong size */
+  int mfd = memfd_create("bad", 0);
+  ck_assert_int_eq(ftruncate(mfd, 4096), 0);
+  int efd = eventfd(0, 0);
+  int fds[3] = { cfd, mfd, efd };
+  u = rdv_connect();
+  send_req(u, &req, sizeof req, fds, 3);
+  ck_assert_int_eq(reply_status(u, 2000), FS_REASON_PROTOCOL);
+  FS_REAL(close)(u);
+  /* a valid memfd, but a socket that is not the peer of any of our
+   * connections: held, then refused (never attached to the wrong one) */
+  int ofd = FS_REAL(socket)(AF_INET, SOCK_STREAM, 0);
+  FS_REAL(connect)(ofd, (struct sockaddr *)&laddr, sizeof laddr);
+  int junk = FS_REAL(accept)(lfd, NULL, NULL); /* accepted untracked */
+  struct fs_chan *ch;
+  int goodmem;
+  ck_assert_int_eq(fs_shm_create(1u << 20, efd, &goodmem, &ch), 0);
+  int fds2[3] = { ofd, goodmem, efd };
+  u = rdv_connect();
+  send_req(u, &req, sizeof req, fds2, 3);
+  ck_assert_int_eq(reply_status(u, 5000), FS_REASON_TIMEOUT);
+  FS_REAL(close)(u);
+  /* a flood of silent connections does not stop the listener */
+  int flood[300];
+  for (int i = 0; i < 300; i++)
+    flood[i] = rdv_connect();
+  for (int i = 0; i < 300; i++)
+    FS_REAL(close)(flood[i]);
+  u = rdv_connect();
+  send_req(u, "x", 1, NULL, 0);
+  ck_assert_int_eq(reply_status(u, 3000), FS_REASON_PROTOCOL);
+  FS_REAL(close)(u);
+  assert_still_tcp();
+  FS_REAL(close)(junk);
+  FS_REAL(close)(ofd);
+  FS_REAL(close)(mfd);
+}
+END_TEST
+
+START_TEST(t_diag)
+{
+  pair_setup();
+  struct sockaddr_storage l, p;
+  socklen_t ll = sizeof l, pl = sizeof p;
+  getsockname(cfd, (struct sockaddr *)&l, &ll);
+  getpeername(cfd, (struct sockaddr *)&p, &pl);
+  uint32_t uid = 12345;
+  /* the server end: local = client's peer, peer = client's local */
+  ck_assert_int_eq(fs_rdv_diag((struct sockaddr *)&p, (struct sockaddr *)&l, &uid), 0);
+  ck_assert_uint_eq(uid, geteuid());
+  struct sockaddr_in nowhere = { .sin_family = AF_INET, .sin_port = htons(9) };
+  inet_pton(AF_INET, "192.0.2.1", &nowhere.sin_addr);
+  ck_assert_int_eq(fs_rdv_diag((struct sockaddr *)&nowhere, (struct sockaddr *)&l, &uid), -ENOENT);
+}
+END_TEST
+
+int main(void)
+{
+  Suite *s = suite_create("rdv");
+  TCase *tc = tcase_create("core");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, t_names);
+  tcase_add_test(tc, t_check_req);
+  tcase_add_test(tc, t_diag);
+  tcase_add_test(tc, t_hostile_requests);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
