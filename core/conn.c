@@ -62,6 +62,7 @@ struct fs_conn *fs_conn_new(int fd, int family)
     c->stat->fd = fd;
     c->stat->family = (uint8_t)family;
     c->stat->state = FS_STATE_UNCONNECTED;
+    c->stat->fabric = FS_FABRIC_TCP;
     __atomic_store_n(&c->stat->used, 1, __ATOMIC_RELEASE);
   }
   __atomic_store_n(&c->refs, 1, __ATOMIC_RELEASE);

@@ -326,6 +326,15 @@ int fs_ready_epoll_wait(int epfd, struct epoll_event *out, int max, const struct
     /* 1. What the fabrics say now (level-triggered entries, and edges that
      *    are pending), masking TCP's EPOLLOUT for fabric senders. */
     pthread_mutex_lock(&ep->lock);
+    for (struct fs_ep_ent *e = ep->ents; e; e = e->next) {
+      /* A socket added before its connection was up had no wake fd yet. */
+      if (e->c->connecting)
+        fs_sock_check_connected(e->c, e->fd);
+      if (!e->wake_reg && e->c->wake_fd >= 0) {
+        struct epoll_event wev = { .events = EPOLLIN | EPOLLET, .data.u64 = (uint64_t)(uintptr_t)e | 1 };
+        e->wake_reg = FS_REAL(epoll_ctl)(epfd, EPOLL_CTL_ADD, e->c->wake_fd, &wev) == 0;
+      }
+    }
     for (int arm = 0; arm < 2 && n == 0; arm++)
       for (struct fs_ep_ent *e = ep->ents; e && n < max; e = e->next) {
         if (e->oneshot_fired || !__atomic_load_n(&e->c->chan, __ATOMIC_ACQUIRE))

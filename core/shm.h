@@ -25,7 +25,7 @@
 #define FS_SHM_HDR_SIZE 4096
 #define FS_SHM_RING_MIN (64u << 10)
 #define FS_SHM_RING_MAX (16u << 20)
-#define FS_SHM_RING_DEFAULT (1u << 20)
+#define FS_SHM_RING_DEFAULT (256u << 10)
 
 struct fs_shm_hdr {
   uint32_t magic;

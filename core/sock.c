@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "core/addr.h"
@@ -93,6 +94,21 @@ void fs_sock_created(int fd, int domain, int type, int protocol)
   fs_conn_put(c);
 }
 
+/* Acceleration costs two extra fds per connection (wake eventfds).  Near
+ * RLIMIT_NOFILE the application must get every fd it would get without us:
+ * above 3/4 of the soft limit we stop accelerating new connections. */
+static bool fs_sock_fd_budget_ok(int fd)
+{
+  static unsigned long cached;
+  unsigned long lim = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+  if (lim == 0 || (unsigned long)fd >= lim / 4 * 3) {
+    struct rlimit rl;
+    lim = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? (unsigned long)rl.rlim_cur : 1024;
+    __atomic_store_n(&cached, lim, __ATOMIC_RELAXED);
+  }
+  return (unsigned long)fd < lim / 4 * 3;
+}
+
 /* The connection is established: learn addresses, match policy, arm upgrade. */
 static void fs_sock_established(struct fs_conn *c, int fd, int dir)
 {
@@ -124,7 +140,7 @@ static void fs_sock_established(struct fs_conn *c, int fd, int dir)
     reason = FS_REASON_POLICY;
   else if (c->policy.fabric == FS_FABRIC_RDMA)
     reason = FS_REASON_NO_DEVICE; /* the rdma fabric is not in this build */
-  else if ((c->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
+  else if (!fs_sock_fd_budget_ok(fd) || (c->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
     reason = FS_REASON_RESOURCES;
   c->no_upgrade = reason != FS_REASON_PENDING;
   fs_conn_set_state(c, FS_STATE_TCP, reason);

@@ -1,0 +1,77 @@
+/* Inline hooks: the per-connection chain of hook instances.
+ *
+ * A chain is built from a spec in FABSOCK_HOOKS syntax (docs/hooks.md):
+ *
+ *     spec  := item { ';' item }          empty items are ignored
+ *     item  := NAME [ ':' args ]
+ *     args  := KEY=VAL { ',' KEY=VAL }     (built-ins; a .so gets args verbatim)
+ *
+ * NAME is a built-in (`frame`, `dpi`, see core/hook_frame.h, core/hook_dpi.h)
+ * or the path of a hook shared object (any NAME containing '/', see
+ * <fabsock/hook.h>).  Spaces around items, keys and values are ignored.
+ *
+ * Threads: one thread at a time per direction; fs_hook_send and fs_hook_recv
+ * may run concurrently.  fs_hook_close must not race either. */
+#ifndef FS_CORE_HOOK_H
+#define FS_CORE_HOOK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fabsock/hook.h"
+#include "core/stat.h"
+
+#define FS_HOOK_SPEC_MAX 4096  /* bytes of spec text */
+#define FS_HOOK_CHAIN_MAX 8    /* hooks per connection */
+
+struct fs_hookset;   /* the per-connection chain of hook instances */
+
+/* spec: FABSOCK_HOOKS syntax; NULL or "" (or only separators) -> *out = NULL,
+ * return 0.  info: the connection (may be NULL in tests: fd -1).  stat: may be
+ * NULL; if non-NULL the first frame hook checking a direction counts whole
+ * messages of it into stat->tx_msgs / stat->rx_msgs (relaxed atomics).
+ * Returns 0 or -errno, the reason logged once per distinct reason: -EINVAL
+ * for a bad spec or pattern file, -ENOENT (or what reading failed with) for
+ * a missing pattern file or hook .so, -ELIBBAD for a .so that cannot be
+ * loaded or has the wrong ABI, -ENOMEM, or what a hook's open returned (a
+ * positive value becomes -EINVAL). */
+int fs_hook_open(const char *spec, const struct fabsock_conn_info *info,
+                 struct fs_stat_conn *stat, struct fs_hookset **out);
+
+/* Called exactly once per byte, in order, after the bytes were accepted by the
+ * transport (send) or before they are handed to the application (recv).
+ * Returns 0 = pass, or -ECONNABORTED = a hook asked to close (the reason was
+ * logged).  Once a set returned -ECONNABORTED it keeps returning it.  hs may
+ * be NULL (returns 0).  errno is preserved. */
+int fs_hook_send(struct fs_hookset *hs, const void *buf, size_t len);
+int fs_hook_recv(struct fs_hookset *hs, const void *buf, size_t len);
+
+/* Closes every instance (user close callbacks included) and frees; NULL ok. */
+void fs_hook_close(struct fs_hookset *hs);
+
+/* Validate a spec without opening anything: syntax, built-in arguments, the
+ * dpi pattern file is read and parsed (errors as file:line), a hook .so must
+ * be a readable regular file (it is not loaded).  0 or -EINVAL with a one-line
+ * message in err. */
+int fs_hook_spec_check(const char *spec, char *err, size_t errlen);
+
+/* Bytes the recv direction still needs before the current frame is complete,
+ * as seen by the first frame hook that checks recv: the remaining payload (or
+ * line: unknown) once a header was parsed, the missing header bytes while a
+ * header is partial; 0 = no hint (at a frame boundary, no frame hook, line
+ * mode, or checking stopped).  A lower bound: a receiver may sleep until that
+ * many more bytes are readable. */
+size_t fs_hook_wake_hint(struct fs_hookset *hs);
+
+/* Directions whose messages a frame hook counts into the stat slot (so the
+ * data path should not count calls as messages there): bit 0 (1) send,
+ * bit 1 (2) recv; 0 when none or hs is NULL. */
+int fs_hook_counts_msgs(const struct fs_hookset *hs);
+
+/* Total dpi matches on this set (all dpi instances, both directions). */
+uint64_t fs_hook_dpi_matches(const struct fs_hookset *hs);
+
+/* 1 once the set returned -ECONNABORTED. */
+int fs_hook_aborted(const struct fs_hookset *hs);
+
+#endif

@@ -1,0 +1,64 @@
+/* Aho-Corasick multi-pattern matcher for the dpi hook.
+ *
+ * An automaton is immutable once built and shared by every connection that
+ * uses the same pattern file; a scan carries only a uint32_t state, so a match
+ * that spans two chunks is found.  Matches are reported at the byte that ends
+ * them; every (pattern, end offset) pair counts once, so overlapping patterns
+ * ("he", "she", "hers" over "ushers") all count.
+ *
+ * Layout (why it is fast):
+ *  - states are numbered breadth-first and named by index << sbits, so a goto
+ *    entry is the next row's offset and a step is one add and one load; bit 31
+ *    of an entry flags a target that ends a pattern;
+ *  - rows are indexed by byte class (every byte used in a pattern is a class,
+ *    all others share one), padded to a power of two: 32-entry rows for
+ *    lowercase words instead of 256;
+ *  - the first D states (all when the rows fit in dense_limit bytes; at least
+ *    the root and depth 1) have full rows; deeper ones keep sorted child edges
+ *    and a failure link and are resolved by following failure links;
+ *  - skip tables: the root and depth-1 states ("shallow") are a function of
+ *    the last byte alone.  A 64 KiB table over byte pairs (p, c) says whether
+ *    reading c there can leave the shallow states or end a match, and for
+ *    each such pair a 256-bit set says which next bytes d lead straight back.
+ *    While in shallow states the scanner tests one table byte per input byte
+ *    (no dependent loads); on data full of pattern prefixes, where that would
+ *    not pay, it falls back to the plain walk for a while (see fs_ac_scan). */
+#ifndef FS_CORE_HOOK_AC_H
+#define FS_CORE_HOOK_AC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define FS_AC_MAX_STATES (1u << 22)            /* bounds memory: ~25 B a state, ~50 while building */
+#define FS_AC_DENSE_DEFAULT (64u << 20)        /* bytes of full goto rows */
+
+struct fs_ac_pattern {
+  const uint8_t *p;
+  uint32_t len;          /* >= 1 */
+};
+
+struct fs_ac;
+
+/* Build from n patterns (duplicates allowed: they count once, as the first).
+ * Returns 0, -EINVAL (an empty pattern, or more than FS_AC_MAX_STATES states),
+ * or -ENOMEM.  dense_limit: bytes for full rows (0: FS_AC_DENSE_DEFAULT); the
+ * root and depth-1 states are always dense. */
+int fs_ac_build(const struct fs_ac_pattern *pats, uint32_t n, size_t dense_limit,
+                struct fs_ac **out);
+void fs_ac_free(struct fs_ac *ac);
+
+/* Scan buf from *state until a byte that ends at least one pattern.  Returns
+ * the bytes consumed (the matching byte included) and sets *nmatch to the
+ * number of patterns ending there, or consumes all of buf with *nmatch = 0. */
+size_t fs_ac_scan(const struct fs_ac *ac, uint32_t *state, const uint8_t *buf, size_t len,
+                  uint32_t *nmatch);
+
+/* The longest pattern (index into the build array) ending in state. */
+uint32_t fs_ac_state_pattern(const struct fs_ac *ac, uint32_t state);
+
+/* Statistics for logs and tests. */
+uint32_t fs_ac_states(const struct fs_ac *ac);
+uint32_t fs_ac_dense_states(const struct fs_ac *ac);
+size_t fs_ac_memory(const struct fs_ac *ac);
+
+#endif
