@@ -28,6 +28,11 @@ struct fs_chan_ep {
   uint32_t pid;              /* creator, for diagnostics */
   uint32_t rx_revert;        /* this end stopped reading its rx ring at its
                                 head: the peer re-sends the rest on TCP; atomic */
+  uint32_t attached;         /* this end's connection holds the channel; atomic.
+                                Nobody switches its tx before the peer's is set:
+                                until then the peer may read TCP without looking
+                                at the ring, and a TCP EOF would cut the stream. */
+  uint32_t pad;
 };
 
 struct fs_chan;

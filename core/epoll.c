@@ -300,10 +300,20 @@ static uint32_t fs_ep_eval(struct fs_ep_ent *e, uint32_t kernel, bool arm)
   return (uint32_t)(unsigned short)r & (e->events | EPOLLERR | EPOLLHUP);
 }
 
-static int fs_ep_emit(struct epoll_event *out, int n, struct fs_ep_ent *e, uint32_t ev)
+/* Report ev for entry e: an fd appears at most once per epoll_wait result
+ * (applications free per-fd state on the first event), so a second source
+ * for the same entry (TCP and wake fd, or the fabric pre-check) is merged.
+ * src[i] names the entry behind out[i] (NULL for untracked fds). */
+static int fs_ep_emit(struct epoll_event *out, struct fs_ep_ent **src, int n, struct fs_ep_ent *e, uint32_t ev)
 {
+  for (int i = 0; i < n; i++)
+    if (src[i] == e) {
+      out[i].events |= ev;
+      return n;
+    }
   out[n].events = ev;
   out[n].data = e->data;
+  src[n] = e;
   return n + 1;
 }
 
@@ -314,6 +324,10 @@ int fs_ready_epoll_wait(int epfd, struct epoll_event *out, int max, const struct
     return -EINVAL;
   struct epoll_event kst[64];
   int kmax = max < 64 ? max : 64;
+  struct fs_ep_ent *sst[64], **src = max <= 64 ? sst : malloc((size_t)max * sizeof *src);
+  if (!src)
+    return -ENOMEM;
+  int ret;
   uint64_t deadline = 0;
   if (ts) {
     struct timespec now;
@@ -351,7 +365,7 @@ int fs_ready_epoll_wait(int epfd, struct epoll_event *out, int max, const struct
         if (!r)
           continue;
         e->edge_pending = false;
-        n = fs_ep_emit(out, n, e, r);
+        n = fs_ep_emit(out, src, n, e, r);
         if (e->events & EPOLLONESHOT) {
           e->oneshot_fired = true;
           fs_ep_kmod(epfd, e, 0);
@@ -373,47 +387,45 @@ int fs_ready_epoll_wait(int epfd, struct epoll_event *out, int max, const struct
     }
     int room = max - n < kmax ? max - n : kmax;
     int k = room > 0 ? FS_REAL(epoll_pwait2)(epfd, kst, room, t, mask) : 0;
-    if (k < 0)
-      return n ? n : -errno;
+    if (k < 0) {
+      ret = n ? n : -errno;
+      break;
+    }
     pthread_mutex_lock(&ep->lock);
     for (int i = 0; i < k; i++) {
       struct fs_ep_ent *e = fs_ep_tag(ep, kst[i].data.u64);
       if (!e) {
+        src[n] = NULL;
         out[n++] = kst[i];
         continue;
       }
-      if (e->oneshot_fired)
-        continue;
       bool wake = kst[i].data.u64 & 1;
-      uint32_t r = fs_ep_eval(e, wake ? 0 : kst[i].events, false);
+      uint32_t r = e->oneshot_fired ? 0 : fs_ep_eval(e, wake ? 0 : kst[i].events, false);
       if (!r)
         continue;
-      bool dup = false;
-      for (int j = 0; j < n; j++)
-        if (out[j].data.u64 == e->data.u64 && (out[j].events & r) == r) {
-          dup = true;
-          break;
-        }
-      if (dup)
-        continue;
       e->edge_pending = false;
-      out[n].events = r;
-      out[n].data = e->data;
-      n++;
+      n = fs_ep_emit(out, src, n, e, r);
       if (e->events & EPOLLONESHOT) {
         e->oneshot_fired = true;
         fs_ep_kmod(epfd, e, 0);
       }
     }
     pthread_mutex_unlock(&ep->lock);
-    if (n > 0 || k == 0)
-      return n;
+    if (n > 0 || k == 0) {
+      ret = n;
+      break;
+    }
     /* Only wake edges with nothing to report: sleep again for the rest. */
     if (ts) {
       struct timespec now;
       clock_gettime(CLOCK_MONOTONIC, &now);
-      if ((uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec >= deadline)
-        return 0;
+      if ((uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec >= deadline) {
+        ret = 0;
+        break;
+      }
     }
   }
+  if (src != sst)
+    free(src);
+  return ret;
 }

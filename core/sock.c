@@ -262,6 +262,7 @@ int fs_sock_attach(struct fs_conn *c, struct fs_chan *ch)
     return -ESTALE;
   }
   __atomic_store_n(&c->chan, ch, __ATOMIC_RELEASE);
+  __atomic_store_n(&ch->me->attached, 1, __ATOMIC_RELEASE);
   fs_conn_set_state(c, FS_STATE_FABRIC, FS_REASON_NONE);
   if (c->stat)
     c->stat->fabric = (uint8_t)ch->ops->fabric;

@@ -201,7 +201,8 @@ static struct fs_chan *fs_sockio_chan(struct fs_conn *c)
 
 void fs_sockio_switch_tx(struct fs_conn *c, struct fs_chan *ch)
 {
-  if (c->tx_flow != FS_FLOW_TCP || c->shut_wr || c->reverted)
+  if (c->tx_flow != FS_FLOW_TCP || c->shut_wr || c->reverted ||
+      !__atomic_load_n(&ch->peer->attached, __ATOMIC_ACQUIRE))
     return;
   if (fs_ring_put_ctl(&ch->tx, FS_REC_SWITCH, c->tcp_tx) == 0) {
     c->tx_flow = FS_FLOW_FABRIC;
@@ -401,6 +402,13 @@ static ssize_t fs_sockio_rx_step(struct fs_conn *c, int fd, struct fs_io *io, si
       ssize_t r = fs_sockio_tcp_read(fd, io, skip, limit);
       if (r > 0 && !peek)
         c->tcp_rx += (uint64_t)r;
+      /* TCP EOF: the peer may have switched, sent and shut down since we
+       * looked at the ring (its SWITCH is published before its FIN). */
+      if (r == 0 && (ch = fs_sockio_chan(c)) && !fs_ring_empty(&ch->rx))
+        continue;
+      if (r == 0)
+        fs_log(FS_LOG_DEBUG, "fd %d: eof on tcp (chan %p, tcp_rx %llu)", fd, (void *)ch,
+               (unsigned long long)c->tcp_rx);
       return r;
     }
     /* rx on the fabric */
@@ -424,6 +432,8 @@ static ssize_t fs_sockio_rx_step(struct fs_conn *c, int fd, struct fs_io *io, si
       if (t == FS_REC_EOF) {
         if (!peek)
           c->rx_flow = FS_FLOW_EOF;
+        fs_log(FS_LOG_DEBUG, "fd %d: eof record (tcp_rx %llu fab_rx %llu)", fd,
+               (unsigned long long)c->tcp_rx, (unsigned long long)c->fab_rx);
         return 0;
       }
       if (t == FS_REC_REVERT) {
@@ -435,8 +445,11 @@ static ssize_t fs_sockio_rx_step(struct fs_conn *c, int fd, struct fs_io *io, si
       }
       return -ECONNRESET;
     }
-    if (fs_chan_peer_closed(ch))
+    if (fs_chan_peer_closed(ch)) {
+      fs_log(FS_LOG_DEBUG, "fd %d: peer closed, ring empty (tcp_rx %llu fab_rx %llu)", fd,
+             (unsigned long long)c->tcp_rx, (unsigned long long)c->fab_rx);
       return 0; /* closed with its tx on TCP or after EOF was consumed */
+    }
     return -EAGAIN;
   }
 }
@@ -489,6 +502,7 @@ static ssize_t fs_sockio_fabric_recv(struct fs_conn *c, int fd, struct fs_io *io
           break;
         if (fs_chan_rx_ready(ch))
           continue; /* the EOF record beat the TCP close */
+        fs_log(FS_LOG_DEBUG, "fd %d: tcp says %zd with the ring empty: peer gone", fd, lv);
         return lv;
       }
     } else if (ch) {
