@@ -1,0 +1,96 @@
+/* Reading fabsock.conf.  The file is read with stdio, never read(): read is
+ * interposed (HACKING.md), and stdio, unlike mmap, cannot SIGBUS when the
+ * file is truncated under us. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "policy/conffile.h"
+#include "preload/real.h"
+
+#ifndef SYSCONFDIR
+#define SYSCONFDIR "/etc"
+#endif
+
+/* Parse the file at path into *out.  A missing file is an empty config
+ * unless must_exist. */
+static int fs_conffile_read(const char *path, bool must_exist, struct fs_policy **out, char *err,
+                            size_t errlen)
+{
+  struct stat st;
+  char *buf;
+  FILE *f;
+  size_t n, cap;
+  int rc, fd;
+
+  /* O_NONBLOCK: a FIFO must not hang the application in open. */
+  fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) {
+    int e = errno;
+    if (e == ENOENT && !must_exist)
+      return fs_policy_parse("", 0, path, out, err, errlen);
+    snprintf(err, errlen, "%s: %s", path, strerror(e));
+    return -e;
+  }
+  if (fstat(fd, &st) < 0)
+    st.st_mode = 0;
+  if (!S_ISREG(st.st_mode) || st.st_size > (off_t)FS_CONFFILE_MAX) {
+    snprintf(err, errlen, "%s: %s", path,
+             !S_ISREG(st.st_mode) ? "not a regular file" : "larger than 1 MiB");
+    FS_REAL(close)(fd);
+    return -EINVAL;
+  }
+  f = fdopen(fd, "r");
+  if (f == NULL) {
+    FS_REAL(close)(fd);
+    snprintf(err, errlen, "%s: out of memory", path);
+    return -ENOMEM;
+  }
+  cap = (size_t)st.st_size + 1; /* one more to see the file growing past its size */
+  buf = malloc(cap);
+  if (buf == NULL) {
+    fclose(f);
+    snprintf(err, errlen, "%s: out of memory", path);
+    return -ENOMEM;
+  }
+  n = fread(buf, 1, cap, f);
+  if (ferror(f)) {
+    snprintf(err, errlen, "%s: read error", path);
+    rc = -EIO;
+  } else if (n > FS_CONFFILE_MAX) {
+    snprintf(err, errlen, "%s: larger than 1 MiB", path);
+    rc = -EINVAL;
+  } else {
+    rc = fs_policy_parse(buf, n, path, out, err, errlen);
+  }
+  fclose(f);
+  free(buf);
+  return rc;
+}
+
+int fs_conffile_load(const char *(*get)(const char *name), struct fs_policy **out, char *err,
+                     size_t errlen)
+{
+  const char *path = get("FABSOCK_CONFIG");
+  int rc;
+
+  *out = NULL;
+  if (path == NULL)
+    rc = fs_conffile_read(SYSCONFDIR "/fabsock.conf", false, out, err, errlen);
+  else if (path[0] == '\0') /* set but empty: no file at all */
+    rc = fs_policy_parse("", 0, "(none)", out, err, errlen);
+  else
+    rc = fs_conffile_read(path, true, out, err, errlen);
+  if (rc == 0) {
+    rc = fs_policy_apply_env(*out, get, err, errlen);
+    if (rc < 0) {
+      fs_policy_free(*out);
+      *out = NULL;
+    }
+  }
+  return rc;
+}
