@@ -1,0 +1,166 @@
+/* Lazy, checked, once-only loading of the CUDA driver (see cuda.h). */
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu/cuda.h"
+#include "core/log.h"
+
+static struct fs_cuda fs_cuda_tab;
+static const struct fs_cuda *fs_cuda_ptr; /* set once by fs_cuda_load; read atomically */
+static pthread_once_t fs_cuda_once = PTHREAD_ONCE_INIT;
+
+/* Environment, read once: 0 = unread, 1 = enabled, 2 = disabled. */
+static int fs_cuda_env_state;
+static const char *fs_cuda_env_lib;
+
+static void fs_cuda_read_env(void)
+{
+  if (__atomic_load_n(&fs_cuda_env_state, __ATOMIC_ACQUIRE) != 0)
+    return;
+  /* Racing threads compute the same values. */
+  const char *v = getenv("FABSOCK_CUDA");
+  const char *lib = getenv("FABSOCK_CUDA_LIB");
+  fs_cuda_env_lib = (lib != NULL && *lib != '\0') ? lib : "libcuda.so.1";
+  int state = (v != NULL && strcmp(v, "0") == 0) ? 2 : 1;
+  __atomic_store_n(&fs_cuda_env_state, state, __ATOMIC_RELEASE);
+}
+
+bool fs_cuda_disabled(void)
+{
+  fs_cuda_read_env();
+  return fs_cuda_env_state == 2;
+}
+
+const char *fs_cuda_lib_name(void)
+{
+  fs_cuda_read_env();
+  return fs_cuda_env_lib;
+}
+
+bool fs_cuda_in_process(void)
+{
+  if (fs_cuda_disabled())
+    return false;
+  int saved = errno;
+  void *h = dlopen(fs_cuda_lib_name(), RTLD_NOW | RTLD_NOLOAD);
+  if (h != NULL)
+    dlclose(h); /* NOLOAD took a reference; give it back */
+  errno = saved;
+  return h != NULL;
+}
+
+struct fs_cuda_sym {
+  const char *name;
+  size_t off;
+  bool required;
+};
+
+#define FS_CUDA_SYM(n, req) { #n, offsetof(struct fs_cuda, n), req }
+static const struct fs_cuda_sym fs_cuda_syms[] = {
+  FS_CUDA_SYM(cuInit, true),
+  FS_CUDA_SYM(cuPointerGetAttribute, true),
+  FS_CUDA_SYM(cuPointerGetAttributes, true),
+  FS_CUDA_SYM(cuMemGetAddressRange_v2, true),
+  FS_CUDA_SYM(cuMemcpyDtoH_v2, true),
+  FS_CUDA_SYM(cuMemcpyHtoD_v2, true),
+  FS_CUDA_SYM(cuMemcpyDtoHAsync_v2, true),
+  FS_CUDA_SYM(cuMemcpyHtoDAsync_v2, true),
+  FS_CUDA_SYM(cuStreamSynchronize, true),
+  FS_CUDA_SYM(cuMemHostAlloc, true),
+  FS_CUDA_SYM(cuMemFreeHost, true),
+  FS_CUDA_SYM(cuCtxGetCurrent, true),
+  FS_CUDA_SYM(cuCtxPushCurrent_v2, true),
+  FS_CUDA_SYM(cuCtxPopCurrent_v2, true),
+  FS_CUDA_SYM(cuDeviceGet, true),
+  FS_CUDA_SYM(cuDevicePrimaryCtxRetain, true),
+  FS_CUDA_SYM(cuGetErrorString, false),
+  FS_CUDA_SYM(cuMemGetHandleForAddressRange, false),
+};
+#undef FS_CUDA_SYM
+
+static void fs_cuda_load(void)
+{
+  int saved = errno;
+  const char *name = fs_cuda_lib_name();
+  if (fs_cuda_disabled())
+    goto out;
+  void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+  if (h == NULL) {
+    const char *e = dlerror();
+    fs_log(FS_LOG_INFO, "gpu: cannot load %s (%s); GPU buffers unsupported", name, e ? e : "?");
+    goto out;
+  }
+  struct fs_cuda t;
+  memset(&t, 0, sizeof t);
+  for (size_t i = 0; i < sizeof fs_cuda_syms / sizeof fs_cuda_syms[0]; i++) {
+    void *p = dlsym(h, fs_cuda_syms[i].name);
+    if (p == NULL && fs_cuda_syms[i].required) {
+      fs_log(FS_LOG_WARN, "gpu: %s lacks %s; GPU buffers unsupported", name, fs_cuda_syms[i].name);
+      dlclose(h);
+      goto out;
+    }
+    /* Object and function pointers share a representation on POSIX. */
+    memcpy((char *)&t + fs_cuda_syms[i].off, &p, sizeof p);
+  }
+  fs_cuda_tab = t;
+  /* The handle is kept for the life of the process: never dlclose()d. */
+  __atomic_store_n(&fs_cuda_ptr, &fs_cuda_tab, __ATOMIC_RELEASE);
+  fs_log(FS_LOG_DEBUG, "gpu: loaded %s", name);
+out:
+  errno = saved;
+}
+
+const struct fs_cuda *fs_cuda_get(void)
+{
+  const struct fs_cuda *t = __atomic_load_n(&fs_cuda_ptr, __ATOMIC_ACQUIRE);
+  if (t != NULL)
+    return t;
+  int saved = errno;
+  pthread_once(&fs_cuda_once, fs_cuda_load);
+  errno = saved;
+  return __atomic_load_n(&fs_cuda_ptr, __ATOMIC_ACQUIRE);
+}
+
+const struct fs_cuda *fs_cuda_loaded(void)
+{
+  return __atomic_load_n(&fs_cuda_ptr, __ATOMIC_ACQUIRE);
+}
+
+int fs_cuda_errno(fs_cu_result r)
+{
+  switch (r) {
+  case FS_CU_SUCCESS:
+    return 0;
+  case FS_CU_ERROR_INVALID_VALUE:
+  case FS_CU_ERROR_INVALID_CONTEXT:
+  case FS_CU_ERROR_INVALID_HANDLE:
+    return -EINVAL;
+  case FS_CU_ERROR_OUT_OF_MEMORY:
+    return -ENOMEM;
+  case FS_CU_ERROR_NOT_INITIALIZED:
+  case FS_CU_ERROR_DEINITIALIZED:
+  case FS_CU_ERROR_STUB_LIBRARY:
+  case FS_CU_ERROR_NO_DEVICE:
+  case FS_CU_ERROR_INVALID_DEVICE:
+    return -ENODEV;
+  case FS_CU_ERROR_ILLEGAL_ADDRESS:
+    return -EFAULT;
+  case FS_CU_ERROR_NOT_SUPPORTED:
+    return -EOPNOTSUPP;
+  default:
+    return -EIO;
+  }
+}
+
+const char *fs_cuda_strerror(fs_cu_result r)
+{
+  const struct fs_cuda *t = fs_cuda_loaded();
+  const char *s = NULL;
+  if (t != NULL && t->cuGetErrorString != NULL && t->cuGetErrorString(r, &s) == FS_CU_SUCCESS &&
+      s != NULL)
+    return s;
+  return "CUDA error";
+}

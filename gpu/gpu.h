@@ -1,0 +1,151 @@
+/* GPU buffers on the data path: is this pointer device memory, and if so move
+ * its bytes through pinned host staging buffers.
+ *
+ * When is the driver asked?  Device memory can only exist in a process that has
+ * the CUDA driver (libcuda.so.1) mapped: every CUDA allocator lives in it.  So:
+ *  - fs_gpu_maybe_device() answers from one cached word.  Until the driver is
+ *    seen in the process it re-probes with dlopen(RTLD_NOLOAD), which never maps
+ *    anything, at most once per FS_GPU_RECHECK_MS (coarse monotonic clock) and at
+ *    once after fs_gpu_note_efault().  The rate limit cannot hide real device
+ *    memory: loading the driver, cuInit and a first allocation take far longer
+ *    than the window.  Once the driver is seen, the answer stays "maybe" (it is
+ *    never unloaded: we keep a reference).
+ *  - fs_gpu_classify() asks the driver (cuPointerGetAttributes, no cuInit: a
+ *    driver nobody initialised holds no device memory, and initialising it
+ *    ourselves would break a CUDA-using child after fork).
+ * Data path recipe (the lead wires it):
+ *     if (fs_gpu_maybe_device(buf) && fs_gpu_classify(buf, len) == FS_GPU_DEVICE)
+ *         n = fs_gpu_stage_out(buf, len, sink, ctx);   // or a fabric's own path
+ * A path that lets the kernel touch the buffer may instead call the kernel first
+ * and, on EFAULT, fs_gpu_note_efault() and then classify.  A path where
+ * libfabsock itself reads the buffer (shm/rdma rings: memcpy) must classify
+ * first whenever maybe_device says so: memcpy from device memory is SIGSEGV.
+ *
+ * Ordering: like CUDA-aware MPI, the application must have finished the GPU
+ * work producing (or consuming) a buffer before send (after recv).  Our copies
+ * go on the per-thread default stream, which also orders after work on the
+ * legacy default stream.
+ *
+ * After fork(), a child of a process that used the driver treats every
+ * pointer as host memory (CUDA cannot be used in such a child).
+ *
+ * Environment: FABSOCK_CUDA=0 disables all of it; FABSOCK_GPU_STAGING_BUFS
+ * (default 4, at most 64) pinned buffers of FABSOCK_GPU_STAGING_SIZE bytes
+ * (default 4M; K/M/G suffixes; 4K..1G) are allocated lazily per process.
+ *
+ * Everything returns -errno on failure and leaves errno as it found it. */
+#ifndef FS_GPU_GPU_H
+#define FS_GPU_GPU_H
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "gpu/regcache.h"
+
+enum { FS_GPU_HOST = 0, FS_GPU_DEVICE = 1 };
+
+#define FS_GPU_RECHECK_MS 5
+
+/* Everything the driver says about one pointer. */
+struct fs_gpu_ptr {
+  int kind;             /* FS_GPU_HOST (plain, pinned or managed) or FS_GPU_DEVICE */
+  unsigned memtype;     /* raw CUmemorytype: 0 unknown to CUDA, 1 host, 2 device */
+  bool managed;         /* managed memory: CPU-accessible, so kind is HOST */
+  int device;           /* device ordinal, -1 if none */
+  void *ctx;            /* owning CUcontext (NULL: none recorded, e.g. VMM) */
+  uint64_t buffer_id;   /* CU_POINTER_ATTRIBUTE_BUFFER_ID, 0 if none */
+  uintptr_t base;       /* the allocation holding the pointer (device memory only; */
+  size_t size;          /* fs_gpu_query fills these, fs_gpu_classify does not) */
+};
+
+/* A sink consumes n host bytes (e.g. a send on the real socket) and returns how
+ * many it took, or -errno; it must be done with the bytes when it returns.  A
+ * source fills up to n bytes and returns how many (0 = end), or -errno. */
+typedef ssize_t (*fs_gpu_sink_fn)(void *ctx, const void *host, size_t n);
+typedef ssize_t (*fs_gpu_source_fn)(void *ctx, void *host, size_t n);
+
+struct fs_gpu_stats {
+  uint64_t classified, device_hits;
+  uint64_t staged_out_bytes, staged_in_bytes;
+  uint64_t pinned_buffers, pinned_bytes; /* staging pool size */
+  uint64_t unpinned_fallbacks;           /* pool exhausted: a malloc'd buffer was used */
+};
+
+#ifdef HAVE_CUDA
+
+/* Cheap pre-check (see above): false means p cannot be device memory. */
+bool fs_gpu_maybe_device(const void *p);
+
+/* A real kernel call on a user buffer failed with EFAULT: re-probe for the
+ * driver at the next fs_gpu_maybe_device() regardless of the rate limit. */
+void fs_gpu_note_efault(void);
+
+/* FS_GPU_HOST or FS_GPU_DEVICE.  Host whenever the driver is absent, disabled,
+ * not initialised or cannot tell. */
+int fs_gpu_classify(const void *p, size_t len);
+
+/* Like classify, filling *out; for device memory also the allocation's range
+ * (-EFAULT if [p, p+len) does not fit in it). */
+int fs_gpu_query(const void *p, size_t len, struct fs_gpu_ptr *out);
+
+/* Synchronous copies; n or -errno.  Host (or managed) memory on the device
+ * side is copied with memcpy. */
+ssize_t fs_gpu_copy_from_device(void *host_dst, const void *dev_src, size_t n);
+ssize_t fs_gpu_copy_to_device(void *dev_dst, const void *host_src, size_t n);
+
+/* Move len bytes of dev to sink through pinned staging buffers, in chunks of
+ * the staging size, copying chunk i+1 while the sink takes chunk i.  Returns
+ * the bytes the sink took; stops at the first short or failed sink call and
+ * then returns the progress so far, or the sink's -errno if there was none.
+ * A host pointer goes to the sink directly. */
+ssize_t fs_gpu_stage_out(const void *dev, size_t len, fs_gpu_sink_fn sink, void *ctx);
+
+/* Mirror: fill dev from source, chunk by chunk, the source filling one buffer
+ * while the previous one is copied to the device.  Stops after a short read
+ * (recv semantics: what has arrived), at end (0) or on error; returns bytes
+ * now in device memory, or the source's -errno (0 at end) if none.  If a
+ * device copy fails after the source gave bytes, those bytes are lost: the
+ * progress before them is returned (or -EIO) and an error is logged. */
+ssize_t fs_gpu_stage_in(void *dev, size_t len, fs_gpu_source_fn source, void *ctx);
+
+/* A dma-buf fd for [p, p+len) (page-aligned; for ibv_reg_dmabuf_mr), or
+ * -EOPNOTSUPP (driver too old / not supported) or another -errno. */
+int fs_gpu_dmabuf_fd(const void *p, size_t len);
+
+/* A regcache query op over the driver: the device allocation holding
+ * [addr, addr+len) and its buffer id; -EINVAL for host memory. */
+int fs_gpu_regcache_query(void *arg, uintptr_t addr, size_t len, struct fs_regcache_range *out);
+
+void fs_gpu_get_stats(struct fs_gpu_stats *out);
+
+#else /* !HAVE_CUDA: GPU support not built; everything is host memory. */
+
+#include <string.h>
+
+static inline bool fs_gpu_maybe_device(const void *p) { (void)p; return false; }
+static inline void fs_gpu_note_efault(void) {}
+static inline int fs_gpu_classify(const void *p, size_t len) { (void)p; (void)len; return FS_GPU_HOST; }
+static inline int fs_gpu_query(const void *p, size_t len, struct fs_gpu_ptr *out)
+{
+  (void)p, (void)len;
+  memset(out, 0, sizeof *out);
+  out->device = -1;
+  return FS_GPU_HOST;
+}
+static inline ssize_t fs_gpu_copy_from_device(void *h, const void *d, size_t n) { memcpy(h, d, n); return (ssize_t)n; }
+static inline ssize_t fs_gpu_copy_to_device(void *d, const void *h, size_t n) { memcpy(d, h, n); return (ssize_t)n; }
+static inline ssize_t fs_gpu_stage_out(const void *d, size_t l, fs_gpu_sink_fn s, void *c) { return s(c, d, l); }
+static inline ssize_t fs_gpu_stage_in(void *d, size_t l, fs_gpu_source_fn s, void *c) { return s(c, d, l); }
+static inline int fs_gpu_dmabuf_fd(const void *p, size_t l) { (void)p; (void)l; return -EOPNOTSUPP; }
+static inline int fs_gpu_regcache_query(void *a, uintptr_t p, size_t l, struct fs_regcache_range *o)
+{
+  (void)a, (void)p, (void)l, (void)o;
+  return -EINVAL;
+}
+static inline void fs_gpu_get_stats(struct fs_gpu_stats *out) { memset(out, 0, sizeof *out); }
+
+#endif
+#endif
