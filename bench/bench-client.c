@@ -1,0 +1,273 @@
+/* fabsock-bench client: the three network tests, measured on the client
+ * side (protocol in bench-proto.h). */
+#include "bench/bench.h"
+#include "bench/bench-proto.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* The server's addresses (getaddrinfo order); dial() starts at the last one
+ * that worked. */
+struct target {
+  struct sockaddr_storage ss[8];
+  socklen_t sl[8];
+  int n;
+  _Atomic int good;
+};
+
+static int resolve(const struct bench_opts *o, struct target *t, char *err, size_t errlen) {
+  struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res, *ai;
+  const char *host = o->host ? o->host : "127.0.0.1";
+  int rc = getaddrinfo(host, o->port, &hints, &res);
+  if (rc != 0) {
+    snprintf(err, errlen, "%s port %s: %s", host, o->port, gai_strerror(rc));
+    return -1;
+  }
+  t->n = 0;
+  for (ai = res; ai && t->n < 8; ai = ai->ai_next) {
+    memcpy(&t->ss[t->n], ai->ai_addr, ai->ai_addrlen);
+    t->sl[t->n++] = ai->ai_addrlen;
+  }
+  atomic_store(&t->good, 0);
+  freeaddrinfo(res);
+  return 0;
+}
+
+/* A connected TCP_NODELAY socket to the target, or -1 with errno. */
+static int dial(struct target *t) {
+  int first = atomic_load(&t->good), e = ECONNREFUSED;
+  for (int k = 0; k < t->n; k++) {
+    int i = (first + k) % t->n;
+    int fd = socket(t->ss[i].ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      e = errno;
+      continue;
+    }
+    nodelay(fd);
+    if (connect(fd, (const struct sockaddr *)&t->ss[i], t->sl[i]) == 0) {
+      if (i != first) atomic_store(&t->good, i);
+      return fd;
+    }
+    e = errno;
+    close(fd);
+    if (e == EADDRNOTAVAIL || e == EMFILE || e == ENFILE) break; /* local trouble */
+  }
+  errno = e;
+  return -1;
+}
+
+static void make_hello(unsigned char *h, int test, uint64_t size, uint64_t seq) {
+  memset(h, 0, HELLO_LEN);
+  memcpy(h, "FSBENCH1", 8);
+  put32(h + 8, (uint32_t)test);
+  put64(h + 16, size);
+  put64(h + 24, seq);
+}
+
+#define FAIL(...) do { snprintf(r->err, sizeof r->err, __VA_ARGS__); goto out; } while (0)
+
+static int run_pingpong(const struct bench_opts *o, struct target *tg, uint64_t size,
+                        double secs, struct bench_result *r) {
+  unsigned char hello[HELLO_LEN];
+  unsigned char *tx = malloc(size), *rx = malloc(size);
+  size_t cap = o->iters ? o->iters : 65536, n = 0;
+  uint64_t *rtt = malloc(cap * sizeof *rtt);
+  int fd = -1;
+  if (!tx || !rx || !rtt) FAIL("out of memory");
+  memset(tx, 0xa5, size);
+  if ((fd = dial(tg)) < 0) FAIL("connect: %s", strerror(errno));
+  make_hello(hello, T_PINGPONG, size, 0);
+  if (write_full(fd, hello, sizeof hello) < 0) FAIL("write hello: %s", strerror(errno));
+
+  uint64_t t_begin = bench_now_ns(), i = 0, measure_from = 0, t_measure = 0;
+  uint64_t warm_ns = (uint64_t)(o->warmup_time * 1e9), secs_ns = (uint64_t)(secs * 1e9);
+  uint64_t cap_ns = secs_ns * 4 > 2000000000u ? secs_ns * 4 : 2000000000u;
+  uint64_t min_n = size <= 65536 ? 1000 : 100; /* enough for a p99 of small messages */
+  for (;; i++) {
+    uint64_t t0 = bench_now_ns();
+    if (!t_measure) { /* warm-up: >= warmup_iters and >= warmup_time, never > 1 s */
+      uint64_t el = t0 - t_begin;
+      if ((i >= o->warmup_iters && el >= warm_ns) || el >= 1000000000u) {
+        t_measure = t0;
+        measure_from = i;
+      }
+    } else {
+      uint64_t el = t0 - t_measure, done = i - measure_from;
+      if (o->iters ? done >= o->iters
+                   : ((el >= secs_ns && done >= min_n) || (el >= cap_ns && done >= 10)))
+        break;
+    }
+    if (size >= 8) memcpy(tx, &i, 8);
+    else tx[0] = (unsigned char)i;
+    if (size >= 16) {
+      uint64_t x = ~i;
+      memcpy(tx + size - 8, &x, 8);
+    }
+    if (write_full(fd, tx, size) < 0) FAIL("write: %s", strerror(errno));
+    ssize_t got = read_full(fd, rx, size);
+    if (got <= 0) FAIL("read: %s", got == 0 ? "server closed the connection" : strerror(errno));
+    uint64_t t1 = bench_now_ns();
+    if (memcmp(rx, tx, size < 8 ? size : 8) != 0 ||
+        (size >= 16 && memcmp(rx + size - 8, tx + size - 8, 8) != 0))
+      FAIL("echo corrupted at round trip %llu", (unsigned long long)i);
+    if (t_measure) {
+      if (n == cap) {
+        uint64_t *bigger = realloc(rtt, 2 * cap * sizeof *rtt);
+        if (!bigger) FAIL("out of memory");
+        rtt = bigger;
+        cap *= 2;
+      }
+      rtt[n++] = t1 - t0;
+    }
+  }
+  bench_lat_stats(rtt, n, &r->lat);
+  r->secs = (bench_now_ns() - t_measure) / 1e9;
+  r->ok = 1;
+out:
+  if (fd >= 0) close(fd);
+  free(tx);
+  free(rx);
+  free(rtt);
+  return r->ok ? 0 : -1;
+}
+
+static int run_stream(const struct bench_opts *o, struct target *tg, uint64_t size,
+                      double secs, struct bench_result *r) {
+  unsigned char hello[HELLO_LEN], reply[REPLY_LEN];
+  unsigned char *buf = malloc(size);
+  uint64_t seq = 0, sent = 0;
+  int fd = -1;
+  if (size < STREAM_HDR) FAIL("stream messages must be >= %d bytes", STREAM_HDR);
+  if (!buf) FAIL("out of memory");
+  memset(buf, 0x3c, size);
+  if ((fd = dial(tg)) < 0) FAIL("connect: %s", strerror(errno));
+  make_hello(hello, T_STREAM, size, 0);
+  if (write_full(fd, hello, sizeof hello) < 0) FAIL("write hello: %s", strerror(errno));
+
+#define SEND(kind)                                        \
+  do {                                                    \
+    buf[0] = (kind);                                      \
+    put64(buf + 8, seq++);                                \
+    if (write_full(fd, buf, size) < 0)                    \
+      FAIL("write: %s", strerror(errno));                 \
+    sent += size;                                         \
+  } while (0)
+  double warm = o->warmup_time < 1.0 ? o->warmup_time : 1.0;
+  uint64_t t0 = bench_now_ns(), lim = (uint64_t)(warm * 1e9);
+  while (bench_now_ns() - t0 < lim) SEND(K_DATA);
+  SEND(K_SYNC);
+  ssize_t got = read_full(fd, reply, sizeof reply);
+  if (got != (ssize_t)sizeof reply) FAIL("no sync reply: %s", got ? strerror(errno) : "EOF");
+  if (get64(reply) != sent) FAIL("server counted %llu bytes, %llu were sent",
+                                 (unsigned long long)get64(reply), (unsigned long long)sent);
+
+  sent = 0;
+  t0 = bench_now_ns();
+  lim = (uint64_t)(secs * 1e9);
+  while (bench_now_ns() - t0 < lim) SEND(K_DATA);
+  SEND(K_END);
+  got = read_full(fd, reply, sizeof reply);
+  if (got != (ssize_t)sizeof reply) FAIL("no end reply: %s", got ? strerror(errno) : "EOF");
+  uint64_t t1 = bench_now_ns();
+#undef SEND
+  if (get64(reply) != sent) FAIL("server counted %llu bytes, %llu were sent",
+                                 (unsigned long long)get64(reply), (unsigned long long)sent);
+  r->bytes = get64(reply);
+  r->secs = (t1 - t0) / 1e9; /* first write to the receiver's acknowledgement */
+  r->rate = r->bytes / r->secs / 1e9;
+  r->ok = 1;
+out:
+  if (fd >= 0) close(fd);
+  free(buf);
+  return r->ok ? 0 : -1;
+}
+
+struct cr_thread {
+  struct target *tg;
+  uint64_t t_measure, t_end, count, seq0;
+  char err[128];
+};
+
+static void *connrate_thread(void *arg) {
+  struct cr_thread *t = arg;
+  unsigned char h[HELLO_LEN], rep[HELLO_LEN];
+  for (uint64_t seq = t->seq0;; seq++) {
+    uint64_t now = bench_now_ns();
+    if (now >= t->t_end) break;
+    int fd = dial(t->tg);
+    if (fd < 0) {
+      snprintf(t->err, sizeof t->err, "connect: %s", strerror(errno));
+      break;
+    }
+    make_hello(h, T_CONNRATE, HELLO_LEN, seq);
+    if (write_full(fd, h, sizeof h) < 0) {
+      snprintf(t->err, sizeof t->err, "write: %s", strerror(errno));
+      close(fd);
+      break;
+    }
+    ssize_t got = read_full(fd, rep, sizeof rep);
+    close(fd);
+    if (got != (ssize_t)sizeof rep || memcmp(rep, "FSBENCHR", 8) || get64(rep + 24) != seq) {
+      snprintf(t->err, sizeof t->err, "bad reply: %s",
+               got < 0 ? strerror(errno) : got == 0 ? "EOF instead of the reply" : "corrupted");
+      break;
+    }
+    if (now >= t->t_measure) t->count++;
+  }
+  return NULL;
+}
+
+static int run_connrate(const struct bench_opts *o, struct target *tg, double secs,
+                        struct bench_result *r) {
+  int nt = o->conn_threads > 0 ? o->conn_threads : 1;
+  struct cr_thread *th = calloc((size_t)nt, sizeof *th);
+  pthread_t *tid = calloc((size_t)nt, sizeof *tid);
+  int started = 0;
+  if (!th || !tid) FAIL("out of memory");
+  double warm = o->warmup_time < 0.1 ? o->warmup_time : 0.1; /* connections are new anyway */
+  uint64_t t0 = bench_now_ns() + (uint64_t)(warm * 1e9);
+  for (int i = 0; i < nt; i++) {
+    th[i] = (struct cr_thread){.tg = tg, .t_measure = t0,
+                               .t_end = t0 + (uint64_t)(secs * 1e9),
+                               .seq0 = (uint64_t)i << 40};
+    if (pthread_create(&tid[i], NULL, connrate_thread, &th[i]) != 0) break;
+    started++;
+  }
+  for (int i = 0; i < started; i++) pthread_join(tid[i], NULL);
+  if (started < nt) FAIL("pthread_create failed");
+  for (int i = 0; i < nt; i++) {
+    if (th[i].err[0]) FAIL("%s", th[i].err);
+    r->count += th[i].count;
+  }
+  r->secs = secs;
+  r->rate = r->count / secs;
+  r->ok = 1;
+out:
+  free(th);
+  free(tid);
+  return r->ok ? 0 : -1;
+}
+
+int bench_client_one(const struct bench_opts *o, int test, uint64_t size, double secs,
+                     struct bench_result *r) {
+  static struct target tg;
+  memset(r, 0, sizeof *r);
+  r->test = test;
+  r->size = size;
+  signal(SIGPIPE, SIG_IGN);
+  if (resolve(o, &tg, r->err, sizeof r->err) < 0) return -1;
+  switch (test) {
+  case T_PINGPONG: return run_pingpong(o, &tg, size, secs, r);
+  case T_STREAM: return run_stream(o, &tg, size, secs, r);
+  case T_CONNRATE: return run_connrate(o, &tg, secs, r);
+  default: snprintf(r->err, sizeof r->err, "unknown test %d", test); return -1;
+  }
+}
