@@ -21,7 +21,7 @@ enum { K_FRAME, K_DPI, K_USER };
 
 struct hook_inst {
   int kind;
-  void *state;                        /* struct fs_frame *, struct fs_dpi *, or the .so's */
+  void *state;                        /* fs_hook_frame, fs_hook_dpi, or the .so's */
   const struct fabsock_hook_ops *ops; /* K_USER */
   char name[32];                      /* for log lines */
 };
@@ -31,7 +31,7 @@ struct fs_hookset {
   int fd;
   int n;
   int counts;                   /* FS_HOOK_DIR_* counted by frame hooks */
-  struct fs_frame *wake;        /* first frame hook checking recv */
+  struct fs_hook_frame *wake;        /* first frame hook checking recv */
   struct hook_inst inst[];
 };
 
@@ -66,7 +66,7 @@ static int umod_get(const char *path, const struct fabsock_hook_ops **out, char 
     return 0;
   struct stat st;
   if (stat(path, &st) < 0 || !S_ISREG(st.st_mode)) {
-    fs_hook_errf(err, errlen, "hook %s: no such file", path);
+    fs_hook_spec_errf(err, errlen, "hook %s: no such file", path);
     return -ENOENT;
   }
   /* dlopen runs the object's constructors: never under our lock.  Loading
@@ -74,19 +74,19 @@ static int umod_get(const char *path, const struct fabsock_hook_ops **out, char 
   void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (h == NULL) {
     const char *e = dlerror();
-    fs_hook_errf(err, errlen, "hook %s: cannot load: %s", path, e ? e : "?");
+    fs_hook_spec_errf(err, errlen, "hook %s: cannot load: %s", path, e ? e : "?");
     return -ELIBBAD;
   }
   fabsock_hook_entry_fn *entry;
   *(void **)&entry = dlsym(h, "fabsock_hook_entry");
   const struct fabsock_hook_ops *ops = entry ? entry() : NULL;
   if (ops == NULL) {
-    fs_hook_errf(err, errlen, "hook %s: no fabsock_hook_entry, or it returned NULL", path);
+    fs_hook_spec_errf(err, errlen, "hook %s: no fabsock_hook_entry, or it returned NULL", path);
     dlclose(h);
     return -ELIBBAD;
   }
   if (ops->abi_version == 0 || ops->abi_version > FABSOCK_HOOK_ABI_VERSION) {
-    fs_hook_errf(err, errlen, "hook %s: built for hook ABI %u, this library has %d", path,
+    fs_hook_spec_errf(err, errlen, "hook %s: built for hook ABI %u, this library has %d", path,
                  ops->abi_version, FABSOCK_HOOK_ABI_VERSION);
     dlclose(h);
     return -ELIBBAD;
@@ -109,14 +109,14 @@ static int umod_get(const char *path, const struct fabsock_hook_ops **out, char 
 
 static void set_name(struct hook_inst *in, const char *name)
 {
-  fs_hook_printable(in->name, sizeof in->name, name, strlen(name));
+  fs_hook_spec_printable(in->name, sizeof in->name, name, strlen(name));
 }
 
 static void inst_close(struct hook_inst *in)
 {
   switch (in->kind) {
-  case K_FRAME: fs_frame_free(in->state); break;
-  case K_DPI: fs_dpi_free(in->state); break;
+  case K_FRAME: fs_hook_frame_free(in->state); break;
+  case K_DPI: fs_hook_dpi_free(in->state); break;
   default:
     if (in->ops->close)
       in->ops->close(in->state);
@@ -134,7 +134,7 @@ void fs_hook_close(struct fs_hookset *hs)
   errno = saved;
 }
 
-static int open_item(struct fs_hookset *hs, const struct fs_hook_item *it,
+static int open_item(struct fs_hookset *hs, const struct fs_hook_spec_item *it,
                      const struct fabsock_conn_info *ci, struct fs_stat_conn *stat,
                      char *err, size_t errlen)
 {
@@ -150,37 +150,37 @@ static int open_item(struct fs_hookset *hs, const struct fs_hook_item *it,
     in->state = NULL;
     rc = in->ops->open ? in->ops->open(it->args, ci, &in->state) : 0;
     if (rc != 0) {
-      fs_hook_errf(err, errlen, "hook %s: open failed (%d)", in->name, rc);
+      fs_hook_spec_errf(err, errlen, "hook %s: open failed (%d)", in->name, rc);
       return rc < 0 ? rc : -EINVAL;
     }
   } else if (strcmp(it->name, "frame") == 0) {
-    struct fs_frame_conf conf;
-    rc = fs_frame_conf_parse(it->args, &conf, err, errlen);
+    struct fs_hook_frame_conf conf;
+    rc = fs_hook_frame_conf_parse(it->args, &conf, err, errlen);
     if (rc < 0)
       return rc;
     int count = conf.dirs & ~hs->counts;
-    in->state = fs_frame_new(&conf, hs->fd, stat, count);
+    in->state = fs_hook_frame_new(&conf, hs->fd, stat, count);
     if (in->state == NULL) {
-      fs_hook_errf(err, errlen, "frame: out of memory");
+      fs_hook_spec_errf(err, errlen, "frame: out of memory");
       return -ENOMEM;
     }
     if (stat)
       hs->counts |= count;
-    if (hs->wake == NULL && fs_frame_checks(in->state, FS_HOOK_RECV))
+    if (hs->wake == NULL && fs_hook_frame_checks(in->state, FS_HOOK_RECV))
       hs->wake = in->state;
     in->kind = K_FRAME;
     set_name(in, "frame");
   } else if (strcmp(it->name, "dpi") == 0) {
-    struct fs_dpi_conf conf;
-    rc = fs_dpi_conf_parse(it->args, &conf, err, errlen);
+    struct fs_hook_dpi_conf conf;
+    rc = fs_hook_dpi_conf_parse(it->args, &conf, err, errlen);
     if (rc == 0)
-      rc = fs_dpi_new(&conf, hs->fd, (struct fs_dpi **)&in->state, err, errlen);
+      rc = fs_hook_dpi_new(&conf, hs->fd, (struct fs_hook_dpi **)&in->state, err, errlen);
     if (rc < 0)
       return rc;
     in->kind = K_DPI;
     set_name(in, "dpi");
   } else {
-    fs_hook_errf(err, errlen, "unknown hook '%s' (frame, dpi, or a path to a .so)", it->name);
+    fs_hook_spec_errf(err, errlen, "unknown hook '%s' (frame, dpi, or a path to a .so)", it->name);
     return -EINVAL;
   }
   hs->n++;
@@ -215,7 +215,7 @@ int fs_hook_open(const char *spec, const struct fabsock_conn_info *info,
 out:
   if (rc < 0) {
     snprintf(msg, sizeof msg, "hook: cannot set up hooks: %s", err);
-    fs_hook_log_once(FS_LOG_WARN, msg);
+    fs_hook_spec_log_once(FS_LOG_WARN, msg);
   }
   fs_hook_close(hs);
   fs_hook_spec_free(&sp);
@@ -228,7 +228,7 @@ static int user_verdict(struct fs_hookset *hs, struct hook_inst *in, int dir, in
   char why[160] = "";
   const char *r = in->ops->reason ? in->ops->reason(in->state) : NULL;
   if (r)
-    fs_hook_printable(why, sizeof why, r, strnlen(r, 200));
+    fs_hook_spec_printable(why, sizeof why, r, strnlen(r, 200));
   else
     snprintf(why, sizeof why, "verdict %d", v);
   fs_log(FS_LOG_WARN, "hook %s: fd %d: %s; closing (%s)", in->name, hs->fd, why,
@@ -248,8 +248,8 @@ static int dispatch(struct fs_hookset *hs, int dir, const void *buf, size_t len)
   for (int i = 0; i < hs->n && v == 0; i++) {
     struct hook_inst *in = &hs->inst[i];
     switch (in->kind) {
-    case K_FRAME: v = fs_frame_feed(in->state, dir, buf, len); break;
-    case K_DPI: v = fs_dpi_feed(in->state, dir, buf, len); break;
+    case K_FRAME: v = fs_hook_frame_feed(in->state, dir, buf, len); break;
+    case K_DPI: v = fs_hook_dpi_feed(in->state, dir, buf, len); break;
     default: {
       int (*fn)(void *, const void *, size_t) = dir == FS_HOOK_SEND ? in->ops->on_send
                                                                      : in->ops->on_recv;
@@ -280,7 +280,7 @@ size_t fs_hook_wake_hint(struct fs_hookset *hs)
 {
   if (hs == NULL || hs->wake == NULL || __atomic_load_n(&hs->aborted, __ATOMIC_RELAXED))
     return 0;
-  return fs_frame_wake_hint(hs->wake);
+  return fs_hook_frame_wake_hint(hs->wake);
 }
 
 int fs_hook_counts_msgs(const struct fs_hookset *hs)
@@ -293,7 +293,7 @@ uint64_t fs_hook_dpi_matches(const struct fs_hookset *hs)
   uint64_t n = 0;
   for (int i = 0; hs && i < hs->n; i++)
     if (hs->inst[i].kind == K_DPI)
-      n += fs_dpi_matches(hs->inst[i].state);
+      n += fs_hook_dpi_count(hs->inst[i].state);
   return n;
 }
 
@@ -307,29 +307,30 @@ int fs_hook_spec_check(const char *spec, char *err, size_t errlen)
   struct fs_hook_spec sp;
   int rc = fs_hook_spec_parse(spec, &sp, err, errlen);
   for (int i = 0; rc == 0 && i < sp.n; i++) {
-    const struct fs_hook_item *it = &sp.item[i];
+    const struct fs_hook_spec_item *it = &sp.item[i];
     if (strchr(it->name, '/')) {
       struct stat st;
       if (stat(it->name, &st) < 0 || !S_ISREG(st.st_mode) || access(it->name, R_OK) < 0) {
-        fs_hook_errf(err, errlen, "hook %s: no such readable file", it->name);
+        fs_hook_spec_errf(err, errlen, "hook %s: no such readable file", it->name);
         rc = -EINVAL;
       }
     } else if (strcmp(it->name, "frame") == 0) {
-      struct fs_frame_conf conf;
-      rc = fs_frame_conf_parse(it->args, &conf, err, errlen);
+      struct fs_hook_frame_conf conf;
+      rc = fs_hook_frame_conf_parse(it->args, &conf, err, errlen);
     } else if (strcmp(it->name, "dpi") == 0) {
-      struct fs_dpi_conf conf;
-      struct fs_dpi_patterns *ps = NULL;
+      struct fs_hook_dpi_conf conf;
+      struct fs_hook_dpi_patterns *ps = NULL;
       char path[4096];
-      rc = fs_dpi_conf_parse(it->args, &conf, err, errlen);
+      rc = fs_hook_dpi_conf_parse(it->args, &conf, err, errlen);
       if (rc == 0) {
         memcpy(path, conf.path, conf.path_len);
         path[conf.path_len] = '\0';
-        rc = fs_dpi_patterns_load(path, &ps, err, errlen);
-        fs_dpi_patterns_free(ps);
+        rc = fs_hook_dpi_patterns_load(path, &ps, err, errlen);
+        fs_hook_dpi_patterns_free(ps);
       }
     } else {
-      fs_hook_errf(err, errlen, "unknown hook '%s' (frame, dpi, or a path to a .so)", it->name);
+      fs_hook_spec_errf(err, errlen, "unknown hook '%s' (frame, dpi, or a path to a .so)",
+                        it->name);
       rc = -EINVAL;
     }
   }

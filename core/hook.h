@@ -26,6 +26,10 @@
 
 struct fs_hookset;   /* the per-connection chain of hook instances */
 
+/* Directions, for the built-in hooks: an index, and the dir= mask. */
+enum { FS_HOOK_SEND = 0, FS_HOOK_RECV = 1 };
+enum { FS_HOOK_DIR_SEND = 1, FS_HOOK_DIR_RECV = 2, FS_HOOK_DIR_BOTH = 3 };
+
 /* spec: FABSOCK_HOOKS syntax; NULL or "" (or only separators) -> *out = NULL,
  * return 0.  info: the connection (may be NULL in tests: fd -1).  stat: may be
  * NULL; if non-NULL the first frame hook checking a direction counts whole
@@ -55,12 +59,14 @@ void fs_hook_close(struct fs_hookset *hs);
  * message in err. */
 int fs_hook_spec_check(const char *spec, char *err, size_t errlen);
 
-/* Bytes the recv direction still needs before the current frame is complete,
- * as seen by the first frame hook that checks recv: the remaining payload (or
- * line: unknown) once a header was parsed, the missing header bytes while a
- * header is partial; 0 = no hint (at a frame boundary, no frame hook, line
- * mode, or checking stopped).  A lower bound: a receiver may sleep until that
- * many more bytes are readable. */
+/* Bytes the recv direction still needs (beyond what fs_hook_recv has seen)
+ * to complete the current frame, per the first frame hook that checks recv:
+ * the rest of the payload once the header was parsed, the rest of the header
+ * while it is partial.  0 = no hint: at a frame boundary, no frame hook, line
+ * mode, checking stopped, or the set aborted.  Never more than needed, so a
+ * receiver may sleep until that many more bytes are readable.  A read of the
+ * state the recv thread updates: call it from that thread (or under the
+ * lock that serializes recv). */
 size_t fs_hook_wake_hint(struct fs_hookset *hs);
 
 /* Directions whose messages a frame hook counts into the stat slot (so the

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "core/hook_ac.h"
+#include "core/hook_trie.h"
 
 #define NONE UINT32_MAX
 #define MATCH 0x80000000u  /* in a goto entry: the target ends a pattern */
@@ -10,7 +11,7 @@
 /* States are named by sid = index << sbits (premultiplied: a goto entry is
  * the target's sid, so a step is one add and one load); MATCH is or'ed into
  * goto entries only, never into a state carried between calls. */
-struct fs_ac {
+struct fs_hook_ac {
   uint32_t nstates;
   uint32_t ndense;       /* states [0, ndense) have a goto row */
   uint32_t nshallow;     /* states [0, nshallow) are the root and depth 1 */
@@ -31,127 +32,11 @@ struct fs_ac {
   size_t mem;
 };
 
-/* ---- build: a trie with a hash of (node, byte) -> child ----------------- */
-
-struct trie {
-  uint32_t n, cap;
-  uint32_t *first, *next;  /* first child, next sibling */
-  uint8_t *label;
-  uint32_t *pat;           /* pattern ending here, NONE if not terminal */
-  uint64_t *hkey;          /* (parent << 8 | byte) + 1; 0 = empty */
-  uint32_t *hval;
-  size_t hcap;             /* power of two */
-};
-
-static size_t hslot(uint64_t key, size_t mask)
-{
-  return (size_t)((key * 0x9E3779B97F4A7C15ull) >> 20) & mask;
-}
-
-static int trie_grow(struct trie *t)
-{
-  uint32_t cap = t->cap ? t->cap * 2 : 1024;
-  uint32_t *f = realloc(t->first, cap * sizeof *f);
-  if (f) t->first = f;
-  uint32_t *x = realloc(t->next, cap * sizeof *x);
-  if (x) t->next = x;
-  uint8_t *l = realloc(t->label, cap);
-  if (l) t->label = l;
-  uint32_t *p = realloc(t->pat, cap * sizeof *p);
-  if (p) t->pat = p;
-  if (!f || !x || !l || !p)
-    return -ENOMEM;
-  t->cap = cap;
-  return 0;
-}
-
-static int hash_grow(struct trie *t)
-{
-  size_t cap = t->hcap ? t->hcap * 2 : 2048;
-  uint64_t *k = calloc(cap, sizeof *k);
-  uint32_t *v = malloc(cap * sizeof *v);
-  if (!k || !v) {
-    free(k), free(v);
-    return -ENOMEM;
-  }
-  for (size_t i = 0; i < t->hcap; i++)
-    if (t->hkey[i]) {
-      size_t s = hslot(t->hkey[i], cap - 1);
-      while (k[s])
-        s = (s + 1) & (cap - 1);
-      k[s] = t->hkey[i];
-      v[s] = t->hval[i];
-    }
-  free(t->hkey), free(t->hval);
-  t->hkey = k, t->hval = v, t->hcap = cap;
-  return 0;
-}
-
-static void trie_free(struct trie *t)
-{
-  free(t->first), free(t->next), free(t->label), free(t->pat), free(t->hkey), free(t->hval);
-}
-
-static uint32_t trie_new_node(struct trie *t, uint8_t c)
-{
-  uint32_t i = t->n++;
-  t->first[i] = NONE;
-  t->next[i] = NONE;
-  t->label[i] = c;
-  t->pat[i] = NONE;
-  return i;
-}
-
-/* Child of node for byte c, created when create; NONE if absent or on error. */
-static int trie_child(struct trie *t, uint32_t node, uint8_t c, uint32_t *child)
-{
-  uint64_t key = ((uint64_t)node << 8 | c) + 1;
-  size_t s = hslot(key, t->hcap - 1);
-  for (; t->hkey[s]; s = (s + 1) & (t->hcap - 1))
-    if (t->hkey[s] == key) {
-      *child = t->hval[s];
-      return 0;
-    }
-  if (t->n >= FS_AC_MAX_STATES)
-    return -EINVAL;
-  if (t->n == t->cap && trie_grow(t) < 0)
-    return -ENOMEM;
-  uint32_t k = trie_new_node(t, c);
-  t->next[k] = t->first[node];
-  t->first[node] = k;
-  t->hkey[s] = key;
-  t->hval[s] = k;
-  *child = k;
-  if ((size_t)t->n * 2 > t->hcap && hash_grow(t) < 0)
-    return -ENOMEM;
-  return 0;
-}
-
-static int build_trie(struct trie *t, const struct fs_ac_pattern *pats, uint32_t n)
-{
-  if (trie_grow(t) < 0 || hash_grow(t) < 0)
-    return -ENOMEM;
-  trie_new_node(t, 0);
-  for (uint32_t i = 0; i < n; i++) {
-    uint32_t node = 0;
-    if (pats[i].len == 0)
-      return -EINVAL;
-    for (uint32_t j = 0; j < pats[i].len; j++) {
-      int r = trie_child(t, node, pats[i].p[j], &node);
-      if (r < 0)
-        return r;
-    }
-    if (t->pat[node] == NONE)
-      t->pat[node] = i;
-  }
-  return 0;
-}
-
 /* ---- automaton ------------------------------------------------------------ */
 
 /* Goto entry of any state (by index) on byte c: deep states follow failure
  * links down to a dense one. */
-static uint32_t step_index(const struct fs_ac *ac, uint32_t s, uint8_t c)
+static uint32_t step_index(const struct fs_hook_ac *ac, uint32_t s, uint8_t c)
 {
   while (s >= ac->ndense) {
     uint32_t lo = ac->edge_start[s], hi = ac->edge_start[s + 1];
@@ -171,7 +56,7 @@ static uint32_t step_index(const struct fs_ac *ac, uint32_t s, uint8_t c)
   return ac->dense[(s << ac->sbits) + ac->cls[c]];
 }
 
-static inline uint32_t step(const struct fs_ac *ac, uint32_t sid, uint8_t c)
+static inline uint32_t step(const struct fs_hook_ac *ac, uint32_t sid, uint8_t c)
 {
   if (sid < ac->dense_lim)
     return ac->dense[sid + ac->cls[c]];
@@ -187,7 +72,7 @@ static int cmp_label(const void *a, const void *b, void *lab)
 /* Byte classes: every byte that occurs in a pattern is its own class, all
  * others share class 0 (they always lead to the root).  Rows are padded to a
  * power of two. */
-static void make_classes(struct fs_ac *ac, const struct trie *t)
+static void make_classes(struct fs_hook_ac *ac, const struct fs_hook_trie *t)
 {
   uint8_t seen[256] = { 0 };
   unsigned n = 0, k = 0;
@@ -203,12 +88,20 @@ static void make_classes(struct fs_ac *ac, const struct trie *t)
     ac->sbits++;
 }
 
+static inline unsigned popcount64(uint64_t x) /* SWAR: no -mpopcnt needed */
+{
+  x = x - ((x >> 1) & 0x5555555555555555ull);
+  x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+  x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0full;
+  return (unsigned)((x * 0x0101010101010101ull) >> 56);
+}
+
 /* Skip tables (see core/hook_ac.h).  pair: may reading c in the shallow state
  * reached by p leave the shallow states or end a pattern?  boring, for each
  * set pair bit, 256 bits over the next byte d: after p c d are we back in a
  * shallow state with no match on the way?  The scanner then skips the three
  * bytes without touching goto rows. */
-static int make_skip_tables(struct fs_ac *ac)
+static int make_skip_tables(struct fs_hook_ac *ac)
 {
   /* Everything depends on bytes only through their classes: decide per
    * class pair, then expand to bytes. */
@@ -224,13 +117,28 @@ static int make_skip_tables(struct fs_ac *ac)
       pc[kp * w + kc] = (x & MATCH) || x >= ac->shallow_lim;
     }
   }
-  for (unsigned c = 0; c < 256; c++)
-    for (unsigned p = 0; p < 256; p++)
-      if (pc[ac->cls[p] * w + ac->cls[c]]) {
-        ac->pair[(c << 8 | p) >> 6] |= 1ull << (p & 63);
-        ac->pair8[c << 8 | p] = 1;
-        npairs++;
-      }
+  /* Row c of the tables (all p) depends on the class of c only: build one
+   * per class, copy it to every byte of the class. */
+  int first[256]; /* first byte of each class, -1 before it was seen */
+  for (uint32_t k = 0; k < w; k++)
+    first[k] = -1;
+  for (unsigned c = 0; c < 256; c++) {
+    uint32_t kc = ac->cls[c];
+    if (first[kc] < 0) {
+      first[kc] = (int)c;
+      for (unsigned p = 0; p < 256; p++)
+        if (pc[ac->cls[p] * w + kc]) {
+          ac->pair[(c << 8 | p) >> 6] |= 1ull << (p & 63);
+          ac->pair8[c << 8 | p] = 1;
+        }
+    } else {
+      unsigned c0 = (unsigned)first[kc];
+      memcpy(&ac->pair8[c << 8], &ac->pair8[c0 << 8], 256);
+      memcpy(&ac->pair[c << 2], &ac->pair[c0 << 2], 4 * sizeof ac->pair[0]);
+    }
+    for (unsigned k = 0; k < 4; k++)
+      npairs += popcount64(ac->pair[c << 2 | k]);
+  }
   free(pc);
   ac->boring = calloc((size_t)npairs * 4 + 1, sizeof *ac->boring);
   if (ac->boring == NULL)
@@ -263,13 +171,13 @@ static int make_skip_tables(struct fs_ac *ac)
   return 0;
 }
 
-int fs_ac_build(const struct fs_ac_pattern *pats, uint32_t n, size_t dense_limit,
-                struct fs_ac **out)
+int fs_hook_ac_build(const struct fs_hook_ac_pattern *pats, uint32_t n, size_t dense_limit,
+                     struct fs_hook_ac **out)
 {
-  struct trie t = { 0 };
-  struct fs_ac *ac = NULL;
+  struct fs_hook_trie t = { 0 };
+  struct fs_hook_ac *ac = NULL;
   uint32_t *order = NULL, *newid = NULL, *kids = NULL;
-  int rc = build_trie(&t, pats, n);
+  int rc = fs_hook_trie_build(&t, pats, n, FS_HOOK_AC_MAX_STATES);
   if (rc < 0)
     goto done;
   rc = -ENOMEM;
@@ -293,7 +201,7 @@ int fs_ac_build(const struct fs_ac_pattern *pats, uint32_t n, size_t dense_limit
 
   make_classes(ac, &t);
   if (dense_limit == 0)
-    dense_limit = FS_AC_DENSE_DEFAULT;
+    dense_limit = FS_HOOK_AC_DENSE_DEFAULT;
   ac->nstates = N;
   ac->nshallow = 1;
   for (uint32_t k = t.first[0]; k != NONE; k = t.next[k])
@@ -365,13 +273,13 @@ int fs_ac_build(const struct fs_ac_pattern *pats, uint32_t n, size_t dense_limit
   ac = NULL;
   rc = 0;
 done:
-  trie_free(&t);
+  fs_hook_trie_free(&t);
   free(order), free(newid), free(kids);
-  fs_ac_free(ac);
+  fs_hook_ac_free(ac);
   return rc;
 }
 
-void fs_ac_free(struct fs_ac *ac)
+void fs_hook_ac_free(struct fs_hook_ac *ac)
 {
   if (ac == NULL)
     return;
@@ -389,17 +297,9 @@ static inline unsigned pidx(const uint8_t *b)
   return (unsigned)b[0] | (unsigned)b[1] << 8;
 }
 
-static inline unsigned popcount64(uint64_t x) /* SWAR: no -mpopcnt needed */
-{
-  x = x - ((x >> 1) & 0x5555555555555555ull);
-  x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
-  x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0full;
-  return (unsigned)((x * 0x0101010101010101ull) >> 56);
-}
-
 /* b[0] b[1] has its pair bit set: does b[2] lead back to a shallow state with
  * no match on the way? */
-static inline int calm(const struct fs_ac *ac, const uint8_t *b)
+static inline int calm(const struct fs_hook_ac *ac, const uint8_t *b)
 {
   unsigned i = pidx(b), d = b[2];
   uint64_t below = ac->pair[i >> 6] & ((1ull << (i & 63)) - 1);
@@ -409,7 +309,7 @@ static inline int calm(const struct fs_ac *ac, const uint8_t *b)
 
 /* From position j (>= 1) in the shallow state reached by buf[j-1]: the first
  * position where that no longer holds or that may end a match, or len. */
-static size_t skip(const struct fs_ac *ac, const uint8_t *buf, size_t j, size_t len)
+static size_t skip(const struct fs_hook_ac *ac, const uint8_t *buf, size_t j, size_t len)
 {
   const uint8_t *p8 = ac->pair8;
   for (;;) {
@@ -437,8 +337,8 @@ static size_t skip(const struct fs_ac *ac, const uint8_t *buf, size_t j, size_t 
 #define SKIP_TRIES 8
 #define PLAIN_RUN 16384
 
-size_t fs_ac_scan(const struct fs_ac *ac, uint32_t *state, const uint8_t *buf, size_t len,
-                  uint32_t *nmatch)
+size_t fs_hook_ac_scan(const struct fs_hook_ac *ac, uint32_t *state, const uint8_t *buf,
+                       size_t len, uint32_t *nmatch)
 {
   const uint32_t *dense = ac->dense;
   const uint8_t *cls = ac->cls;
@@ -484,23 +384,23 @@ size_t fs_ac_scan(const struct fs_ac *ac, uint32_t *state, const uint8_t *buf, s
   return len;
 }
 
-uint32_t fs_ac_state_pattern(const struct fs_ac *ac, uint32_t state)
+uint32_t fs_hook_ac_state_pattern(const struct fs_hook_ac *ac, uint32_t state)
 {
   state >>= ac->sbits;
   return state < ac->nstates ? ac->out_pat[state] : NONE;
 }
 
-uint32_t fs_ac_states(const struct fs_ac *ac)
+uint32_t fs_hook_ac_states(const struct fs_hook_ac *ac)
 {
   return ac->nstates;
 }
 
-uint32_t fs_ac_dense_states(const struct fs_ac *ac)
+uint32_t fs_hook_ac_dense_states(const struct fs_hook_ac *ac)
 {
   return ac->ndense;
 }
 
-size_t fs_ac_memory(const struct fs_ac *ac)
+size_t fs_hook_ac_memory(const struct fs_hook_ac *ac)
 {
   return ac->mem;
 }

@@ -22,43 +22,43 @@
  *    each such pair a 256-bit set says which next bytes d lead straight back.
  *    While in shallow states the scanner tests one table byte per input byte
  *    (no dependent loads); on data full of pattern prefixes, where that would
- *    not pay, it falls back to the plain walk for a while (see fs_ac_scan). */
+ *    not pay, it falls back to the plain walk for a while (see fs_hook_ac_scan). */
 #ifndef FS_CORE_HOOK_AC_H
 #define FS_CORE_HOOK_AC_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#define FS_AC_MAX_STATES (1u << 22)            /* bounds memory: ~25 B a state, ~50 while building */
-#define FS_AC_DENSE_DEFAULT (64u << 20)        /* bytes of full goto rows */
+#define FS_HOOK_AC_MAX_STATES (1u << 22)  /* bounds memory: ~25 B a state, ~50 building */
+#define FS_HOOK_AC_DENSE_DEFAULT (64u << 20)  /* bytes of full goto rows */
 
-struct fs_ac_pattern {
+struct fs_hook_ac_pattern {
   const uint8_t *p;
   uint32_t len;          /* >= 1 */
 };
 
-struct fs_ac;
+struct fs_hook_ac;
 
 /* Build from n patterns (duplicates allowed: they count once, as the first).
- * Returns 0, -EINVAL (an empty pattern, or more than FS_AC_MAX_STATES states),
- * or -ENOMEM.  dense_limit: bytes for full rows (0: FS_AC_DENSE_DEFAULT); the
+ * Returns 0, -EINVAL (an empty pattern, or more than FS_HOOK_AC_MAX_STATES states),
+ * or -ENOMEM.  dense_limit: bytes for full rows (0: FS_HOOK_AC_DENSE_DEFAULT); the
  * root and depth-1 states are always dense. */
-int fs_ac_build(const struct fs_ac_pattern *pats, uint32_t n, size_t dense_limit,
-                struct fs_ac **out);
-void fs_ac_free(struct fs_ac *ac);
+int fs_hook_ac_build(const struct fs_hook_ac_pattern *pats, uint32_t n, size_t dense_limit,
+                     struct fs_hook_ac **out);
+void fs_hook_ac_free(struct fs_hook_ac *ac);
 
 /* Scan buf from *state until a byte that ends at least one pattern.  Returns
  * the bytes consumed (the matching byte included) and sets *nmatch to the
  * number of patterns ending there, or consumes all of buf with *nmatch = 0. */
-size_t fs_ac_scan(const struct fs_ac *ac, uint32_t *state, const uint8_t *buf, size_t len,
-                  uint32_t *nmatch);
+size_t fs_hook_ac_scan(const struct fs_hook_ac *ac, uint32_t *state, const uint8_t *buf,
+                       size_t len, uint32_t *nmatch);
 
 /* The longest pattern (index into the build array) ending in state. */
-uint32_t fs_ac_state_pattern(const struct fs_ac *ac, uint32_t state);
+uint32_t fs_hook_ac_state_pattern(const struct fs_hook_ac *ac, uint32_t state);
 
 /* Statistics for logs and tests. */
-uint32_t fs_ac_states(const struct fs_ac *ac);
-uint32_t fs_ac_dense_states(const struct fs_ac *ac);
-size_t fs_ac_memory(const struct fs_ac *ac);
+uint32_t fs_hook_ac_states(const struct fs_hook_ac *ac);
+uint32_t fs_hook_ac_dense_states(const struct fs_hook_ac *ac);
+size_t fs_hook_ac_memory(const struct fs_hook_ac *ac);
 
 #endif

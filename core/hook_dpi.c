@@ -15,7 +15,7 @@
 
 /* ---- pattern file --------------------------------------------------------- */
 
-void fs_dpi_patterns_free(struct fs_dpi_patterns *p)
+void fs_hook_dpi_patterns_free(struct fs_hook_dpi_patterns *p)
 {
   if (p == NULL)
     return;
@@ -34,10 +34,10 @@ static int hexval(unsigned char c)
   return -1;
 }
 
-int fs_dpi_patterns_parse(const char *text, size_t len, const char *fname,
-                          struct fs_dpi_patterns **out, char *err, size_t errlen)
+int fs_hook_dpi_patterns_parse(const char *text, size_t len, const char *fname,
+                               struct fs_hook_dpi_patterns **out, char *err, size_t errlen)
 {
-  struct fs_dpi_patterns *ps = calloc(1, sizeof *ps);
+  struct fs_hook_dpi_patterns *ps = calloc(1, sizeof *ps);
   uint32_t cap = 0, lineno = 0;
   size_t total = 0, pos = 0;
   if (ps == NULL)
@@ -56,9 +56,9 @@ int fs_dpi_patterns_parse(const char *text, size_t len, const char *fname,
       n--;
     if (n == 0 || l[0] == '#')
       continue;
-    if (ps->n == FS_DPI_MAX_PATTERNS) {
-      fs_hook_errf(err, errlen, "%s:%u: more than %d patterns", ps->name, lineno,
-                   FS_DPI_MAX_PATTERNS);
+    if (ps->n == FS_HOOK_DPI_MAX_PATTERNS) {
+      fs_hook_spec_errf(err, errlen, "%s:%u: more than %d patterns", ps->name, lineno,
+                   FS_HOOK_DPI_MAX_PATTERNS);
       goto bad;
     }
     uint8_t *d = ps->data + total;
@@ -70,31 +70,32 @@ int fs_dpi_patterns_parse(const char *text, size_t len, const char *fname,
           i++;
         } else if (i + 3 < n && l[i + 1] == 'x' && hexval((unsigned char)l[i + 2]) >= 0 &&
                    hexval((unsigned char)l[i + 3]) >= 0) {
-          c = (unsigned char)(hexval((unsigned char)l[i + 2]) << 4 | hexval((unsigned char)l[i + 3]));
+          c = (unsigned char)(hexval((unsigned char)l[i + 2]) << 4 |
+                              hexval((unsigned char)l[i + 3]));
           i += 3;
         } else {
-          char bad[16];
-          fs_hook_printable(bad, sizeof bad, l + i, n - i < 4 ? n - i : 4);
-          fs_hook_errf(err, errlen, "%s:%u: bad escape '%s' (use \\xNN or \\\\)", ps->name,
+          char bad[16] = "\\";
+          fs_hook_spec_printable(bad + 1, sizeof bad - 1, l + i + 1, n - i - 1 < 3 ? n - i - 1 : 3);
+          fs_hook_spec_errf(err, errlen, "%s:%u: bad escape '%s' (use \\xNN or \\\\)", ps->name,
                        lineno, bad);
           goto bad;
         }
       }
-      if (m == FS_DPI_MAX_PATLEN) {
-        fs_hook_errf(err, errlen, "%s:%u: pattern longer than %d bytes", ps->name, lineno,
-                     FS_DPI_MAX_PATLEN);
+      if (m == FS_HOOK_DPI_MAX_PATLEN) {
+        fs_hook_spec_errf(err, errlen, "%s:%u: pattern longer than %d bytes", ps->name, lineno,
+                     FS_HOOK_DPI_MAX_PATLEN);
         goto bad;
       }
       d[m++] = c;
     }
-    if (total + m > FS_DPI_MAX_TOTAL) {
-      fs_hook_errf(err, errlen, "%s:%u: patterns exceed %u bytes in all", ps->name, lineno,
-                   FS_DPI_MAX_TOTAL);
+    if (total + m > FS_HOOK_DPI_MAX_TOTAL) {
+      fs_hook_spec_errf(err, errlen, "%s:%u: patterns exceed %u bytes in all", ps->name, lineno,
+                   FS_HOOK_DPI_MAX_TOTAL);
       goto bad;
     }
     if (ps->n == cap) {
       uint32_t ncap = cap ? cap * 2 : 64;
-      struct fs_ac_pattern *np = realloc(ps->pat, ncap * sizeof *np);
+      struct fs_hook_ac_pattern *np = realloc(ps->pat, ncap * sizeof *np);
       if (np)
         ps->pat = np;
       uint32_t *nl2 = realloc(ps->line, ncap * sizeof *nl2);
@@ -113,11 +114,11 @@ int fs_dpi_patterns_parse(const char *text, size_t len, const char *fname,
   *out = ps;
   return 0;
 nomem:
-  fs_hook_errf(err, errlen, "%s: out of memory", fname ? fname : "patterns");
-  fs_dpi_patterns_free(ps);
+  fs_hook_spec_errf(err, errlen, "%s: out of memory", fname ? fname : "patterns");
+  fs_hook_dpi_patterns_free(ps);
   return -ENOMEM;
 bad:
-  fs_dpi_patterns_free(ps);
+  fs_hook_dpi_patterns_free(ps);
   return -EINVAL;
 }
 
@@ -131,28 +132,28 @@ static int read_file(const char *path, char **text, size_t *len, struct stat *st
   *text = NULL;
   if (f == NULL) {
     rc = -errno;
-    fs_hook_errf(err, errlen, "%s: %s", path, strerror_r(-rc, ebuf, sizeof ebuf));
+    fs_hook_spec_errf(err, errlen, "%s: %s", path, strerror_r(-rc, ebuf, sizeof ebuf));
     return rc;
   }
   if (fstat(fileno(f), st) < 0 || !S_ISREG(st->st_mode)) {
-    fs_hook_errf(err, errlen, "%s: not a regular file", path);
+    fs_hook_spec_errf(err, errlen, "%s: not a regular file", path);
     rc = -EINVAL;
     goto out;
   }
-  if (st->st_size > FS_DPI_MAX_FILE) {
-    fs_hook_errf(err, errlen, "%s: larger than %u bytes", path, FS_DPI_MAX_FILE);
+  if (st->st_size > FS_HOOK_DPI_MAX_FILE) {
+    fs_hook_spec_errf(err, errlen, "%s: larger than %u bytes", path, FS_HOOK_DPI_MAX_FILE);
     rc = -EINVAL;
     goto out;
   }
   *text = malloc((size_t)st->st_size + 1);
   if (*text == NULL) {
-    fs_hook_errf(err, errlen, "%s: out of memory", path);
+    fs_hook_spec_errf(err, errlen, "%s: out of memory", path);
     rc = -ENOMEM;
     goto out;
   }
   *len = fread(*text, 1, (size_t)st->st_size + 1, f);
   if (ferror(f) || *len > (size_t)st->st_size) { /* error, or it grew under us */
-    fs_hook_errf(err, errlen, "%s: read error or file changed while reading", path);
+    fs_hook_spec_errf(err, errlen, "%s: read error or file changed while reading", path);
     rc = -EIO;
     free(*text);
     *text = NULL;
@@ -164,7 +165,7 @@ out:
   return rc;
 }
 
-static int load(const char *path, struct fs_dpi_patterns **out, struct stat *st,
+static int load(const char *path, struct fs_hook_dpi_patterns **out, struct stat *st,
                 char *err, size_t errlen)
 {
   char *text;
@@ -172,12 +173,13 @@ static int load(const char *path, struct fs_dpi_patterns **out, struct stat *st,
   int rc = read_file(path, &text, &len, st, err, errlen);
   if (rc < 0)
     return rc;
-  rc = fs_dpi_patterns_parse(text, len, path, out, err, errlen);
+  rc = fs_hook_dpi_patterns_parse(text, len, path, out, err, errlen);
   free(text);
   return rc;
 }
 
-int fs_dpi_patterns_load(const char *path, struct fs_dpi_patterns **out, char *err, size_t errlen)
+int fs_hook_dpi_patterns_load(const char *path, struct fs_hook_dpi_patterns **out, char *err,
+                              size_t errlen)
 {
   struct stat st;
   return load(path, out, &st, err, errlen);
@@ -185,55 +187,57 @@ int fs_dpi_patterns_load(const char *path, struct fs_dpi_patterns **out, char *e
 
 /* ---- arguments ------------------------------------------------------------ */
 
-int fs_dpi_conf_parse(const char *args, struct fs_dpi_conf *c, char *err, size_t errlen)
+int fs_hook_dpi_conf_parse(const char *args, struct fs_hook_dpi_conf *c, char *err, size_t errlen)
 {
   memset(c, 0, sizeof *c);
-  c->action = FS_DPI_LOG;
+  c->action = FS_HOOK_DPI_LOG;
   c->dirs = FS_HOOK_DIR_RECV;
-  struct fs_hook_kv kv;
+  struct fs_hook_spec_kv kv;
   int r;
   const char *p = args ? args : "";
-  while ((r = fs_hook_kv_next(&p, &kv)) != 0) {
+  while ((r = fs_hook_spec_kv_next(&p, &kv)) != 0) {
     if (r < 0) {
-      fs_hook_errf(err, errlen, "dpi: expected KEY=VALUE, got '%.*s'", (int)kv.klen, kv.key);
+      fs_hook_spec_errf(err, errlen, "dpi: expected KEY=VALUE, got '%.*s'", (int)kv.klen, kv.key);
       return -EINVAL;
     }
-    if (fs_hook_str_is(kv.key, kv.klen, "patterns")) {
+    if (fs_hook_spec_is(kv.key, kv.klen, "patterns")) {
       c->path = kv.val;
       c->path_len = kv.vlen;
-    } else if (fs_hook_str_is(kv.key, kv.klen, "action")) {
-      if (fs_hook_str_is(kv.val, kv.vlen, "log"))
-        c->action = FS_DPI_LOG;
-      else if (fs_hook_str_is(kv.val, kv.vlen, "count"))
-        c->action = FS_DPI_COUNT;
-      else if (fs_hook_str_is(kv.val, kv.vlen, "close"))
-        c->action = FS_DPI_CLOSE;
+    } else if (fs_hook_spec_is(kv.key, kv.klen, "action")) {
+      if (fs_hook_spec_is(kv.val, kv.vlen, "log"))
+        c->action = FS_HOOK_DPI_LOG;
+      else if (fs_hook_spec_is(kv.val, kv.vlen, "count"))
+        c->action = FS_HOOK_DPI_COUNT;
+      else if (fs_hook_spec_is(kv.val, kv.vlen, "close"))
+        c->action = FS_HOOK_DPI_CLOSE;
       else {
-        fs_hook_errf(err, errlen, "dpi: bad action '%.*s' (log, count or close)", (int)kv.vlen, kv.val);
+        fs_hook_spec_errf(err, errlen, "dpi: bad action '%.*s' (log, count or close)",
+                          (int)kv.vlen, kv.val);
         return -EINVAL;
       }
-    } else if (fs_hook_str_is(kv.key, kv.klen, "dir")) {
-      if (fs_hook_str_is(kv.val, kv.vlen, "send"))
+    } else if (fs_hook_spec_is(kv.key, kv.klen, "dir")) {
+      if (fs_hook_spec_is(kv.val, kv.vlen, "send"))
         c->dirs = FS_HOOK_DIR_SEND;
-      else if (fs_hook_str_is(kv.val, kv.vlen, "recv"))
+      else if (fs_hook_spec_is(kv.val, kv.vlen, "recv"))
         c->dirs = FS_HOOK_DIR_RECV;
-      else if (fs_hook_str_is(kv.val, kv.vlen, "both"))
+      else if (fs_hook_spec_is(kv.val, kv.vlen, "both"))
         c->dirs = FS_HOOK_DIR_BOTH;
       else {
-        fs_hook_errf(err, errlen, "dpi: bad dir '%.*s' (send, recv or both)", (int)kv.vlen, kv.val);
+        fs_hook_spec_errf(err, errlen, "dpi: bad dir '%.*s' (send, recv or both)",
+                          (int)kv.vlen, kv.val);
         return -EINVAL;
       }
     } else {
-      fs_hook_errf(err, errlen, "dpi: unknown key '%.*s'", (int)kv.klen, kv.key);
+      fs_hook_spec_errf(err, errlen, "dpi: unknown key '%.*s'", (int)kv.klen, kv.key);
       return -EINVAL;
     }
   }
   if (c->path == NULL) {
-    fs_hook_errf(err, errlen, "dpi: patterns=FILE is required");
+    fs_hook_spec_errf(err, errlen, "dpi: patterns=FILE is required");
     return -EINVAL;
   }
   if (c->path_len >= 4096) {
-    fs_hook_errf(err, errlen, "dpi: patterns path too long");
+    fs_hook_spec_errf(err, errlen, "dpi: patterns path too long");
     return -EINVAL;
   }
   return 0;
@@ -243,8 +247,8 @@ int fs_dpi_conf_parse(const char *args, struct fs_dpi_conf *c, char *err, size_t
 
 struct dpi_set {
   uint32_t refs;               /* instances + 1 while in the cache; atomic */
-  struct fs_ac *ac;
-  struct fs_dpi_patterns *pats;
+  struct fs_hook_ac *ac;
+  struct fs_hook_dpi_patterns *pats;
   dev_t dev;
   ino_t ino;
   off_t size;
@@ -258,8 +262,8 @@ static struct dpi_set *cache;
 static void set_put(struct dpi_set *s)
 {
   if (s && __atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) == 0) {
-    fs_ac_free(s->ac);
-    fs_dpi_patterns_free(s->pats);
+    fs_hook_ac_free(s->ac);
+    fs_hook_dpi_patterns_free(s->pats);
     free(s);
   }
 }
@@ -295,22 +299,23 @@ static int set_get(const char *path, struct dpi_set **out, char *err, size_t err
     return -ENOMEM;
   int rc = load(path, &s->pats, &st, err, errlen);
   if (rc == 0) {
-    rc = fs_ac_build(s->pats->pat, s->pats->n, 0, &s->ac);
+    rc = fs_hook_ac_build(s->pats->pat, s->pats->n, 0, &s->ac);
     if (rc == -EINVAL)
-      fs_hook_errf(err, errlen, "%s: patterns need more than %u automaton states", path,
-                   FS_AC_MAX_STATES);
+      fs_hook_spec_errf(err, errlen, "%s: patterns need more than %u automaton states", path,
+                   FS_HOOK_AC_MAX_STATES);
     else if (rc < 0)
-      fs_hook_errf(err, errlen, "%s: out of memory compiling patterns", path);
+      fs_hook_spec_errf(err, errlen, "%s: out of memory compiling patterns", path);
   }
   if (rc < 0) {
-    fs_dpi_patterns_free(s->pats);
+    fs_hook_dpi_patterns_free(s->pats);
     free(s);
     return rc;
   }
   s->dev = st.st_dev, s->ino = st.st_ino, s->size = st.st_size, s->mtime = st.st_mtim;
   s->refs = 2; /* the caller's and the cache's */
   fs_log(FS_LOG_INFO, "dpi: %s: %u patterns, %u states (%u dense), %zu KiB", path,
-         s->pats->n, fs_ac_states(s->ac), fs_ac_dense_states(s->ac), fs_ac_memory(s->ac) >> 10);
+         s->pats->n, fs_hook_ac_states(s->ac), fs_hook_ac_dense_states(s->ac),
+         fs_hook_ac_memory(s->ac) >> 10);
   /* Insert, dropping older versions of the same file and the oldest sets. */
   struct dpi_set *drop = NULL, **pp;
   unsigned n = 0;
@@ -337,7 +342,7 @@ static int set_get(const char *path, struct dpi_set **out, char *err, size_t err
   return 0;
 }
 
-void fs_dpi_cache_clear(void)
+void fs_hook_dpi_cache_clear(void)
 {
   pthread_mutex_lock(&cache_lock);
   struct dpi_set *s = cache;
@@ -359,18 +364,19 @@ struct dpi_dir {
   uint64_t matches;  /* written by this direction's thread only; read relaxed */
 };
 
-struct fs_dpi {
+struct fs_hook_dpi {
   struct dpi_set *set;
   int fd, action, dirs;
   struct dpi_dir d[2];
 };
 
-int fs_dpi_new(const struct fs_dpi_conf *c, int fd, struct fs_dpi **out, char *err, size_t errlen)
+int fs_hook_dpi_new(const struct fs_hook_dpi_conf *c, int fd, struct fs_hook_dpi **out,
+                    char *err, size_t errlen)
 {
   char path[4096];
   memcpy(path, c->path, c->path_len);
   path[c->path_len] = '\0';
-  struct fs_dpi *d = calloc(1, sizeof *d);
+  struct fs_hook_dpi *d = calloc(1, sizeof *d);
   if (d == NULL)
     return -ENOMEM;
   int rc = set_get(path, &d->set, err, errlen);
@@ -385,7 +391,7 @@ int fs_dpi_new(const struct fs_dpi_conf *c, int fd, struct fs_dpi **out, char *e
   return 0;
 }
 
-void fs_dpi_free(struct fs_dpi *d)
+void fs_hook_dpi_free(struct fs_hook_dpi *d)
 {
   if (d == NULL)
     return;
@@ -393,7 +399,7 @@ void fs_dpi_free(struct fs_dpi *d)
   free(d);
 }
 
-uint64_t fs_dpi_matches(const struct fs_dpi *d)
+uint64_t fs_hook_dpi_count(const struct fs_hook_dpi *d)
 {
   return __atomic_load_n(&d->d[0].matches, __ATOMIC_RELAXED) +
          __atomic_load_n(&d->d[1].matches, __ATOMIC_RELAXED);
@@ -401,39 +407,39 @@ uint64_t fs_dpi_matches(const struct fs_dpi *d)
 
 static const char *const dir_name[2] = { "send", "recv" };
 
-static void log_match(struct fs_dpi *d, int dir, uint32_t nmatch)
+static void log_match(struct fs_hook_dpi *d, int dir, uint32_t nmatch)
 {
   struct dpi_dir *x = &d->d[dir];
-  const struct fs_dpi_patterns *ps = d->set->pats;
-  uint32_t id = fs_ac_state_pattern(d->set->ac, x->state);
+  const struct fs_hook_dpi_patterns *ps = d->set->pats;
+  uint32_t id = fs_hook_ac_state_pattern(d->set->ac, x->state);
   if (id >= ps->n)
     return;
   char txt[100];
-  fs_hook_printable(txt, sizeof txt, ps->pat[id].p, ps->pat[id].len);
+  fs_hook_spec_printable(txt, sizeof txt, ps->pat[id].p, ps->pat[id].len);
   fs_log(FS_LOG_WARN, "dpi: fd %d: pattern '%s' (%s:%u%s) matched at %s offset %llu; %s", d->fd,
          txt, ps->name, ps->line[id], nmatch > 1 ? " and others" : "", dir_name[dir],
          (unsigned long long)(x->offset - ps->pat[id].len),
-         d->action == FS_DPI_CLOSE ? "closing" : "logged");
+         d->action == FS_HOOK_DPI_CLOSE ? "closing" : "logged");
 }
 
-int fs_dpi_feed(struct fs_dpi *d, int dir, const uint8_t *buf, size_t len)
+int fs_hook_dpi_feed(struct fs_hook_dpi *d, int dir, const uint8_t *buf, size_t len)
 {
   if (!((d->dirs >> dir) & 1))
     return 0;
   struct dpi_dir *x = &d->d[dir];
-  const struct fs_ac *ac = d->set->ac;
+  const struct fs_hook_ac *ac = d->set->ac;
   while (len > 0) {
     uint32_t nmatch;
-    size_t used = fs_ac_scan(ac, &x->state, buf, len, &nmatch);
+    size_t used = fs_hook_ac_scan(ac, &x->state, buf, len, &nmatch);
     buf += used, len -= used, x->offset += used;
     if (nmatch == 0)
       continue;
     __atomic_store_n(&x->matches, x->matches + nmatch, __ATOMIC_RELAXED);
-    if (d->action == FS_DPI_CLOSE) {
+    if (d->action == FS_HOOK_DPI_CLOSE) {
       log_match(d, dir, nmatch);
       return 1;
     }
-    if (d->action == FS_DPI_LOG) {
+    if (d->action == FS_HOOK_DPI_LOG) {
       if (x->logged < DPI_LOG_MAX)
         log_match(d, dir, nmatch);
       else if (x->logged == DPI_LOG_MAX)

@@ -25,8 +25,8 @@ struct frame_dir {
   unsigned logged;
 };
 
-struct fs_frame {
-  struct fs_frame_conf conf;
+struct fs_hook_frame {
+  struct fs_hook_frame_conf conf;
   int fd;
   struct fs_stat_conn *stat;
   int count_dirs;          /* directions counted into stat */
@@ -45,7 +45,7 @@ static int hexval(char c)
 }
 
 /* "lenNN[be|le]" */
-static int parse_len(const char *s, size_t n, struct fs_frame_conf *c)
+static int parse_len(const char *s, size_t n, struct fs_hook_frame_conf *c)
 {
   static const struct { const char *txt; unsigned width; } w[] = {
     { "len8", 1 }, { "len16", 2 }, { "len32", 4 }, { "len64", 8 },
@@ -54,12 +54,12 @@ static int parse_len(const char *s, size_t n, struct fs_frame_conf *c)
     size_t l = strlen(w[i].txt);
     if (n < l || memcmp(s, w[i].txt, l) != 0)
       continue;
-    if (n == l || fs_hook_str_is(s + l, n - l, "be")) {
+    if (n == l || fs_hook_spec_is(s + l, n - l, "be")) {
       c->width = w[i].width;
       c->little = 0;
       return 0;
     }
-    if (fs_hook_str_is(s + l, n - l, "le")) {
+    if (fs_hook_spec_is(s + l, n - l, "le")) {
       c->width = w[i].width;
       c->little = 1;
       return 0;
@@ -68,11 +68,11 @@ static int parse_len(const char *s, size_t n, struct fs_frame_conf *c)
   return -EINVAL;
 }
 
-static int parse_header(const char *s, size_t n, struct fs_frame_conf *c)
+static int parse_header(const char *s, size_t n, struct fs_hook_frame_conf *c)
 {
   c->line = 0;
   c->magic_len = 0;
-  if (fs_hook_str_is(s, n, "line")) {
+  if (fs_hook_spec_is(s, n, "line")) {
     c->line = 1;
     return 0;
   }
@@ -95,64 +95,67 @@ static int parse_header(const char *s, size_t n, struct fs_frame_conf *c)
   return parse_len(s, n, c);
 }
 
-int fs_frame_conf_parse(const char *args, struct fs_frame_conf *c, char *err, size_t errlen)
+int fs_hook_frame_conf_parse(const char *args, struct fs_hook_frame_conf *c, char *err,
+                             size_t errlen)
 {
   memset(c, 0, sizeof *c);
   c->width = 4;
   c->max = UINT64_MAX;
   c->close = 1;
   c->dirs = FS_HOOK_DIR_BOTH;
-  struct fs_hook_kv kv;
+  struct fs_hook_spec_kv kv;
   int r;
   const char *p = args ? args : "";
-  while ((r = fs_hook_kv_next(&p, &kv)) != 0) {
+  while ((r = fs_hook_spec_kv_next(&p, &kv)) != 0) {
     if (r < 0) {
-      fs_hook_errf(err, errlen, "frame: expected KEY=VALUE, got '%.*s'", (int)kv.klen, kv.key);
+      fs_hook_spec_errf(err, errlen, "frame: expected KEY=VALUE, got '%.*s'", (int)kv.klen, kv.key);
       return -EINVAL;
     }
-    if (fs_hook_str_is(kv.key, kv.klen, "header")) {
+    if (fs_hook_spec_is(kv.key, kv.klen, "header")) {
       if (parse_header(kv.val, kv.vlen, c) < 0) {
-        fs_hook_errf(err, errlen, "frame: bad header '%.*s' (lenNN[be|le] with NN 8/16/32/64, "
+        fs_hook_spec_errf(err, errlen, "frame: bad header '%.*s' (lenNN[be|le] with NN 8/16/32/64, "
                      "magic:HEX+lenNN[be|le], or line)", (int)kv.vlen, kv.val);
         return -EINVAL;
       }
-    } else if (fs_hook_str_is(kv.key, kv.klen, "max")) {
-      if (fs_hook_parse_size(kv.val, kv.vlen, &c->max) < 0) {
-        fs_hook_errf(err, errlen, "frame: bad max '%.*s'", (int)kv.vlen, kv.val);
+    } else if (fs_hook_spec_is(kv.key, kv.klen, "max")) {
+      if (fs_hook_spec_size(kv.val, kv.vlen, &c->max) < 0) {
+        fs_hook_spec_errf(err, errlen, "frame: bad max '%.*s'", (int)kv.vlen, kv.val);
         return -EINVAL;
       }
-    } else if (fs_hook_str_is(kv.key, kv.klen, "action")) {
-      if (fs_hook_str_is(kv.val, kv.vlen, "close"))
+    } else if (fs_hook_spec_is(kv.key, kv.klen, "action")) {
+      if (fs_hook_spec_is(kv.val, kv.vlen, "close"))
         c->close = 1;
-      else if (fs_hook_str_is(kv.val, kv.vlen, "log"))
+      else if (fs_hook_spec_is(kv.val, kv.vlen, "log"))
         c->close = 0;
       else {
-        fs_hook_errf(err, errlen, "frame: bad action '%.*s' (log or close)", (int)kv.vlen, kv.val);
+        fs_hook_spec_errf(err, errlen, "frame: bad action '%.*s' (log or close)",
+                          (int)kv.vlen, kv.val);
         return -EINVAL;
       }
-    } else if (fs_hook_str_is(kv.key, kv.klen, "dir")) {
-      if (fs_hook_str_is(kv.val, kv.vlen, "send"))
+    } else if (fs_hook_spec_is(kv.key, kv.klen, "dir")) {
+      if (fs_hook_spec_is(kv.val, kv.vlen, "send"))
         c->dirs = FS_HOOK_DIR_SEND;
-      else if (fs_hook_str_is(kv.val, kv.vlen, "recv"))
+      else if (fs_hook_spec_is(kv.val, kv.vlen, "recv"))
         c->dirs = FS_HOOK_DIR_RECV;
-      else if (fs_hook_str_is(kv.val, kv.vlen, "both"))
+      else if (fs_hook_spec_is(kv.val, kv.vlen, "both"))
         c->dirs = FS_HOOK_DIR_BOTH;
       else {
-        fs_hook_errf(err, errlen, "frame: bad dir '%.*s' (send, recv or both)", (int)kv.vlen, kv.val);
+        fs_hook_spec_errf(err, errlen, "frame: bad dir '%.*s' (send, recv or both)",
+                          (int)kv.vlen, kv.val);
         return -EINVAL;
       }
     } else {
-      fs_hook_errf(err, errlen, "frame: unknown key '%.*s'", (int)kv.klen, kv.key);
+      fs_hook_spec_errf(err, errlen, "frame: unknown key '%.*s'", (int)kv.klen, kv.key);
       return -EINVAL;
     }
   }
   return 0;
 }
 
-struct fs_frame *fs_frame_new(const struct fs_frame_conf *conf, int fd, struct fs_stat_conn *stat,
-                              int count_dirs)
+struct fs_hook_frame *fs_hook_frame_new(const struct fs_hook_frame_conf *conf, int fd,
+                                        struct fs_stat_conn *stat, int count_dirs)
 {
-  struct fs_frame *f = calloc(1, sizeof *f);
+  struct fs_hook_frame *f = calloc(1, sizeof *f);
   if (f == NULL)
     return NULL;
   f->conf = *conf;
@@ -162,22 +165,23 @@ struct fs_frame *fs_frame_new(const struct fs_frame_conf *conf, int fd, struct f
   return f;
 }
 
-void fs_frame_free(struct fs_frame *f)
+void fs_hook_frame_free(struct fs_hook_frame *f)
 {
   if (f == NULL)
     return;
-  fs_log(FS_LOG_DEBUG, "frame: fd %d: sent %llu messages (largest %llu), received %llu (largest %llu)",
+  fs_log(FS_LOG_DEBUG,
+         "frame: fd %d: sent %llu messages (largest %llu), received %llu (largest %llu)",
          f->fd, (unsigned long long)f->d[0].msgs, (unsigned long long)f->d[0].largest,
          (unsigned long long)f->d[1].msgs, (unsigned long long)f->d[1].largest);
   free(f);
 }
 
-int fs_frame_checks(const struct fs_frame *f, int dir)
+int fs_hook_frame_checks(const struct fs_hook_frame *f, int dir)
 {
   return (f->conf.dirs >> dir) & 1;
 }
 
-void fs_frame_counts(const struct fs_frame *f, int dir, uint64_t *msgs, uint64_t *largest)
+void fs_hook_frame_counts(const struct fs_hook_frame *f, int dir, uint64_t *msgs, uint64_t *largest)
 {
   *msgs = f->d[dir].msgs;
   *largest = f->d[dir].largest;
@@ -186,7 +190,7 @@ void fs_frame_counts(const struct fs_frame *f, int dir, uint64_t *msgs, uint64_t
 static const char *const dir_name[2] = { "send", "recv" };
 
 /* Log one violation (rate-limited) and return the verdict: 1 close, 0 go on. */
-static int violation(struct fs_frame *f, int dir, const char *what)
+static int violation(struct fs_hook_frame *f, int dir, const char *what)
 {
   struct frame_dir *d = &f->d[dir];
   if (f->conf.close) {
@@ -204,7 +208,7 @@ static int violation(struct fs_frame *f, int dir, const char *what)
   return 0;
 }
 
-static void count_msg(struct fs_frame *f, int dir, uint64_t size)
+static void count_msg(struct fs_hook_frame *f, int dir, uint64_t size)
 {
   struct frame_dir *d = &f->d[dir];
   d->msgs++;
@@ -218,7 +222,7 @@ static void count_msg(struct fs_frame *f, int dir, uint64_t size)
     FS_STAT_ADD(f->stat, rx_msgs, 1);
 }
 
-static uint64_t decode_len(const struct fs_frame_conf *c, const uint8_t *p)
+static uint64_t decode_len(const struct fs_hook_frame_conf *c, const uint8_t *p)
 {
   uint64_t v = 0;
   for (unsigned i = 0; i < c->width; i++)
@@ -228,9 +232,9 @@ static uint64_t decode_len(const struct fs_frame_conf *c, const uint8_t *p)
 
 /* A complete header at h: check it and enter PH_BODY (or count an empty frame).
  * Returns 1 to close. */
-static int header_done(struct fs_frame *f, int dir, const uint8_t *h)
+static int header_done(struct fs_hook_frame *f, int dir, const uint8_t *h)
 {
-  const struct fs_frame_conf *c = &f->conf;
+  const struct fs_hook_frame_conf *c = &f->conf;
   struct frame_dir *d = &f->d[dir];
   char what[160];
   d->have = 0;
@@ -274,7 +278,7 @@ static int header_done(struct fs_frame *f, int dir, const uint8_t *h)
   return 0;
 }
 
-static int feed_len(struct fs_frame *f, int dir, const uint8_t *p, size_t len)
+static int feed_len(struct fs_hook_frame *f, int dir, const uint8_t *p, size_t len)
 {
   struct frame_dir *d = &f->d[dir];
   const unsigned hlen = f->conf.magic_len + f->conf.width;
@@ -314,7 +318,7 @@ static int feed_len(struct fs_frame *f, int dir, const uint8_t *p, size_t len)
   return 0;
 }
 
-static int feed_line(struct fs_frame *f, int dir, const uint8_t *p, size_t len)
+static int feed_line(struct fs_hook_frame *f, int dir, const uint8_t *p, size_t len)
 {
   struct frame_dir *d = &f->d[dir];
   const uint64_t max = f->conf.max;
@@ -362,17 +366,17 @@ static int feed_line(struct fs_frame *f, int dir, const uint8_t *p, size_t len)
   return 0;
 }
 
-int fs_frame_feed(struct fs_frame *f, int dir, const uint8_t *buf, size_t len)
+int fs_hook_frame_feed(struct fs_hook_frame *f, int dir, const uint8_t *buf, size_t len)
 {
-  if (!fs_frame_checks(f, dir))
+  if (!fs_hook_frame_checks(f, dir))
     return 0;
   return f->conf.line ? feed_line(f, dir, buf, len) : feed_len(f, dir, buf, len);
 }
 
-size_t fs_frame_wake_hint(const struct fs_frame *f)
+size_t fs_hook_frame_wake_hint(const struct fs_hook_frame *f)
 {
   const struct frame_dir *d = &f->d[FS_HOOK_RECV];
-  if (f->conf.line || !fs_frame_checks(f, FS_HOOK_RECV))
+  if (f->conf.line || !fs_hook_frame_checks(f, FS_HOOK_RECV))
     return 0;
   if (d->phase == PH_BODY)
     return d->remaining > SIZE_MAX ? SIZE_MAX : (size_t)d->remaining;

@@ -34,12 +34,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/hook.h"
 #include "core/stat.h"
 
-enum { FS_HOOK_SEND = 0, FS_HOOK_RECV = 1 };  /* direction index */
-enum { FS_HOOK_DIR_SEND = 1, FS_HOOK_DIR_RECV = 2, FS_HOOK_DIR_BOTH = 3 };  /* dir= mask */
-
-struct fs_frame_conf {
+struct fs_hook_frame_conf {
   int line;               /* 1: line mode */
   unsigned width;         /* length field bytes: 1, 2, 4, 8 */
   int little;             /* length field little-endian */
@@ -50,29 +48,31 @@ struct fs_frame_conf {
   int dirs;               /* FS_HOOK_DIR_* mask */
 };
 
-struct fs_frame;
+struct fs_hook_frame;
 
 /* Parse arguments; 0 or -EINVAL with a message in err. */
-int fs_frame_conf_parse(const char *args, struct fs_frame_conf *conf, char *err, size_t errlen);
+int fs_hook_frame_conf_parse(const char *args, struct fs_hook_frame_conf *conf, char *err,
+                             size_t errlen);
 
 /* New instance.  fd is for log lines.  Whole messages of the directions in
  * count_dirs (FS_HOOK_DIR_* mask) are added to stat->tx_msgs / rx_msgs;
  * stat may be NULL.  NULL when out of memory. */
-struct fs_frame *fs_frame_new(const struct fs_frame_conf *conf, int fd, struct fs_stat_conn *stat,
-                              int count_dirs);
+struct fs_hook_frame *fs_hook_frame_new(const struct fs_hook_frame_conf *conf, int fd,
+                                        struct fs_stat_conn *stat, int count_dirs);
 
 /* Feed bytes of direction FS_HOOK_SEND/FS_HOOK_RECV.  0 pass, 1 close (logged). */
-int fs_frame_feed(struct fs_frame *f, int dir, const uint8_t *buf, size_t len);
+int fs_hook_frame_feed(struct fs_hook_frame *f, int dir, const uint8_t *buf, size_t len);
 
 /* See fs_hook_wake_hint (core/hook.h); for the recv direction. */
-size_t fs_frame_wake_hint(const struct fs_frame *f);
+size_t fs_hook_frame_wake_hint(const struct fs_hook_frame *f);
 
 /* Whether this instance checks direction dir. */
-int fs_frame_checks(const struct fs_frame *f, int dir);
+int fs_hook_frame_checks(const struct fs_hook_frame *f, int dir);
 
 /* Counters of one direction: whole messages, and the largest payload seen. */
-void fs_frame_counts(const struct fs_frame *f, int dir, uint64_t *msgs, uint64_t *largest);
+void fs_hook_frame_counts(const struct fs_hook_frame *f, int dir, uint64_t *msgs,
+                          uint64_t *largest);
 
-void fs_frame_free(struct fs_frame *f);
+void fs_hook_frame_free(struct fs_hook_frame *f);
 
 #endif

@@ -24,7 +24,7 @@ static char *trim(char *s, char *e)
   return s;
 }
 
-void fs_hook_errf(char *err, size_t errlen, const char *fmt, ...)
+void fs_hook_spec_errf(char *err, size_t errlen, const char *fmt, ...)
 {
   if (err == NULL || errlen == 0)
     return;
@@ -50,12 +50,12 @@ int fs_hook_spec_parse(const char *spec, struct fs_hook_spec *out, char *err, si
     return 0;
   size_t len = strnlen(spec, FS_HOOK_SPEC_MAX + 1);
   if (len > FS_HOOK_SPEC_MAX) {
-    fs_hook_errf(err, errlen, "hook spec longer than %d bytes", FS_HOOK_SPEC_MAX);
+    fs_hook_spec_errf(err, errlen, "hook spec longer than %d bytes", FS_HOOK_SPEC_MAX);
     return -EINVAL;
   }
   out->buf = malloc(len + 1);
   if (out->buf == NULL) {
-    fs_hook_errf(err, errlen, "out of memory");
+    fs_hook_spec_errf(err, errlen, "out of memory");
     return -ENOMEM;
   }
   memcpy(out->buf, spec, len + 1);
@@ -73,12 +73,12 @@ int fs_hook_spec_parse(const char *spec, struct fs_hook_spec *out, char *err, si
       args = end; /* "" */
     }
     if (*name == '\0' && *args != '\0') {
-      fs_hook_errf(err, errlen, "hook %d: arguments without a hook name", out->n + 1);
+      fs_hook_spec_errf(err, errlen, "hook %d: arguments without a hook name", out->n + 1);
       goto bad;
     }
     if (*name != '\0') {
       if (out->n == FS_HOOK_CHAIN_MAX) {
-        fs_hook_errf(err, errlen, "more than %d hooks", FS_HOOK_CHAIN_MAX);
+        fs_hook_spec_errf(err, errlen, "more than %d hooks", FS_HOOK_CHAIN_MAX);
         goto bad;
       }
       out->item[out->n].name = name;
@@ -95,7 +95,7 @@ bad:
   return -EINVAL;
 }
 
-int fs_hook_kv_next(const char **pp, struct fs_hook_kv *kv)
+int fs_hook_spec_kv_next(const char **pp, struct fs_hook_spec_kv *kv)
 {
   const char *p = *pp;
   for (;;) {
@@ -117,24 +117,26 @@ int fs_hook_kv_next(const char **pp, struct fs_hook_kv *kv)
     ke--;
   kv->key = p;
   kv->klen = (size_t)(ke - p);
-  if (eq == NULL || kv->klen == 0)
-    return -EINVAL;
-  const char *v = eq + 1, *ve = end;
+  const char *v = eq ? eq + 1 : end, *ve = end;
   while (v < ve && is_space(*v))
     v++;
   while (ve > v && is_space(ve[-1]))
     ve--;
   kv->val = v;
   kv->vlen = (size_t)(ve - v);
-  return kv->vlen ? 1 : -EINVAL;
+  if (eq == NULL || kv->klen == 0 || kv->vlen == 0) {
+    kv->klen = (size_t)(ve > ke ? ve - p : ke - p); /* the whole pair, for messages */
+    return -EINVAL;
+  }
+  return 1;
 }
 
-int fs_hook_str_is(const char *s, size_t n, const char *lit)
+int fs_hook_spec_is(const char *s, size_t n, const char *lit)
 {
   return strlen(lit) == n && memcmp(s, lit, n) == 0;
 }
 
-int fs_hook_parse_size(const char *s, size_t n, uint64_t *out)
+int fs_hook_spec_size(const char *s, size_t n, uint64_t *out)
 {
   uint64_t v = 0, mul = 1;
   size_t i = 0;
@@ -162,7 +164,7 @@ int fs_hook_parse_size(const char *s, size_t n, uint64_t *out)
   return 0;
 }
 
-void fs_hook_printable(char *out, size_t outlen, const void *s, size_t n)
+void fs_hook_spec_printable(char *out, size_t outlen, const void *s, size_t n)
 {
   static const char hex[] = "0123456789abcdef";
   const unsigned char *p = s;
@@ -199,7 +201,7 @@ static uint64_t log_once_hash[LOG_ONCE_SLOTS];
 static unsigned log_once_next;
 static pthread_mutex_t log_once_lock = PTHREAD_MUTEX_INITIALIZER;
 
-void fs_hook_log_once(int level, const char *msg)
+void fs_hook_spec_log_once(int level, const char *msg)
 {
   uint64_t h = 1469598103934665603ull;
   for (const char *p = msg; *p; p++)
