@@ -150,9 +150,27 @@ static void fs_sock_established(struct fs_conn *c, int fd, int dir)
     fs_sock_maybe_upgrade(c);
 }
 
+/* An accepting end whose peer never asked for a rendezvous well past the
+ * threshold has a peer without libfabsock: stop paying for the chance. */
+#define FS_SOCK_GIVEUP_MARGIN (4u << 20)
+
 void fs_sock_maybe_upgrade(struct fs_conn *c)
 {
-  if (c->no_upgrade || c->dir != FS_DIR_CONNECT || __atomic_load_n(&c->chan, __ATOMIC_RELAXED))
+  if (c->no_upgrade || __atomic_load_n(&c->chan, __ATOMIC_RELAXED))
+    return;
+  if (c->dir == FS_DIR_ACCEPT) {
+    uint64_t t = c->policy.upgrade_bytes;
+    if (c->tcp_tx + c->tcp_rx >= t + FS_SOCK_GIVEUP_MARGIN && t < FS_POLICY_UPGRADE_NEVER - FS_SOCK_GIVEUP_MARGIN) {
+      pthread_mutex_lock(&c->lock);
+      if (!c->chan) {
+        c->no_upgrade = true;
+        fs_conn_set_state(c, FS_STATE_TCP, FS_REASON_NO_PEER);
+      }
+      pthread_mutex_unlock(&c->lock);
+    }
+    return;
+  }
+  if (c->dir != FS_DIR_CONNECT)
     return;
   if (c->tcp_tx + c->tcp_rx < c->policy.upgrade_bytes)
     return;

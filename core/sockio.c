@@ -57,7 +57,7 @@ static ssize_t fs_sockio_done(struct fs_conn *c, int fd, struct fs_io *io, ssize
     FS_STAT_ADD(c->stat, rx_bytes, (uint64_t)r);
   if (c->hooks && fs_sockio_hook(c, fd, io->iov, io->iovcnt, (size_t)r, tx) < 0)
     return tx ? r : -ECONNABORTED;
-  if (!c->no_upgrade && c->dir == FS_DIR_CONNECT && !c->upgrade_queued)
+  if (!c->no_upgrade && !c->upgrade_queued)
     fs_sock_maybe_upgrade(c);
   return r;
 }

@@ -90,7 +90,7 @@ static void fs_policy_builtin(struct fs_policy_action *a)
 {
   memset(a, 0, sizeof *a);
   a->fabric = FS_FABRIC_AUTO;
-  a->upgrade_bytes = 0;
+  a->upgrade_bytes = FS_POLICY_UPGRADE_DEFAULT;
   a->spin_us = FS_POLICY_SPIN_ADAPTIVE;
   a->busy_poll = false;
   a->timeout_ms = 1000;

@@ -72,7 +72,7 @@ START_TEST(defaults_empty)
     struct fs_policy *p = parse_ok(texts[i]);
     const struct fs_policy_action *a = m(p, "prog", FS_DIR_CONNECT, "1.2.3.4", 1, "5.6.7.8", 2);
     ck_assert_int_eq(a->fabric, FS_FABRIC_AUTO);
-    ck_assert_uint_eq(a->upgrade_bytes, 0);
+    ck_assert_uint_eq(a->upgrade_bytes, FS_POLICY_UPGRADE_DEFAULT);
     ck_assert_int_eq(a->spin_us, FS_POLICY_SPIN_ADAPTIVE);
     ck_assert(!a->busy_poll);
     ck_assert_uint_eq(a->timeout_ms, 1000);
@@ -343,7 +343,7 @@ START_TEST(first_match_wins)
                                  "rule fabric=shm\n"
                                  "rule fabric=auto\n");
   ck_assert_int_eq(m(p, "x", 1, NULL, 0, "10.1.2.3", 1)->fabric, FS_FABRIC_TCP);
-  ck_assert_uint_eq(act.upgrade_bytes, 0); /* the first rule's unset keys do not fall through */
+  ck_assert_uint_eq(act.upgrade_bytes, FS_POLICY_UPGRADE_DEFAULT); /* the first rule's unset keys do not fall through */
   ck_assert_int_eq(m(p, "x", 1, NULL, 0, "10.2.2.3", 1)->fabric, FS_FABRIC_RDMA);
   ck_assert_uint_eq(act.upgrade_bytes, 1u << 20);
   ck_assert_int_eq(m(p, "x", 1, NULL, 0, "11.2.2.3", 1)->fabric, FS_FABRIC_SHM);
