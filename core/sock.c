@@ -130,8 +130,16 @@ static void fs_sock_established(struct fs_conn *c, int fd, int dir)
   c->spin_us = c->policy.busy_poll ? 0 : (c->policy.spin_us >= 0 ? (uint32_t)c->policy.spin_us : 50);
   if (c->policy.hooks[0]) {
     struct fabsock_conn_info ci = { sizeof ci, fd, c->family, FS_FABRIC_TCP, dir, c->local, c->peer };
-    if (fs_hook_open(c->policy.hooks, &ci, c->stat, &c->hooks) < 0)
+    /* Fail closed: a connection its inspection hooks cannot watch is not
+     * allowed to carry data (the reason is logged once by the hook module). */
+    if (fs_hook_open(c->policy.hooks, &ci, c->stat, &c->hooks) < 0) {
       c->hooks = NULL;
+      c->hook_closed = true;
+      c->no_upgrade = true;
+      fs_conn_set_state(c, FS_STATE_TCP, FS_REASON_HOOK);
+      FS_REAL(shutdown)(fd, SHUT_RDWR);
+      return;
+    }
   }
   int reason = FS_REASON_PENDING;
   if (disabled)

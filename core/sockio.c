@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/gpuio.h"
 #include "core/hook.h"
 #include "core/log.h"
 #include "core/sock.h"
@@ -51,10 +52,16 @@ static ssize_t fs_sockio_done(struct fs_conn *c, int fd, struct fs_io *io, ssize
 {
   if (r <= 0 || peek)
     return r;
-  if (tx)
+  int framed = c->hooks ? fs_hook_counts_msgs(c->hooks) : 0;
+  if (tx) {
     FS_STAT_ADD(c->stat, tx_bytes, (uint64_t)r);
-  else
+    if (!(framed & 1))
+      FS_STAT_ADD(c->stat, tx_msgs, 1); /* no framing known: one call, one message */
+  } else {
     FS_STAT_ADD(c->stat, rx_bytes, (uint64_t)r);
+    if (!(framed & 2))
+      FS_STAT_ADD(c->stat, rx_msgs, 1);
+  }
   if (c->hooks && fs_sockio_hook(c, fd, io->iov, io->iovcnt, (size_t)r, tx) < 0)
     return tx ? r : -ECONNABORTED;
   if (!c->no_upgrade && !c->upgrade_queued)
@@ -342,6 +349,8 @@ ssize_t fs_sock_send(struct fs_conn *c, int fd, struct fs_io *io)
     fs_sock_check_connected(c, fd);
   if (c->hook_closed)
     return -ECONNABORTED;
+  if (__builtin_expect(fs_gpuio_device(io), 0))
+    return fs_gpuio_send(c, fd, io);
   struct fs_chan *ch = fs_sockio_chan(c);
   if (!ch && c->no_upgrade)
     return fs_sockio_done(c, fd, io, fs_sock_tcp_io(fd, io), true, false);
@@ -525,6 +534,8 @@ ssize_t fs_sock_recv(struct fs_conn *c, int fd, struct fs_io *io)
     fs_sock_check_connected(c, fd);
   if (c->hook_closed)
     return -ECONNABORTED;
+  if (__builtin_expect(fs_gpuio_device(io), 0))
+    return fs_gpuio_recv(c, fd, io);
   int flags = (io->op == FS_IO_READ || io->op == FS_IO_READV) ? 0 : io->flags;
   struct fs_chan *ch = fs_sockio_chan(c);
   if (!ch && (c->no_upgrade || c->wake_fd < 0)) {

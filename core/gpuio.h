@@ -1,0 +1,21 @@
+/* CUDA device memory through the socket engine.
+ *
+ * A send/recv whose buffers are device memory is staged through the gpu
+ * module's pinned host buffers, chunk by chunk, and each host chunk takes
+ * the normal path: the connection's fabric (or TCP), its hooks, its
+ * accounting.  Plain kernel TCP would fail such a call with EFAULT.
+ * The check costs one cached load per call when no CUDA driver is loaded. */
+#ifndef FS_CORE_GPUIO_H
+#define FS_CORE_GPUIO_H
+
+#include <stdbool.h>
+
+#include "core/sock.h"
+
+/* True if any buffer of io is device memory. */
+bool fs_gpuio_device(const struct fs_io *io);
+
+ssize_t fs_gpuio_send(struct fs_conn *c, int fd, struct fs_io *io);
+ssize_t fs_gpuio_recv(struct fs_conn *c, int fd, struct fs_io *io);
+
+#endif
