@@ -1,6 +1,7 @@
 /* Socket engine, data half.  See core/sockio.h and core/ring.h. */
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <time.h>
@@ -163,7 +164,8 @@ static int fs_sockio_sleep(struct fs_conn *c, int fd, bool tx, int *budget_ms)
   return 0;
 }
 
-/* Spin up to the connection's budget for cond(); adapt the budget. */
+/* Spin up to the connection's budget for cond().  Every ~256 pauses we
+ * yield, so a peer woken onto our core gets to run. */
 static bool fs_sockio_spin(struct fs_conn *c, bool (*cond)(struct fs_chan *, void *), struct fs_chan *ch, void *arg)
 {
   uint32_t budget = c->policy.busy_poll ? 1000u : c->spin_us;
@@ -171,18 +173,31 @@ static bool fs_sockio_spin(struct fs_conn *c, bool (*cond)(struct fs_chan *, voi
     return cond(ch, arg);
   uint64_t start = fs_mono_us();
   for (unsigned i = 0;; i++) {
-    if (cond(ch, arg)) {
-      if (!c->policy.busy_poll && c->policy.spin_us < 0 && c->spin_us < FS_SPIN_MAX_US)
-        c->spin_us = c->spin_us * 2 > FS_SPIN_MAX_US ? FS_SPIN_MAX_US : c->spin_us * 2;
+    if (cond(ch, arg))
       return true;
-    }
     __builtin_ia32_pause();
-    if ((i & 63) == 63 && fs_mono_us() - start >= budget)
-      break;
+    if ((i & 255) == 255) {
+      if (fs_mono_us() - start >= budget)
+        return false;
+      sched_yield();
+    }
   }
-  if (!c->policy.busy_poll && c->policy.spin_us < 0)
+}
+
+/* Adaptive spinning: a wait that ended after w us would have been caught by
+ * spinning w, so the next spin is 2w (bounded); a longer wait (an idle
+ * peer) halves the budget.  Two ends that both fell asleep thus find their
+ * way back to spinning: each sees the other's wake-up latency and spins past
+ * it. */
+static void fs_sockio_adapt(struct fs_conn *c, uint64_t t0)
+{
+  if (c->policy.busy_poll || c->policy.spin_us >= 0 || t0 == 0)
+    return;
+  uint64_t w = fs_mono_us() - t0;
+  if (w <= FS_SPIN_MAX_US)
+    c->spin_us = (uint32_t)(2 * w + FS_SPIN_MIN_US > FS_SPIN_MAX_US ? FS_SPIN_MAX_US : 2 * w + FS_SPIN_MIN_US);
+  else
     c->spin_us = c->spin_us / 2 < FS_SPIN_MIN_US ? FS_SPIN_MIN_US : c->spin_us / 2;
-  return false;
 }
 
 static bool fs_cond_rx(struct fs_chan *ch, void *arg)
@@ -393,11 +408,13 @@ static ssize_t fs_sockio_rx_step(struct fs_conn *c, int fd, struct fs_io *io, si
         uint32_t t, l;
         uint64_t n;
         int pr = fs_ring_peek(&ch->rx, &t, &l, &n);
-        if (pr < 0)
+        if (pr == 1 && t != FS_REC_SWITCH)
+          pr = -EPROTO;
+        if (pr < 0) { /* the peer broke the protocol */
+          fs_log(FS_LOG_WARN, "fd %d: corrupt ring before SWITCH (record type %u); resetting", fd, t);
           return -ECONNRESET;
+        }
         if (pr == 1) {
-          if (t != FS_REC_SWITCH)
-            return -ECONNRESET; /* the peer broke the protocol */
           if (c->tcp_rx >= n) {
             fs_ring_pop(&ch->rx);
             fs_chan_kick_space(ch);
@@ -430,13 +447,13 @@ static ssize_t fs_sockio_rx_step(struct fs_conn *c, int fd, struct fs_io *io, si
       }
       return r;
     }
-    if (r < 0)
-      return -ECONNRESET;
-    uint32_t t, l;
+    uint32_t t = 0, l;
     uint64_t n;
-    int pr = fs_ring_peek(&ch->rx, &t, &l, &n);
-    if (pr < 0)
+    int pr = r < 0 ? (int)r : fs_ring_peek(&ch->rx, &t, &l, &n);
+    if (pr < 0) {
+      fs_log(FS_LOG_WARN, "fd %d: corrupt ring; resetting", fd);
       return -ECONNRESET;
+    }
     if (pr == 1) {
       if (t == FS_REC_EOF) {
         if (!peek)
@@ -452,6 +469,9 @@ static ssize_t fs_sockio_rx_step(struct fs_conn *c, int fd, struct fs_io *io, si
         c->no_upgrade = true;
         continue;
       }
+      if (t == FS_REC_DATA)
+        continue; /* published between our two looks at the ring */
+      fs_log(FS_LOG_WARN, "fd %d: unexpected record type %u on the fabric; resetting", fd, t);
       return -ECONNRESET;
     }
     if (fs_chan_peer_closed(ch)) {
@@ -487,10 +507,15 @@ static ssize_t fs_sockio_fabric_recv(struct fs_conn *c, int fd, struct fs_io *io
     return -EINVAL; /* no urgent data on a fabric, as TCP without any */
   if (total == 0)
     return 0;
+  uint64_t t0 = 0; /* when this call started waiting */
   for (;;) {
     ssize_t r = fs_sockio_rx_step(c, fd, io, got, total - got, peek);
     if (r > 0) {
       got += (size_t)r;
+      if (t0 && c->rx_flow == FS_FLOW_FABRIC) {
+        fs_sockio_adapt(c, t0);
+        t0 = 0;
+      }
       if (!waitall || got == total)
         break;
       continue;
@@ -501,6 +526,8 @@ static ssize_t fs_sockio_fabric_recv(struct fs_conn *c, int fd, struct fs_io *io
       return r;
     struct fs_chan *ch = fs_sockio_chan(c);
     if (ch && c->rx_flow == FS_FLOW_FABRIC) {
+      if (!nonblock && !t0)
+        t0 = fs_mono_us();
       if (!nonblock && fs_sockio_spin(c, fs_cond_rx, ch, NULL))
         continue;
       if (fs_chan_arm_rx(ch))
