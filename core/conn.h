@@ -54,6 +54,7 @@ struct fs_conn {
   bool listener_shared;       /* listening socket shared with another process */
   bool peer_revert_done;      /* we answered the peer's rx revert */
   bool reverted;              /* back on TCP for good; the channel is dead */
+  bool peer_close_seen;       /* one send after the peer closed was taken */
   uint32_t spin_us;           /* adaptive spin budget */
   uint32_t nfds;              /* fds in this process naming it; atomic */
   uint32_t visit;             /* dedupe mark for whole-table walks */

@@ -33,13 +33,111 @@ struct fs_ep_ent {
   epoll_data_t data;         /* the application's */
   struct fs_ep_ent *next;    /* in ep->ents, or the free list */
   struct fs_ep_ent *cnext;   /* in the connection's list (c->ep_ents) */
+  struct fs_ep_ent *rnext;   /* in ep->recheck */
+  bool on_recheck;           /* look at it in the next epoll_wait */
+  bool needs_setup;          /* its wake fd is not in the kernel set yet */
 };
 
 struct fs_ep {
   pthread_mutex_t lock;
   int epfd;
+  uint32_t spin_us;          /* adaptive: how long epoll_wait spins on fabric rings */
+  int nents, nsetup;         /* entries; entries with needs_setup */
+  bool any_fabric;           /* some entry has been on a fabric */
   struct fs_ep_ent *ents;
+  /* Level-triggered readiness without scanning every entry: an entry is
+   * looked at again only if it was reported last time, was added or
+   * modified, or the kernel woke us for it; every other fabric entry is
+   * armed, so its peer's next publish raises its wake fd. */
+  struct fs_ep_ent *recheck;
 };
+
+static void fs_ep_recheck_add(struct fs_ep *ep, struct fs_ep_ent *e)
+{
+  if (!e->on_recheck) {
+    e->on_recheck = true;
+    e->rnext = ep->recheck;
+    ep->recheck = e;
+  }
+}
+
+static void fs_ep_recheck_del(struct fs_ep *ep, struct fs_ep_ent *e)
+{
+  if (!e->on_recheck)
+    return;
+  for (struct fs_ep_ent **pp = &ep->recheck; *pp; pp = &(*pp)->rnext)
+    if (*pp == e) {
+      *pp = e->rnext;
+      break;
+    }
+  e->on_recheck = false;
+}
+
+#define FS_EP_SPIN_MAX 200
+#define FS_EP_SPIN_MIN 2
+
+static uint64_t fs_ep_now_us(void)
+{
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000u + (uint64_t)t.tv_nsec / 1000u;
+}
+
+/* Cheap look at the rings of the fabric entries (no locks, no arming): does
+ * any have what its interest asks for? */
+static bool fs_ep_peek_rings(struct fs_ep *ep)
+{
+  for (struct fs_ep_ent *e = ep->ents; e; e = e->next) {
+    struct fs_chan *ch = __atomic_load_n(&e->c->chan, __ATOMIC_ACQUIRE);
+    if (!ch || e->oneshot_fired || e->c->reverted)
+      continue;
+    if ((e->events & EPOLLIN) && (fs_chan_rx_ready(ch) || fs_chan_peer_closed(ch)))
+      return true;
+    if ((e->events & EPOLLOUT) && e->c->tx_flow == FS_FLOW_FABRIC && fs_chan_tx_ready(ch))
+      return true;
+  }
+  return false;
+}
+
+/* Spin up to ep->spin_us for fabric readiness before the kernel sleep,
+ * asking the kernel (without sleeping) every so often for the other fds.
+ * Returns kernel events gathered meanwhile (>0), 0, or -errno. */
+static int fs_ep_spin(struct fs_ep *ep, int epfd, struct epoll_event *kev, int room, const sigset_t *mask,
+                      bool *ready)
+{
+  uint64_t start = fs_ep_now_us();
+  struct timespec zero = { 0, 0 };
+  *ready = false;
+  for (unsigned i = 1;; i++) {
+    pthread_mutex_lock(&ep->lock);
+    bool r = fs_ep_peek_rings(ep);
+    pthread_mutex_unlock(&ep->lock);
+    if (r) {
+      *ready = true;
+      return 0;
+    }
+    for (int k = 0; k < 64; k++)
+      __builtin_ia32_pause();
+    if ((i & 15) == 0) {
+      int k = FS_REAL(epoll_pwait2)(epfd, kev, room, &zero, mask);
+      if (k != 0)
+        return k < 0 ? -errno : k;
+      if (fs_ep_now_us() - start >= ep->spin_us)
+        return 0;
+    }
+  }
+}
+
+static void fs_ep_adapt(struct fs_ep *ep, uint64_t t0)
+{
+  uint64_t w = fs_ep_now_us() - t0;
+  uint32_t s = ep->spin_us;
+  if (w <= FS_EP_SPIN_MAX)
+    s = (uint32_t)(2 * w + FS_EP_SPIN_MIN > FS_EP_SPIN_MAX ? FS_EP_SPIN_MAX : 2 * w + FS_EP_SPIN_MIN);
+  else
+    s = s / 2 < FS_EP_SPIN_MIN ? FS_EP_SPIN_MIN : s / 2;
+  ep->spin_us = s;
+}
 
 static struct fs_ep *fs_ep_tab[FS_FDTAB_SIZE];
 static pthread_mutex_t fs_ep_alloc_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -93,6 +191,10 @@ static struct fs_ep_ent *fs_ep_tag(struct fs_ep *ep, uint64_t u64)
 static void fs_ep_unlink(struct fs_ep_ent *e)
 {
   struct fs_conn *c = e->c;
+  fs_ep_recheck_del(e->ep, e);
+  if (e->needs_setup)
+    e->ep->nsetup--;
+  e->ep->nents--;
   pthread_mutex_lock(&c->lock);
   for (struct fs_ep_ent **pp = (struct fs_ep_ent **)&c->ep_ents; *pp; pp = &(*pp)->cnext)
     if (*pp == e) {
@@ -155,6 +257,7 @@ static struct fs_ep *fs_ep_get(int epfd, bool create)
     return NULL;
   pthread_mutex_init(&ep->lock, NULL);
   ep->epfd = epfd;
+  ep->spin_us = 50;
   struct fs_ep *expect = NULL;
   if (!__atomic_compare_exchange_n(&fs_ep_tab[epfd], &expect, ep, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
     free(ep);
@@ -234,6 +337,12 @@ int fs_ready_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
     e->alive = true;
     e->next = ep->ents;
     ep->ents = e;
+    ep->nents++;
+    fs_ep_recheck_add(ep, e);
+    if (!e->wake_reg && !c->no_upgrade) {
+      e->needs_setup = true;
+      ep->nsetup++;
+    }
     pthread_mutex_lock(&c->lock);
     e->cnext = c->ep_ents;
     c->ep_ents = e;
@@ -249,6 +358,7 @@ int fs_ready_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
     e->data = ev->data;
     e->oneshot_fired = false;
     e->edge_pending = true;
+    fs_ep_recheck_add(ep, e);
     rc = fs_ep_kmod(epfd, e, fs_ep_kernel_events(e));
     break;
   case EPOLL_CTL_DEL:
@@ -317,6 +427,59 @@ static int fs_ep_emit(struct epoll_event *out, struct fs_ep_ent **src, int n, st
   return n + 1;
 }
 
+/* Entries whose wake fd could not be registered at ADD (the connection was
+ * not up yet): finish their set-up (ep->lock held). */
+static void fs_ep_setup(struct fs_ep *ep, int epfd)
+{
+  for (struct fs_ep_ent *e = ep->ents; e && ep->nsetup > 0; e = e->next) {
+    if (!e->needs_setup)
+      continue;
+    if (e->c->connecting)
+      fs_sock_check_connected(e->c, e->fd);
+    if (e->c->wake_fd >= 0) {
+      struct epoll_event wev = { .events = EPOLLIN | EPOLLET, .data.u64 = (uint64_t)(uintptr_t)e | 1 };
+      e->wake_reg = FS_REAL(epoll_ctl)(epfd, EPOLL_CTL_ADD, e->c->wake_fd, &wev) == 0;
+    }
+    if (e->wake_reg || (e->c->no_upgrade && !e->c->connecting)) {
+      e->needs_setup = false;
+      ep->nsetup--;
+      fs_ep_recheck_add(ep, e);
+    }
+  }
+}
+
+/* Evaluate e (arming it if not ready) and report it.  Level-triggered
+ * entries that were reported are looked at again next time. */
+static int fs_ep_report(struct fs_ep *ep, int epfd, struct fs_ep_ent *e, uint32_t kernel, struct epoll_event *out,
+                        struct fs_ep_ent **src, int n, int max)
+{
+  if (e->oneshot_fired)
+    return n;
+  struct fs_conn *c = e->c;
+  if (__atomic_load_n(&c->chan, __ATOMIC_ACQUIRE) && !c->reverted) {
+    ep->any_fabric = true;
+    bool masked = c->tx_flow == FS_FLOW_FABRIC;
+    if (masked != e->out_masked)
+      fs_ep_kmod(epfd, e, fs_ep_kernel_events(e));
+  }
+  uint32_t r = fs_ep_eval(e, kernel, true);
+  if (!r)
+    return n;
+  if (n >= max) {
+    fs_ep_recheck_add(ep, e); /* no room: next call */
+    return n;
+  }
+  e->edge_pending = false;
+  n = fs_ep_emit(out, src, n, e, r);
+  if (e->events & EPOLLONESHOT) {
+    e->oneshot_fired = true;
+    fs_ep_kmod(epfd, e, 0);
+  } else if (!(e->events & EPOLLET)) {
+    fs_ep_recheck_add(ep, e);
+  }
+  return n;
+}
+
 int fs_ready_epoll_wait(int epfd, struct epoll_event *out, int max, const struct timespec *ts, const sigset_t *mask)
 {
   struct fs_ep *ep = fs_ep_get(epfd, false);
@@ -337,40 +500,21 @@ int fs_ready_epoll_wait(int epfd, struct epoll_event *out, int max, const struct
   }
   for (;;) {
     int n = 0;
-    /* 1. What the fabrics say now (level-triggered entries, and edges that
-     *    are pending), masking TCP's EPOLLOUT for fabric senders. */
+    /* 1. Entries to look at again (reported last time, new, modified). */
     pthread_mutex_lock(&ep->lock);
-    for (struct fs_ep_ent *e = ep->ents; e; e = e->next) {
-      /* A socket added before its connection was up had no wake fd yet. */
-      if (e->c->connecting)
-        fs_sock_check_connected(e->c, e->fd);
-      if (!e->wake_reg && e->c->wake_fd >= 0) {
-        struct epoll_event wev = { .events = EPOLLIN | EPOLLET, .data.u64 = (uint64_t)(uintptr_t)e | 1 };
-        e->wake_reg = FS_REAL(epoll_ctl)(epfd, EPOLL_CTL_ADD, e->c->wake_fd, &wev) == 0;
-      }
+    if (ep->nsetup > 0)
+      fs_ep_setup(ep, epfd);
+    struct fs_ep_ent *list = ep->recheck;
+    ep->recheck = NULL;
+    while (list) {
+      struct fs_ep_ent *e = list;
+      list = e->rnext;
+      e->on_recheck = false;
+      n = fs_ep_report(ep, epfd, e, 0, out, src, n, max);
     }
-    for (int arm = 0; arm < 2 && n == 0; arm++)
-      for (struct fs_ep_ent *e = ep->ents; e && n < max; e = e->next) {
-        if (e->oneshot_fired || !__atomic_load_n(&e->c->chan, __ATOMIC_ACQUIRE))
-          continue;
-        bool masked = e->c->tx_flow == FS_FLOW_FABRIC && !e->c->reverted;
-        if (masked != e->out_masked)
-          fs_ep_kmod(epfd, e, fs_ep_kernel_events(e));
-        /* Edge-triggered entries report on an edge (ADD/MOD, a wake), or
-         * when arming finds them ready: the peer published before we armed,
-         * so no wake will come.  A spurious edge is harmless; a lost one is not. */
-        if ((e->events & EPOLLET) && !e->edge_pending && !arm)
-          continue;
-        uint32_t r = fs_ep_eval(e, 0, arm);
-        if (!r)
-          continue;
-        e->edge_pending = false;
-        n = fs_ep_emit(out, src, n, e, r);
-        if (e->events & EPOLLONESHOT) {
-          e->oneshot_fired = true;
-          fs_ep_kmod(epfd, e, 0);
-        }
-      }
+    /* Spinning pays for a few latency-bound connections; a busy server with
+     * many is better off sleeping and leaving the CPU to its peers. */
+    bool spin = ep->any_fabric && ep->nents <= 4;
     pthread_mutex_unlock(&ep->lock);
     /* 2. One kernel call for everything else (and to sleep). */
     struct timespec zero = { 0, 0 }, left, *t = NULL;
@@ -386,7 +530,35 @@ int fs_ready_epoll_wait(int epfd, struct epoll_event *out, int max, const struct
       t = &left;
     }
     int room = max - n < kmax ? max - n : kmax;
-    int k = room > 0 ? FS_REAL(epoll_pwait2)(epfd, kst, room, t, mask) : 0;
+    int k = -1;
+    bool spun_ready = false;
+    uint64_t t0 = 0;
+    /* Nothing ready and we would sleep: spin on the fabric rings first. */
+    if (n == 0 && spin && (!t || t->tv_sec || t->tv_nsec)) {
+      t0 = fs_ep_now_us();
+      k = fs_ep_spin(ep, epfd, kst, room, mask, &spun_ready);
+      if (k < 0) {
+        ret = k;
+        break;
+      }
+      if (spun_ready || k > 0)
+        fs_ep_adapt(ep, t0);
+      if (spun_ready) {
+        /* Which entry is unknown: look at every fabric entry once. */
+        pthread_mutex_lock(&ep->lock);
+        for (struct fs_ep_ent *e = ep->ents; e; e = e->next)
+          if (__atomic_load_n(&e->c->chan, __ATOMIC_ACQUIRE))
+            fs_ep_recheck_add(ep, e);
+        pthread_mutex_unlock(&ep->lock);
+        continue;
+      }
+      if (k == 0)
+        k = -1;
+    }
+    if (k < 0)
+      k = room > 0 ? FS_REAL(epoll_pwait2)(epfd, kst, room, t, mask) : 0;
+    if (t0 && k > 0 && !spun_ready)
+      fs_ep_adapt(ep, t0);
     if (k < 0) {
       ret = n ? n : -errno;
       break;
@@ -400,15 +572,7 @@ int fs_ready_epoll_wait(int epfd, struct epoll_event *out, int max, const struct
         continue;
       }
       bool wake = kst[i].data.u64 & 1;
-      uint32_t r = e->oneshot_fired ? 0 : fs_ep_eval(e, wake ? 0 : kst[i].events, false);
-      if (!r)
-        continue;
-      e->edge_pending = false;
-      n = fs_ep_emit(out, src, n, e, r);
-      if (e->events & EPOLLONESHOT) {
-        e->oneshot_fired = true;
-        fs_ep_kmod(epfd, e, 0);
-      }
+      n = fs_ep_report(ep, epfd, e, wake ? 0 : kst[i].events, out, src, n, max);
     }
     pthread_mutex_unlock(&ep->lock);
     if (n > 0 || k == 0) {

@@ -710,8 +710,7 @@ void fs_rdv_unlisten(struct fs_conn *c)
   for (struct fs_rdv_item *it = A.items; it; it = it->next)
     if (it->kind == K_LISTENER && it->c == c) {
       c->rdv = NULL;
-      it->c = NULL; /* the caller is dropping the last reference */
-      fs_rdv_drop(it);
+      fs_rdv_drop(it); /* drops the item's reference on c too */
       break;
     }
   pthread_mutex_unlock(&A.lock);

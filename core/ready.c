@@ -88,7 +88,9 @@ int fs_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const
           pre++;
       }
     struct timespec zero = { 0, 0 }, left;
-    const struct timespec *t = pre ? &zero : fs_ready_left(ts, deadline, &left);
+    /* A pre-check that keeps disagreeing with the final answer must not
+     * turn into a busy loop: after a few passes, sleep in the kernel. */
+    const struct timespec *t = pre && pass < 8 ? &zero : fs_ready_left(ts, deadline, &left);
     rc = FS_REAL(ppoll)(k, kn, t, mask);
     if (rc < 0) {
       rc = -errno;
@@ -111,7 +113,7 @@ int fs_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const
     }
     /* Woken only by a wake fd with nothing to report (e.g. an upgrade
      * finished): a connection may have moved to a fabric; look again. */
-    if (rc != 0 || (ts && fs_ready_now_ns() >= deadline) || pass > 1000)
+    if (rc != 0 || (ts && fs_ready_now_ns() >= deadline))
       break;
     fabric = 0;
     for (nfds_t i = 0; i < n; i++)

@@ -360,9 +360,11 @@ static void fs_sock_fork_prep(int fd, struct fs_conn *c, void *arg)
 
 void fs_sock_before_fork(void)
 {
+  /* Agent lock first: no channel can be attached between the count of
+   * shared ends below and the fork. */
+  fs_rdv_before_fork();
   fs_sock_epoch++;
   fs_fdtab_foreach(fs_sock_fork_prep, NULL);
-  fs_rdv_before_fork();
 }
 
 static void fs_sock_fork_fix(int fd, struct fs_conn *c, void *arg)

@@ -216,7 +216,20 @@ static bool fs_cond_tx(struct fs_chan *ch, void *arg)
 static struct fs_chan *fs_sockio_chan(struct fs_conn *c)
 {
   struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
-  return ch && !c->reverted ? ch : NULL;
+  if (!ch || c->reverted)
+    return NULL;
+  /* The peer gave the channel up without ever attaching it (its attach
+   * lost a race with close or fork): it never left TCP, and neither do we. */
+  if (__builtin_expect(fs_chan_peer_closed(ch), 0) && !__atomic_load_n(&ch->peer->attached, __ATOMIC_ACQUIRE) &&
+      c->tx_flow == FS_FLOW_TCP && c->rx_flow == FS_FLOW_TCP) {
+    c->reverted = true;
+    c->no_upgrade = true;
+    fs_conn_set_state(c, FS_STATE_TCP, FS_REASON_REJECTED);
+    if (c->stat)
+      c->stat->fabric = FS_FABRIC_TCP;
+    return NULL;
+  }
+  return ch;
 }
 
 /* ---- send -------------------------------------------------------------- */
@@ -309,6 +322,12 @@ static ssize_t fs_sockio_fabric_send(struct fs_conn *c, int fd, struct fs_chan *
     if (fs_chan_peer_closed(ch)) {
       if (sent)
         break;
+      /* TCP takes the first send after the peer closed (the reset comes
+       * back later) and fails the next: so do we, discarding the bytes. */
+      if (!c->peer_close_seen) {
+        c->peer_close_seen = true;
+        return (ssize_t)total;
+      }
       fs_sockio_sigpipe(flags);
       return -EPIPE;
     }
@@ -505,8 +524,14 @@ static ssize_t fs_sockio_fabric_recv(struct fs_conn *c, int fd, struct fs_io *io
   int budget = -2;
   if (flags & MSG_OOB)
     return -EINVAL; /* no urgent data on a fabric, as TCP without any */
-  if (total == 0)
-    return 0;
+  if (total == 0) { /* as TCP: 0 if data or EOF is there, else EAGAIN if non-blocking */
+    struct fs_chan *ch = fs_sockio_chan(c);
+    if (c->rx_flow == FS_FLOW_FABRIC && ch && !fs_chan_rx_ready(ch) && !fs_chan_peer_closed(ch) && nonblock)
+      return -EAGAIN;
+    if (c->rx_flow == FS_FLOW_TCP && nonblock)
+      return fs_sockio_tcp_read(fd, io, 0, 0);
+    return 0; /* a blocking zero-length read does not wait */
+  }
   uint64_t t0 = 0; /* when this call started waiting */
   for (;;) {
     ssize_t r = fs_sockio_rx_step(c, fd, io, got, total - got, peek);
@@ -576,7 +601,8 @@ ssize_t fs_sock_recv(struct fs_conn *c, int fd, struct fs_io *io)
   pthread_mutex_lock(&c->rxlock);
   ssize_t r = fs_sockio_fabric_recv(c, fd, io, flags);
   pthread_mutex_unlock(&c->rxlock);
-  if (r >= 0 && fs_sockio_chan(c)) {
+  /* What a TCP recvfrom/recvmsg reports: no address, no control data. */
+  if (r >= 0) {
     if (io->op == FS_IO_RECVFROM && io->from && io->fromlen)
       *io->fromlen = 0;
     if (io->op == FS_IO_RECVMSG) {
@@ -628,6 +654,15 @@ int fs_sock_shutdown(struct fs_conn *c, int fd, int how)
 short fs_sockio_ready(struct fs_conn *c, struct fs_chan *ch, short want, short kernel, bool arm)
 {
   short r = 0;
+  /* Arm first, then look: whatever the peer publishes after our look
+   * finds the flag set and wakes us (Dekker with fs_chan_kick_*). */
+  if (arm) {
+    if (want & POLLIN)
+      __atomic_store_n(&ch->rx.ctl->want_data, 1, __ATOMIC_RELAXED);
+    if ((want & POLLOUT) && c->tx_flow == FS_FLOW_FABRIC)
+      __atomic_store_n(&ch->tx.ctl->want_space, 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  }
   /* A SWITCH at the head with all TCP bytes read: move rx to the fabric now,
    * or a lone SWITCH would look like readable data. */
   if (c->rx_flow == FS_FLOW_TCP && !fs_ring_empty(&ch->rx) && pthread_mutex_trylock(&c->rxlock) == 0) {
@@ -671,11 +706,5 @@ short fs_sockio_ready(struct fs_conn *c, struct fs_chan *ch, short want, short k
     r |= kernel & (POLLOUT | POLLWRNORM);
   }
   r |= dead;
-  if (arm) {
-    if ((want & POLLIN) && !(r & POLLIN) && fs_chan_arm_rx(ch))
-      r |= POLLIN | POLLRDNORM;
-    if ((want & POLLOUT) && !(r & POLLOUT) && c->tx_flow == FS_FLOW_FABRIC && fs_chan_arm_tx(ch, 1))
-      r |= POLLOUT | POLLWRNORM;
-  }
   return r;
 }

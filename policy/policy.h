@@ -19,7 +19,7 @@ enum fs_dir { FS_DIR_CONNECT = 1, FS_DIR_ACCEPT = 2 };
 /* Default threshold: a short request/reply connection never pays for a
  * rendezvous; anything chatty or streaming upgrades within its first
  * messages. */
-#define FS_POLICY_UPGRADE_DEFAULT (16u << 10)
+#define FS_POLICY_UPGRADE_DEFAULT (4u << 10)
 #define FS_POLICY_SPIN_ADAPTIVE (-1)
 #define FS_POLICY_HOOKS_MAX 512
 
