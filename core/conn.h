@@ -55,6 +55,8 @@ struct fs_conn {
   bool peer_revert_done;      /* we answered the peer's rx revert */
   bool reverted;              /* back on TCP for good; the channel is dead */
   bool peer_close_seen;       /* one send after the peer closed was taken */
+  bool resend_queued;         /* a re-send for the peer's revert is queued */
+  int resend_fd;              /* the fd to re-send on */
   uint32_t spin_us;           /* adaptive spin budget */
   uint32_t nfds;              /* fds in this process naming it; atomic */
   uint32_t visit;             /* dedupe mark for whole-table walks */
@@ -62,6 +64,7 @@ struct fs_conn {
   struct sockaddr_storage local, peer;
   uint64_t tcp_tx, tcp_rx;    /* bytes carried by TCP so far (SWITCH/REVERT) */
   uint64_t fab_tx, fab_rx;    /* bytes carried by the fabric */
+  uint64_t crossed_ns;        /* accepting end: when the threshold was crossed */
   struct fs_stat_conn *stat;  /* may be NULL (stats off) */
   struct fs_hookset *hooks;   /* may be NULL */
   struct fs_chan *chan;       /* atomic pointer; set while on a fabric */

@@ -16,6 +16,7 @@
 #include "core/log.h"
 #include "core/rdv.h"
 #include "core/shm.h"
+#include "core/sockio.h"
 #include "core/sock.h"
 #include "preload/fdtab.h"
 #include "preload/real.h"
@@ -37,11 +38,14 @@ struct fs_rdv_item {
   uint32_t uid;
   bool shared_listener;
   struct sockaddr_storage tl, tp; /* K_SRV: the passed socket's local/peer */
+  char name[108];             /* K_LISTENER: its abstract name */
+  int namelen;
   struct fs_rdv_item *next;
 };
 
 struct fs_rdv_job {
   struct fs_conn *c;
+  bool resend;                /* a re-send after the peer's revert, not an upgrade */
   struct fs_rdv_job *next;
 };
 
@@ -296,7 +300,7 @@ static void fs_rdv_srv_new(struct fs_rdv_item *l)
   it->ufd = ufd;
   it->state = S_WAIT_REQ;
   it->fds[0] = it->fds[1] = it->fds[2] = -1;
-  it->shared_listener = l->c->listener_shared;
+  it->shared_listener = l->c ? l->c->listener_shared : false;
   it->deadline = fs_now_ns() + (uint64_t)FS_RDV_HOLD_MS * 1000000u;
   it->next = A.items;
   A.items = it;
@@ -609,7 +613,15 @@ static void *fs_rdv_main(void *arg)
     while (jobs) {
       struct fs_rdv_job *j = jobs;
       jobs = j->next;
-      fs_rdv_cli_start(j->c);
+      if (j->resend) {
+        /* May block on TCP: drop the agent lock so fork and others go on. */
+        pthread_mutex_unlock(&A.lock);
+        fs_sockio_resend_job(j->c);
+        fs_conn_put(j->c);
+        pthread_mutex_lock(&A.lock);
+      } else {
+        fs_rdv_cli_start(j->c);
+      }
       free(j);
     }
     fs_rdv_timeouts();
@@ -671,6 +683,16 @@ void fs_rdv_listen(struct fs_conn *c, int fd)
     return;
   struct sockaddr_un un = { .sun_family = AF_UNIX };
   int n = fs_rdv_name(un.sun_path, sizeof un.sun_path, (struct sockaddr *)&ss, fs_addr_is_any((struct sockaddr *)&ss));
+  pthread_mutex_lock(&A.lock);
+  for (struct fs_rdv_item *it = A.items; it; it = it->next)
+    if (it->kind == K_LISTENER && !it->c && it->namelen == n && memcmp(it->name, un.sun_path, (size_t)n) == 0) {
+      fs_conn_get(c); /* adopt the orphan left by an earlier listener */
+      it->c = c;
+      c->rdv = it;
+      pthread_mutex_unlock(&A.lock);
+      return;
+    }
+  pthread_mutex_unlock(&A.lock);
   int ufd = FS_REAL(socket)(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (ufd < 0)
     return;
@@ -688,6 +710,8 @@ void fs_rdv_listen(struct fs_conn *c, int fd)
   }
   it->kind = K_LISTENER;
   it->ufd = ufd;
+  it->namelen = n;
+  memcpy(it->name, un.sun_path, (size_t)n);
   fs_conn_get(c);
   it->c = c;
   pthread_mutex_lock(&A.lock);
@@ -709,27 +733,38 @@ void fs_rdv_unlisten(struct fs_conn *c)
   pthread_mutex_lock(&A.lock);
   for (struct fs_rdv_item *it = A.items; it; it = it->next)
     if (it->kind == K_LISTENER && it->c == c) {
+      /* Connections accepted from it may still upgrade (servers often close
+       * the listener right after accept): the name stays served, as an
+       * orphan, until a new listen on the same address adopts it. */
       c->rdv = NULL;
-      fs_rdv_drop(it); /* drops the item's reference on c too */
+      it->c = NULL;
+      fs_conn_put(c);
       break;
     }
   pthread_mutex_unlock(&A.lock);
 }
 
-void fs_rdv_upgrade(struct fs_conn *c)
+static void fs_rdv_queue(struct fs_conn *c, bool resend)
 {
   struct fs_rdv_job *j = malloc(sizeof *j);
   if (!j) {
-    fs_sock_upgrade_failed(c, FS_REASON_RESOURCES);
+    if (!resend)
+      fs_sock_upgrade_failed(c, FS_REASON_RESOURCES);
+    else
+      fs_sockio_resend_job(c); /* last resort: inline */
     return;
   }
   fs_conn_get(c);
   j->c = c;
+  j->resend = resend;
   pthread_mutex_lock(&A.lock);
   int rc = fs_rdv_start();
   pthread_mutex_unlock(&A.lock);
   if (rc < 0) {
-    fs_sock_upgrade_failed(c, FS_REASON_RESOURCES);
+    if (!resend)
+      fs_sock_upgrade_failed(c, FS_REASON_RESOURCES);
+    else
+      fs_sockio_resend_job(c);
     fs_conn_put(c);
     free(j);
     return;
@@ -739,6 +774,16 @@ void fs_rdv_upgrade(struct fs_conn *c)
   A.jobs = j;
   pthread_mutex_unlock(&A.qlock);
   fs_rdv_poke();
+}
+
+void fs_rdv_upgrade(struct fs_conn *c)
+{
+  fs_rdv_queue(c, false);
+}
+
+void fs_rdv_resend(struct fs_conn *c)
+{
+  fs_rdv_queue(c, true);
 }
 
 void fs_rdv_accepted(void)

@@ -69,6 +69,9 @@ void fs_rdv_listen(struct fs_conn *c, int fd);
 /* Queue an upgrade attempt for a connected (connecting-end) socket. */
 void fs_rdv_upgrade(struct fs_conn *c);
 
+/* Run fs_sockio_resend_job(c) on the agent thread. */
+void fs_rdv_resend(struct fs_conn *c);
+
 /* A connection was accepted: held requests may now be answered. */
 void fs_rdv_accepted(void);
 

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/addr.h"
@@ -158,17 +159,32 @@ static void fs_sock_established(struct fs_conn *c, int fd, int dir)
     fs_sock_maybe_upgrade(c);
 }
 
-/* An accepting end whose peer never asked for a rendezvous well past the
- * threshold has a peer without libfabsock: stop paying for the chance. */
-#define FS_SOCK_GIVEUP_MARGIN (4u << 20)
+/* An accepting end whose peer has not asked for a rendezvous long after
+ * the threshold was crossed has a peer without libfabsock: stop paying for
+ * the chance.  Time, not bytes: a fast stream crosses any byte margin
+ * before a busy peer's agent gets to run. */
+#define FS_SOCK_GIVEUP_NS (3000000000ull)
+
+static uint64_t fs_sock_now_ns(void)
+{
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &t);
+  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
 
 void fs_sock_maybe_upgrade(struct fs_conn *c)
 {
   if (c->no_upgrade || __atomic_load_n(&c->chan, __ATOMIC_RELAXED))
     return;
   if (c->dir == FS_DIR_ACCEPT) {
-    uint64_t t = c->policy.upgrade_bytes;
-    if (c->tcp_tx + c->tcp_rx >= t + FS_SOCK_GIVEUP_MARGIN && t < FS_POLICY_UPGRADE_NEVER - FS_SOCK_GIVEUP_MARGIN) {
+    if (c->tcp_tx + c->tcp_rx < c->policy.upgrade_bytes)
+      return;
+    uint64_t now = fs_sock_now_ns();
+    if (!c->crossed_ns) {
+      c->crossed_ns = now;
+      return;
+    }
+    if (now - c->crossed_ns > FS_SOCK_GIVEUP_NS) {
       pthread_mutex_lock(&c->lock);
       if (!c->chan) {
         c->no_upgrade = true;

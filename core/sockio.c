@@ -9,6 +9,7 @@
 #include "core/gpuio.h"
 #include "core/hook.h"
 #include "core/log.h"
+#include "core/rdv.h"
 #include "core/sock.h"
 #include "core/sockio.h"
 #include "preload/real.h"
@@ -281,24 +282,56 @@ static int fs_sockio_resend(struct fs_conn *c, int fd, struct fs_chan *ch)
   return 0;
 }
 
+/* The peer stopped reading its rx ring (it downgraded): our unread ring
+ * bytes must go again on TCP before anything new.  That can block for as
+ * long as the peer's new image takes to read, so it runs on the agent
+ * thread (fs_sockio_resend_job), which holds our tx lock meanwhile. */
 void fs_sockio_service(struct fs_conn *c, int fd)
 {
   struct fs_chan *ch = fs_sockio_chan(c);
   if (!ch || c->peer_revert_done || !__atomic_load_n(&ch->peer->rx_revert, __ATOMIC_ACQUIRE))
     return;
+  bool expect = false;
+  if (__atomic_compare_exchange_n(&c->resend_queued, &expect, true, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+    c->resend_fd = fd;
+    fs_rdv_resend(c);
+  }
+}
+
+void fs_sockio_resend_job(struct fs_conn *c)
+{
+  struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
   pthread_mutex_lock(&c->txlock);
-  if (!c->peer_revert_done) {
-    int was = c->tx_flow;
+  if (ch && !c->peer_revert_done) {
+    int fd = c->resend_fd, was = c->tx_flow;
     if (was != FS_FLOW_TCP)
       (void)fs_sockio_resend(c, fd, ch);
     if (was == FS_FLOW_EOF)
       FS_REAL(shutdown)(fd, SHUT_WR);
     c->tx_flow = was == FS_FLOW_EOF ? FS_FLOW_EOF : FS_FLOW_TCP;
-    c->peer_revert_done = true;
     c->no_upgrade = true;
+    __atomic_store_n(&c->peer_revert_done, true, __ATOMIC_RELEASE);
     fs_log(FS_LOG_INFO, "fd %d: peer went back to tcp", fd);
   }
   pthread_mutex_unlock(&c->txlock);
+  if (c->wake_fd >= 0) { /* our own waiters: writable again, on TCP */
+    uint64_t one = 1;
+    (void)FS_REAL(write)(c->wake_fd, &one, sizeof one);
+  }
+}
+
+/* Sends wait (or EAGAIN) while a re-send for the peer is pending. */
+static int fs_sockio_wait_resend(struct fs_conn *c, int fd, struct fs_chan *ch, int flags)
+{
+  while (__atomic_load_n(&ch->peer->rx_revert, __ATOMIC_ACQUIRE) &&
+         !__atomic_load_n(&c->peer_revert_done, __ATOMIC_ACQUIRE)) {
+    fs_sockio_service(c, fd);
+    if (c->nonblock || (flags & MSG_DONTWAIT))
+      return -EAGAIN;
+    struct pollfd p = { c->wake_fd, POLLIN, 0 };
+    FS_REAL(poll)(&p, 1, 10);
+  }
+  return 0;
 }
 
 static void fs_sockio_sigpipe(int flags)
@@ -388,8 +421,12 @@ ssize_t fs_sock_send(struct fs_conn *c, int fd, struct fs_io *io)
   struct fs_chan *ch = fs_sockio_chan(c);
   if (!ch && c->no_upgrade)
     return fs_sockio_done(c, fd, io, fs_sock_tcp_io(fd, io), true, false);
-  if (ch)
-    fs_sockio_service(c, fd);
+  int sflags = (io->op == FS_IO_WRITE || io->op == FS_IO_WRITEV) ? 0 : io->flags;
+  if (ch) {
+    int w = fs_sockio_wait_resend(c, fd, ch, sflags);
+    if (w < 0)
+      return w;
+  }
   pthread_mutex_lock(&c->txlock);
   ch = fs_sockio_chan(c);
   if (ch)
@@ -398,9 +435,10 @@ ssize_t fs_sock_send(struct fs_conn *c, int fd, struct fs_io *io)
   if (ch && c->tx_flow == FS_FLOW_FABRIC) {
     r = fs_sockio_fabric_send(c, fd, ch, io, fs_iov_total(io->iov, io->iovcnt));
     if (r == -EAGAIN && __atomic_load_n(&ch->peer->rx_revert, __ATOMIC_ACQUIRE)) {
+      /* the peer downgraded while we waited for room: go again, on TCP */
       pthread_mutex_unlock(&c->txlock);
-      fs_sockio_service(c, fd);
-      return fs_sock_send(c, fd, io);
+      int w = fs_sockio_wait_resend(c, fd, ch, sflags);
+      return w < 0 ? w : fs_sock_send(c, fd, io);
     }
   } else {
     r = fs_sock_tcp_io(fd, io);
@@ -573,6 +611,7 @@ static ssize_t fs_sockio_fabric_recv(struct fs_conn *c, int fd, struct fs_io *io
       return got ? (ssize_t)got : -EAGAIN;
     if (budget == -2)
       budget = fs_sockio_timeo(fd, SO_RCVTIMEO);
+    fs_sockio_service(c, fd);
     int rc = fs_sockio_sleep(c, fd, false, &budget);
     if (rc < 0)
       return got ? (ssize_t)got : rc;
@@ -699,7 +738,9 @@ short fs_sockio_ready(struct fs_conn *c, struct fs_chan *ch, short want, short k
     r |= POLLIN | POLLRDNORM | POLLRDHUP;
     break;
   }
-  if (c->tx_flow == FS_FLOW_FABRIC && !c->peer_revert_done) {
+  if (__atomic_load_n(&ch->peer->rx_revert, __ATOMIC_ACQUIRE) && !c->peer_revert_done) {
+    /* a re-send on the agent is pending: writable once it is done */
+  } else if (c->tx_flow == FS_FLOW_FABRIC) {
     if (fs_ring_space(&ch->tx) > 0 || closed)
       r |= POLLOUT | POLLWRNORM;
   } else {

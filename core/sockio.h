@@ -17,8 +17,10 @@ void fs_sockio_switch_tx(struct fs_conn *c, struct fs_chan *ch);
  * said about the TCP socket.  arm: declare interest so the peer wakes us. */
 short fs_sockio_ready(struct fs_conn *c, struct fs_chan *ch, short want, short kernel, bool arm);
 
-/* Answer a pending peer revert request (see fs_sock_downgrade). */
+/* Answer a pending peer revert request (see fs_sock_downgrade): queue the
+ * re-send of our unread ring bytes on the agent (fs_sockio_resend_job). */
 void fs_sockio_service(struct fs_conn *c, int fd);
+void fs_sockio_resend_job(struct fs_conn *c);
 
 void fs_sock_maybe_upgrade(struct fs_conn *c);
 void fs_sock_check_connected(struct fs_conn *c, int fd);
