@@ -91,6 +91,11 @@ int fs_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const
     /* A pre-check that keeps disagreeing with the final answer must not
      * turn into a busy loop: after a few passes, sleep in the kernel. */
     const struct timespec *t = pre && pass < 8 ? &zero : fs_ready_left(ts, deadline, &left);
+    /* With fabric connections, sleep in bounded slices (see fs_sockio_sleep:
+     * a wake fd drained by another thread must not cost a hang). */
+    struct timespec slice = { 0, 20 * 1000000L };
+    if (fabric && (!t || t->tv_sec > 0 || t->tv_nsec > slice.tv_nsec))
+      t = &slice;
     rc = FS_REAL(ppoll)(k, kn, t, mask);
     if (rc < 0) {
       rc = -errno;

@@ -15,6 +15,7 @@
 #include "preload/real.h"
 
 #define FS_SPIN_MAX_US 200
+#define FS_WAKE_BOUND_MS 20
 #define FS_SPIN_MIN_US 2
 
 static uint64_t fs_mono_us(void)
@@ -149,13 +150,20 @@ static int fs_sockio_sleep(struct fs_conn *c, int fd, bool tx, int *budget_ms)
   int nfds = c->wake_fd >= 0 ? 2 : 1;
   struct pollfd *pp = c->wake_fd >= 0 ? p : &p[1];
   uint64_t t0 = *budget_ms >= 0 ? fs_mono_us() : 0;
-  int r = FS_REAL(poll)(pp, (nfds_t)nfds, *budget_ms);
+  /* The wake fd is shared by this connection's sender and receiver (and
+   * any poll), and each drains it: one can swallow the other's wake between
+   * that one's last look and its sleep.  So no sleep lasts more than
+   * FS_WAKE_BOUND_MS before the caller looks again: a lost wake costs
+   * milliseconds, never a hang.  (Separate data/space wake fds would remove
+   * the race; that changes the rendezvous and is left for later.) */
+  int cap = *budget_ms < 0 || *budget_ms > FS_WAKE_BOUND_MS ? FS_WAKE_BOUND_MS : *budget_ms;
+  int r = FS_REAL(poll)(pp, (nfds_t)nfds, cap);
   if (r < 0)
     return -errno;
   if (*budget_ms >= 0) {
     uint64_t spent = (fs_mono_us() - t0) / 1000u;
     *budget_ms = spent >= (uint64_t)*budget_ms ? 0 : *budget_ms - (int)spent;
-    if (r == 0)
+    if (r == 0 && *budget_ms == 0)
       return -EAGAIN;
   }
   if (c->wake_fd >= 0 && (p[0].revents & POLLIN)) {
