@@ -1,0 +1,483 @@
+# tests/integration/lib.sh: helpers for the integration tests (bash).
+# shellcheck shell=bash disable=SC2034
+#
+# Each t_*.sh sources this file, then runs real, unmodified programs as a
+# server and a client in every mode and compares the outcome with plain:
+#   plain   nothing preloaded
+#   client  only the client runs with LD_PRELOAD=$FABSOCK_LIB
+#   server  only the server does
+#   both    both do (the case a fabric can be used in)
+# and reports TAP: "ok N - name [mode]", "not ok N - name [mode] # failed: ...",
+# "ok N - name # SKIP reason" when a program is not installed, then
+# "1..N" and "# N passed, N failed, N skipped".
+#
+# Environment (the Makefile sets the first four; all are optional):
+#   FABSOCK_LIB           the preload library; unset/empty: preload modes run
+#                         without a preload (tests the harness itself)
+#   FABSOCK_BIN           the `fabsock` tool (for fabric checks)
+#   top_srcdir, top_builddir
+#   FABSOCK_IT_MODES      modes to run (default "plain client server both")
+#   FABSOCK_IT_PROGS      where tests/progs binaries are ($top_builddir/tests/progs)
+#   FABSOCK_IT_TIMEOUT    seconds for one client command (60; quick tests/progs
+#                         clients use IT_CLIENT_TIMEOUT, 20-40, set per test)
+#   FABSOCK_IT_POLL_MS    a tests/progs poll() that waits longer is a hang (15000)
+#   FABSOCK_IT_DUPLEX_MIB size of the full-duplex transfer, each way (256)
+#   FABSOCK_IT_KEEP=1     keep the scratch directory (logs, data) for a look
+#   FABSOCK_IT_VERBOSE=1  echo the commands that are run (on stderr)
+#   FABSOCK_EXPECT_FABRIC fabric a connection must use when both ends are
+#                         preloaded (e.g. "shm"); unset: fabric checks are no-ops.
+#                         With one end preloaded the expected fabric is "tcp".
+
+set -u
+set -o pipefail
+
+IT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+IT_NAME=${IT_NAME:-$(basename "$0" .sh)}
+: "${top_srcdir:=$(cd "$IT_DIR/../.." && pwd)}"
+if [ -z "${top_builddir:-}" ]; then
+  if [ -d "$PWD/tests/progs" ] && [ -f "$PWD/Makefile" ]; then top_builddir=$PWD; else top_builddir=$top_srcdir; fi
+fi
+: "${FABSOCK_LIB:=}"
+: "${FABSOCK_BIN:=$top_builddir/fabsock}"
+: "${FABSOCK_IT_PROGS:=$top_builddir/tests/progs}"
+: "${FABSOCK_IT_TIMEOUT:=60}"
+: "${FABSOCK_EXPECT_FABRIC:=}"
+IT_SERVER_TIMEOUT=$((FABSOCK_IT_TIMEOUT * 3))
+PROGS=$FABSOCK_IT_PROGS
+export LC_ALL=C
+
+IT_N=0 IT_PASS=0 IT_FAIL=0 IT_SKIP=0
+IT_PIDS=()
+MODE=plain
+
+IT_TMP=$(mktemp -d "${TMPDIR:-/tmp}/fabsock-it.${IT_NAME}.XXXXXX") || { echo "Bail out! mktemp failed"; exit 1; }
+export TMPDIR=$IT_TMP
+
+# ---- cleanup -----------------------------------------------------------------
+it_cleanup() {
+  local p
+  for p in "${IT_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
+  for p in "${IT_PIDS[@]}"; do it_reap "$p"; done
+  if [ "${FABSOCK_IT_KEEP:-0}" = 1 ]; then
+    echo "# kept scratch directory $IT_TMP"
+  else
+    rm -rf "$IT_TMP"
+  fi
+}
+trap it_cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# Wait (up to 5 s) for a background pid, then SIGKILL it (and its group).
+it_reap() {
+  local p=$1 i
+  for i in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$p" 2>/dev/null; then
+    kill -KILL -- "-$p" 2>/dev/null || kill -KILL "$p" 2>/dev/null
+  fi
+  wait "$p" 2>/dev/null
+  return 0
+}
+
+it_vlog() { [ "${FABSOCK_IT_VERBOSE:-0}" = 1 ] && echo "+ [$MODE] $*" >&2; return 0; }
+
+# ---- TAP ---------------------------------------------------------------------
+tap_ok() { IT_N=$((IT_N + 1)); IT_PASS=$((IT_PASS + 1)); echo "ok $IT_N - $1${2:+ # $2}"; }
+tap_skip() { IT_N=$((IT_N + 1)); IT_SKIP=$((IT_SKIP + 1)); echo "ok $IT_N - $1 # SKIP $2"; }
+# tap_not_ok NAME DETAILS [LOGFILE...]: details go on the line (never starting
+# with a TAP directive word), the tail of each log file as diagnostics.
+tap_not_ok() {
+  local name=$1 details=$2 f
+  shift 2
+  IT_N=$((IT_N + 1)); IT_FAIL=$((IT_FAIL + 1))
+  details=$(printf '%s' "$details" | tr '\n' ' ' | cut -c1-300)
+  echo "not ok $IT_N - $name # failed: $details"
+  for f in "$@"; do
+    [ -s "$f" ] || continue
+    echo "#   --- $(basename "$f") (last lines)"
+    tail -n 12 "$f" | sed 's/^/#   /'
+  done
+}
+# tap_result STATUS NAME DETAILS [LOGS...]: ok when STATUS is 0.
+tap_result() {
+  local st=$1 name=$2 details=$3
+  shift 3
+  if [ "$st" -eq 0 ]; then tap_ok "$name" "$details"; else tap_not_ok "$name" "$details" "$@"; fi
+}
+tap_diag() { echo "# $*"; }
+# tap_todo NAME REASON DETAILS: a known, open bug (TAP TODO: reported, not
+# counted as a failure).  The reason names the bug so it stays visible.
+tap_todo() {
+  IT_N=$((IT_N + 1))
+  echo "not ok $IT_N - $1 # TODO $2 ($(printf '%s' "$3" | tr '\n' ' ' | cut -c1-200))"
+}
+
+it_done() {
+  [ -n "${IT_UNDER_RUNNER:-}" ] || echo "1..$IT_N"
+  echo "# $IT_NAME: $IT_PASS passed, $IT_FAIL failed, $IT_SKIP skipped"
+  [ "$IT_FAIL" -eq 0 ]
+  exit $?
+}
+
+# skip_all REASON [COUNT]: the whole script cannot run (a program is not
+# installed): one SKIP line per mode so counts stay comparable.
+skip_all() {
+  local reason=$1 name=${2:-$IT_NAME} m
+  for m in $(it_modes); do tap_skip "$name [$m]" "$reason"; done
+  it_done
+}
+
+# need_cmd CMD...: 0 when all are installed, else sets IT_MISSING.
+need_cmd() {
+  local c
+  IT_MISSING=
+  for c in "$@"; do command -v "$c" >/dev/null 2>&1 || IT_MISSING="${IT_MISSING:+$IT_MISSING, }$c"; done
+  [ -z "$IT_MISSING" ]
+}
+# need_progs NAME...: the tests/progs binaries.
+need_progs() {
+  local p
+  IT_MISSING=
+  for p in "$@"; do [ -x "$PROGS/$p" ] || IT_MISSING="${IT_MISSING:+$IT_MISSING, }$p"; done
+  [ -z "$IT_MISSING" ]
+}
+require_cmd() { need_cmd "$@" || skip_all "$IT_MISSING not installed"; }
+require_progs() { need_progs "$@" || skip_all "tests/progs not built ($IT_MISSING missing in $PROGS; run make check)"; }
+
+# ---- modes and the preload ---------------------------------------------------
+it_modes() { echo "${FABSOCK_IT_MODES:-plain client server both}"; }
+
+# preloaded ROLE: is ROLE (client, server or any = a single-process test)
+# preloaded in the current MODE?
+preloaded() {
+  case "$MODE:$1" in
+    plain:*) return 1 ;;
+    both:* | *:any) return 0 ;;
+    client:client | server:server) return 0 ;;
+    *) return 1 ;;
+  esac
+}
+# Sets the array PRE to the command prefix that preloads ROLE in MODE.
+pre_for() {
+  PRE=()
+  if [ -n "$FABSOCK_LIB" ] && preloaded "$1"; then
+    PRE=(env "LD_PRELOAD=$FABSOCK_LIB${LD_PRELOAD:+:$LD_PRELOAD}")
+  fi
+}
+
+# Checked once per script: a FABSOCK_LIB that is set must exist.
+it_check_lib() {
+  if [ -n "$FABSOCK_LIB" ] && [ ! -f "$FABSOCK_LIB" ]; then
+    echo "Bail out! FABSOCK_LIB=$FABSOCK_LIB does not exist (build the library first)"
+    exit 1
+  fi
+  if [ -z "$FABSOCK_LIB" ] && [ -z "${IT_UNDER_RUNNER:-}" ]; then
+    echo "# FABSOCK_LIB is unset: every mode runs without a preload"
+  fi
+}
+it_check_lib
+
+# run_client CMD...: the client, in the foreground, preloaded per MODE, with
+# a timeout (exit 124 when it ran out): $IT_CLIENT_TIMEOUT when a test sets
+# a shorter one for quick clients, else $FABSOCK_IT_TIMEOUT.  Output goes
+# where the caller says.
+client_timeout() { echo "${IT_CLIENT_TIMEOUT:-$FABSOCK_IT_TIMEOUT}"; }
+run_client() {
+  pre_for client
+  it_vlog "client: ${PRE[*]} $*"
+  timeout -k 5 "$(client_timeout)" "${PRE[@]}" "$@"
+}
+# run_single CMD...: a program that is client and server at once.
+run_single() {
+  pre_for any
+  it_vlog "single: ${PRE[*]} $*"
+  timeout -k 5 "$(client_timeout)" "${PRE[@]}" "$@"
+}
+# start_server NAME CMD...: in the background, preloaded per MODE, output in
+# $IT_TMP/NAME.MODE.log; sets SERVER_PID (the pid of its `timeout`, which
+# runs the server in its own process group) and SERVER_LOG.
+start_server() {
+  local name=$1
+  shift
+  pre_for server
+  SERVER_LOG=$IT_TMP/$name.$MODE.log
+  it_vlog "server: ${PRE[*]} $*"
+  timeout -k 5 "$IT_SERVER_TIMEOUT" "${PRE[@]}" "$@" >"$SERVER_LOG" 2>&1 </dev/null &
+  SERVER_PID=$!
+  IT_PIDS+=("$SERVER_PID")
+}
+# it_forget PID: a reaped pid leaves the cleanup list (its number may be reused).
+it_forget() {
+  local q keep=()
+  for q in "${IT_PIDS[@]}"; do [ "$q" = "$1" ] || keep+=("$q"); done
+  IT_PIDS=("${keep[@]}")
+}
+# stop_server [PID]: SIGTERM (timeout forwards it to the whole group), reap.
+stop_server() {
+  local p=${1:-$SERVER_PID}
+  kill -TERM "$p" 2>/dev/null
+  it_reap "$p"
+  it_forget "$p"
+}
+# Start a background client like a server (for tests that need both running).
+start_bg_client() {
+  local name=$1
+  shift
+  pre_for client
+  BG_LOG=$IT_TMP/$name.$MODE.client.log
+  it_vlog "bg client: ${PRE[*]} $*"
+  timeout -k 5 "$(client_timeout)" "${PRE[@]}" "$@" >"$BG_LOG" 2>&1 </dev/null &
+  BG_PID=$!
+  IT_PIDS+=("$BG_PID")
+}
+
+# ---- ports -------------------------------------------------------------------
+IT_USED_PORTS=" "
+# pick_port: a TCP port nobody uses (no socket in any state), below the
+# ephemeral range so that client ports never collide with it.
+pick_port() {
+  local lo hi base span p i
+  read -r lo hi </proc/sys/net/ipv4/ip_local_port_range
+  if [ "$lo" -gt 12000 ]; then base=10000; span=$((lo - 10000)); else base=$((hi + 1)); span=$((65000 - hi)); fi
+  for i in $(seq 100); do
+    p=$((base + (RANDOM * 32768 + RANDOM) % span))
+    case "$IT_USED_PORTS" in *" $p "*) continue ;; esac
+    if [ -z "$(ss -Htan "( sport = :$p or dport = :$p )" 2>/dev/null)" ]; then
+      IT_USED_PORTS="$IT_USED_PORTS$p "
+      echo "$p"
+      return 0
+    fi
+  done
+  echo "pick_port: no free port found" >&2
+  return 1
+}
+
+port_listening() {
+  if command -v ss >/dev/null 2>&1; then
+    [ -n "$(ss -Hltn "sport = :$1" 2>/dev/null)" ]
+  else
+    (exec 3<>"/dev/tcp/${2:-127.0.0.1}/$1") 2>/dev/null
+  fi
+}
+# wait_port PORT [PID] [SECONDS]: until something listens on PORT; fails
+# early when PID (the server) has died.
+wait_port() {
+  local port=$1 pid=${2:-} secs=${3:-20} i
+  for i in $(seq $((secs * 20))); do
+    port_listening "$port" && return 0
+    if [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null; then return 1; fi
+    sleep 0.05
+  done
+  return 1
+}
+# wait_file FILE [PID] [SECONDS]: until FILE exists (non-empty).
+wait_file() {
+  local f=$1 pid=${2:-} secs=${3:-20} i
+  for i in $(seq $((secs * 20))); do
+    [ -s "$f" ] && return 0
+    if [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null; then [ -s "$f" ]; return; fi
+    sleep 0.05
+  done
+  return 1
+}
+# start_prog_server NAME PROG ARGS...: a tests/progs server bound to port 0
+# that writes its port with -P; sets SERVER_PORT (empty on failure).
+start_prog_server() {
+  local name=$1 prog=$2
+  shift 2
+  local pf=$IT_TMP/$name.$MODE.port
+  rm -f "$pf"
+  start_server "$name" "$PROGS/$prog" -P "$pf" "$@"
+  SERVER_PORT=
+  if wait_file "$pf" "$SERVER_PID" 20; then SERVER_PORT=$(cat "$pf"); fi
+  [ -n "$SERVER_PORT" ]
+}
+
+# ---- data --------------------------------------------------------------------
+# make_random FILE SIZE_MIB
+make_random() { head -c "$(($2 * 1048576))" /dev/urandom >"$1"; }
+sha() { sha256sum "$1" | cut -c1-64; }
+# real_python: sets IT_PYTHON to the interpreter itself, not a pyenv shim
+# (much faster to start).  Call it directly, not in a $(subshell).
+real_python() {
+  [ -n "${IT_PYTHON:-}" ] && return 0
+  IT_PYTHON=$(python3 -c 'import sys; print(sys.executable)' 2>/dev/null)
+  [ -n "$IT_PYTHON" ] && [ -x "$IT_PYTHON" ] || IT_PYTHON=python3
+}
+have_ipv6() { [ -r /proc/net/if_inet6 ] && grep -q ' lo$' /proc/net/if_inet6; }
+ms_now() { date +%s%3N; }
+
+# ---- fabric checks (fabsock stat --json) ------------------------------------
+# fabric_enabled: are fabric checks on (FABSOCK_EXPECT_FABRIC set, a preload)?
+fabric_enabled() { [ -n "$FABSOCK_EXPECT_FABRIC" ] && [ -n "$FABSOCK_LIB" ] && [ "$MODE" != plain ]; }
+# fabric_expected: what a connection must use in MODE ("" = nothing to check).
+fabric_expected() {
+  case "$MODE" in
+    plain) echo "" ;;
+    both) echo "$FABSOCK_EXPECT_FABRIC" ;;
+    *) echo tcp ;;
+  esac
+}
+# expect_fabric PORT|PID:FD FABRIC [SECONDS]: while the connection is alive,
+# poll `fabsock stat --json` until every connection on PORT (local or peer
+# port; or the one PID:FD) reports FABRIC, for up to SECONDS (default 5: an
+# upgrade is asynchronous).  Sets FABRIC_DETAIL.  A no-op (0) unless
+# fabric_enabled.
+expect_fabric() {
+  local key=$1 want=$2 secs=${3:-5} i out rc=2
+  FABRIC_DETAIL=
+  fabric_enabled || return 0
+  [ -n "$want" ] || return 0
+  if [ ! -x "$FABSOCK_BIN" ]; then FABRIC_DETAIL="fabsock tool $FABSOCK_BIN not found"; return 1; fi
+  real_python
+  for i in $(seq $((secs * 5))); do
+    out=$(timeout 10 "$FABSOCK_BIN" stat --json 2>&1 | "$IT_PYTHON" "$IT_DIR/fabric_check.py" "$key" "$want" 2>&1)
+    rc=$?
+    FABRIC_DETAIL=$out
+    [ $rc -eq 0 ] && return 0
+    sleep 0.2
+  done
+  return 1
+}
+# fabric_watch_start PORT / fabric_watch_stop: for a third-party client that
+# cannot be held open: sample `fabsock stat --json` in the background during
+# the transfer; stop reports whether the expected fabric was seen on PORT.
+fabric_watch_start() {
+  FABRIC_WATCH_PID=
+  fabric_enabled || return 0
+  local port=$1 want
+  want=$(fabric_expected)
+  FABRIC_WATCH_FILE=$IT_TMP/fabric-watch.$MODE.$port
+  real_python
+  : >"$FABRIC_WATCH_FILE"
+  (
+    while :; do
+      timeout 10 "$FABSOCK_BIN" stat --json 2>&1 | "$IT_PYTHON" "$IT_DIR/fabric_check.py" "$port" "$want" >>"$FABRIC_WATCH_FILE" 2>&1
+      echo "rc=$?" >>"$FABRIC_WATCH_FILE"
+      sleep 0.2
+    done
+  ) &
+  FABRIC_WATCH_PID=$!
+  IT_PIDS+=("$FABRIC_WATCH_PID")
+}
+fabric_watch_stop() {
+  FABRIC_DETAIL=
+  fabric_enabled || return 0
+  [ -n "$FABRIC_WATCH_PID" ] || return 0
+  kill "$FABRIC_WATCH_PID" 2>/dev/null
+  wait "$FABRIC_WATCH_PID" 2>/dev/null
+  it_forget "$FABRIC_WATCH_PID"
+  if grep -q '^rc=0$' "$FABRIC_WATCH_FILE"; then
+    FABRIC_DETAIL=$(grep -m1 -B1 '^rc=0$' "$FABRIC_WATCH_FILE" | head -n1)
+    return 0
+  fi
+  if ! grep -q '^rc=1$' "$FABRIC_WATCH_FILE"; then
+    # never a connection on the port in any sample: too short to observe
+    FABRIC_DETAIL="connection not observed by fabsock stat (too short?): $(grep -v '^rc=' "$FABRIC_WATCH_FILE" | tail -n1)"
+    return 2
+  fi
+  FABRIC_DETAIL="never saw $(fabric_expected): $(grep -v '^rc=' "$FABRIC_WATCH_FILE" | sort | uniq -c | sort -rn | head -n3 | tr -s ' \n' ' ')"
+  return 1
+}
+# fabric_report NAME STATUS: one TAP line for a fabric check (only when
+# enabled); STATUS 2 (never observed) is a SKIP, not a failure.
+fabric_report() {
+  fabric_enabled || return 0
+  [ -n "$(fabric_expected)" ] || return 0
+  if [ "$2" = 2 ]; then tap_skip "$1 [$MODE] fabric=$(fabric_expected)" "$FABRIC_DETAIL"; return; fi
+  tap_result "$2" "$1 [$MODE] fabric=$(fabric_expected)" "$FABRIC_DETAIL"
+}
+# hold_arg: "-w FILE" for tests/progs clients when fabric checks are on.
+hold_args() {
+  HOLD=()
+  HOLD_FILE=
+  if fabric_enabled; then
+    HOLD_FILE=$IT_TMP/hold.$MODE.$RANDOM
+    HOLD=(-w "$HOLD_FILE")
+  fi
+}
+# run_held_client NAME PORT OUTFILE CMD...: run a tests/progs client given
+# ${HOLD[@]}; when it holds its connections, run expect_fabric on PORT, then
+# release it.  Returns the client's status; FABRIC_STATUS/DETAIL are set.
+run_held_client() {
+  local name=$1 port=$2 out=$3
+  shift 3
+  FABRIC_STATUS=0
+  FABRIC_DETAIL=
+  if [ -z "$HOLD_FILE" ]; then
+    run_client "$@" >"$out" 2>&1
+    return
+  fi
+  start_bg_client "$name" "$@"
+  local pid=$BG_PID log=$BG_LOG
+  if wait_file "$HOLD_FILE.ready" "$pid" "$(client_timeout)"; then
+    expect_fabric "$port" "$(fabric_expected)"
+    FABRIC_STATUS=$?
+  else
+    FABRIC_STATUS=1
+    FABRIC_DETAIL="client never reached its hold point"
+  fi
+  touch "$HOLD_FILE"
+  wait "$pid"
+  local rc=$?
+  it_forget "$pid"
+  cp "$log" "$out"
+  return $rc
+}
+
+# server_alive [PID]: is the server started by start_server still running?
+# (Its `timeout` exits, and turns zombie until reaped, when the server does.)
+server_alive() {
+  local line
+  read -r line 2>/dev/null <"/proc/${1:-$SERVER_PID}/stat" || return 1
+  line=${line##*) }
+  case "$line" in Z* | X*) return 1 ;; esac
+  return 0
+}
+# server_status [PID]: sets SRV_STATUS to "running", "exited with status N"
+# or "died of signal N" (reaping an exited server).  Not in a $(subshell).
+server_status() {
+  local p=${1:-$SERVER_PID} rc
+  if server_alive "$p"; then SRV_STATUS=running; return; fi
+  wait "$p" 2>/dev/null
+  rc=$?
+  it_forget "$p"
+  if [ "$rc" -gt 128 ] && [ "$rc" -lt 255 ]; then SRV_STATUS="died of signal $((rc - 128))"; else SRV_STATUS="exited with status $rc"; fi
+}
+# server_check: after a client run, a server that should still be running
+# must be; else returns 1 with SRV_DETAIL set (for tap details).
+server_check() {
+  SRV_DETAIL=
+  server_alive && return 0
+  server_status
+  SRV_DETAIL="server $SRV_STATUS during the test"
+  return 1
+}
+# compare_ref NAME OUT: the output of a plain run is the reference for the
+# other modes.  In plain mode OUT becomes the reference; otherwise diff it
+# against the reference (DIFF holds the first differing lines).  The
+# reference is produced by the caller's ref_producer when plain is not in
+# the mode list (see ensure_ref).
+ref_file() { echo "$IT_TMP/ref.$1"; }
+compare_ref() {
+  local name=$1 out=$2 ref
+  ref=$(ref_file "$name")
+  DIFF=
+  if [ "$MODE" = plain ]; then cp "$out" "$ref"; return 0; fi
+  if [ ! -f "$ref" ]; then DIFF="no plain reference"; return 1; fi
+  DIFF=$(diff -u "$ref" "$out" | sed -n '3,$p' | grep '^[-+]' | head -n 6 | tr '\n' ' ')
+  [ -z "$DIFF" ]
+}
+# ensure_ref NAME FUNC ARGS...: in a preloaded mode with no reference yet
+# (plain not run first), run FUNC once in plain mode to produce the
+# reference for NAME (FUNC prints it on stdout).
+ensure_ref() {
+  local name=$1 ref saved=$MODE
+  shift
+  ref=$(ref_file "$name")
+  [ -f "$ref" ] && return 0
+  [ "$MODE" = plain ] && return 0
+  MODE=plain
+  "$@" >"$ref" 2>&1
+  MODE=$saved
+}

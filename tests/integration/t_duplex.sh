@@ -1,0 +1,34 @@
+#!/bin/bash
+# t_duplex: a large full-duplex transfer between two tests/progs/duplex
+# processes: each side sends FABSOCK_IT_DUPLEX_MIB (default 256) MiB with
+# write() sizes 1..256 KiB and short random sleeps while it receives and
+# verifies the other side's stream byte for byte (CRC-32 reported, equal to
+# plain's since the streams are deterministic).
+. "$(dirname "$0")/lib.sh"
+require_progs duplex
+mib=${FABSOCK_IT_DUPLEX_MIB:-256}
+
+for MODE in $(it_modes); do
+  name="full duplex ${mib} MiB each way, random sizes and sleeps"
+  if ! start_prog_server duplex duplex -l -n "${mib}M"; then
+    server_status; tap_not_ok "$name [$MODE]" "duplex server did not start ($SRV_STATUS)" "$SERVER_LOG"
+    stop_server; continue
+  fi
+  hold_args
+  out=$IT_TMP/duplex.$MODE.out
+  run_held_client duplex "$SERVER_PORT" "$out" "$PROGS/duplex" -p "$SERVER_PORT" -n "${mib}M" "${HOLD[@]}"
+  rc=$?
+  # the server exits after its one connection
+  for i in $(seq 100); do server_alive || break; sleep 0.1; done
+  server_status
+  detail=$(grep -v '^$' "$out" | tail -n 1)
+  [ $rc -eq 124 ] && detail="client timed out; $detail"
+  if [ "$SRV_STATUS" != "exited with status 0" ]; then rc=1; detail="server $SRV_STATUS: $(tail -n 1 "$SERVER_LOG"); $detail"; fi
+  crcs=$IT_TMP/duplex.$MODE.crc
+  grep -o 'tx_crc=[0-9a-f]* rx_crc=[0-9a-f]*' "$out" >"$crcs"
+  if [ $rc -eq 0 ] && ! compare_ref duplex.crc "$crcs"; then rc=1; detail="CRCs differ from plain: $DIFF"; fi
+  tap_result $rc "$name [$MODE]" "$detail" "$out" "$SERVER_LOG"
+  fabric_report "$name" "$FABRIC_STATUS"
+  stop_server
+done
+it_done
