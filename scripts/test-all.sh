@@ -19,10 +19,12 @@ if [ "${FABSOCK_SKIP_VM:-0}" != 1 ]; then
   grep -E '^(not )?ok ' "$build/vm.log" >> "$build/all-tap.txt" || true
 fi
 pass=$(grep -c '^ok ' "$build/all-tap.txt" || true)
-fail=$(grep -c '^not ok ' "$build/all-tap.txt" || true)
+fail=$(grep '^not ok ' "$build/all-tap.txt" | grep -vc '# TODO' || true)
+todo=$(grep '^not ok ' "$build/all-tap.txt" | grep -c '# TODO' || true)
 if [ "$rc" -ne 0 ] && [ "$fail" -eq 0 ]; then
   fail=1 # a harness failed without a TAP line: count it
   find . -name test-suite.log -exec tail -40 {} \;
 fi
+echo "# known open bugs (TAP TODO): $todo"
 echo "$pass passed, $fail failed"
 [ "$rc" -eq 0 ] && [ "$fail" -eq 0 ]

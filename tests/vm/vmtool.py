@@ -1,0 +1,216 @@
+#!/usr/bin/env python3
+"""Small helpers for the VM tests (plain socket code: run it with or without LD_PRELOAD).
+
+  vmtool.py echo-server [--bind ADDR] [--port N] [--port-file F]
+      Echo every byte of every connection back until EOF (one thread per connection).
+  vmtool.py echo-client HOST:PORT [--bytes N] [--chunk N] [--seed S] [--nonblock-connect]
+                        [--ready-file F --hold-file F --hold-timeout S]
+      Send N deterministic pseudo-random bytes in chunks, read each chunk's echo back, and compare
+      everything received with what was sent.  --nonblock-connect connects as event loops do
+      (O_NONBLOCK set with fcntl, connect in progress, poll() for writable, SO_ERROR).  With --ready-file, after half the bytes it creates
+      F and waits until the hold file is gone (so a test can inspect the live connection).
+      Prints one JSON line: ok, bytes sent and received, sha256 of both, connect_s, elapsed_s
+      (from before connect to the end, less held_s, the time spent waiting on the hold file).
+      Exit 0 when the echo matched, 1 when it did not, 2 on a socket error.
+  vmtool.py stat [--peer A:P] [--local A:P] [--pid N] < fabsock-stat.json
+      Print the matching connections of `fabsock stat --json`, one per line:
+      "pid program fd state fabric reason tx_bytes rx_bytes local peer"; listening sockets are
+      left out.  Exit 0 (even when none match), 2 when the input is not the documented JSON.
+  vmtool.py iperf3 FILE
+      Print "sent_bytes received_bytes receiver_MBps" from an iperf3 --json result (exit 2 on an
+      iperf3 error, whose message is printed)."""
+
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import random
+import select
+import socket
+import sys
+import threading
+import time
+
+
+def opt(args, name, default=None, conv=str):
+    if name in args:
+        i = args.index(name)
+        val = args[i + 1]
+        del args[i:i + 2]
+        return conv(val)
+    return default
+
+
+def echo_server(args):
+    bind = opt(args, "--bind", "0.0.0.0")
+    port = opt(args, "--port", 0, int)
+    port_file = opt(args, "--port-file")
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind((bind, port))
+    srv.listen(16)
+    if port_file:
+        tmp = port_file + ".tmp"
+        with open(tmp, "w") as f:
+            f.write("%d\n" % srv.getsockname()[1])
+        os.rename(tmp, port_file)
+
+    def serve(conn):
+        with conn:
+            while True:
+                data = conn.recv(65536)
+                if not data:
+                    break
+                conn.sendall(data)
+
+    while True:
+        conn, _ = srv.accept()
+        threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+
+def echo_client(args):
+    target = args.pop(0)
+    nbytes = opt(args, "--bytes", 1 << 20, int)
+    chunk = opt(args, "--chunk", 16384, int)
+    seed = opt(args, "--seed", 1, int)
+    ready = opt(args, "--ready-file")
+    hold = opt(args, "--hold-file")
+    hold_timeout = opt(args, "--hold-timeout", 60.0, float)
+    nonblock = "--nonblock-connect" in args
+    host, port = target.rsplit(":", 1)
+    data = random.Random(seed).randbytes(nbytes)
+    got = bytearray()
+    res = {"ok": False, "bytes": nbytes, "sent": 0, "received": 0}
+    t0 = time.monotonic()
+    try:
+        if nonblock:
+            # As iperf3, redis-cli and most event loops do: O_NONBLOCK with fcntl (Python's
+            # setblocking() uses ioctl(FIONBIO) instead), connect in progress, poll, SO_ERROR.
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            fl = fcntl.fcntl(s.fileno(), fcntl.F_GETFL)
+            fcntl.fcntl(s.fileno(), fcntl.F_SETFL, fl | os.O_NONBLOCK)
+            err = s.connect_ex((host, int(port)))
+            if err not in (0, errno.EINPROGRESS):
+                raise OSError(err, os.strerror(err))
+            p = select.poll()
+            p.register(s.fileno(), select.POLLOUT)
+            p.poll()
+            err = s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            if err:
+                raise OSError(err, os.strerror(err))
+            fcntl.fcntl(s.fileno(), fcntl.F_SETFL, fl)
+        else:
+            s = socket.create_connection((host, int(port)))
+        res["connect_s"] = round(time.monotonic() - t0, 3)
+        off = 0
+        held = ready is None
+        while off < nbytes:
+            if not held and off >= nbytes // 2:
+                held = True
+                with open(ready, "w"):
+                    pass
+                t_hold = time.monotonic()
+                deadline = t_hold + hold_timeout
+                while hold and os.path.exists(hold) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                res["held_s"] = round(time.monotonic() - t_hold, 3)
+            piece = data[off:off + chunk]
+            s.sendall(piece)
+            res["sent"] += len(piece)
+            want = len(got) + len(piece)
+            while len(got) < want:
+                b = s.recv(want - len(got))
+                if not b:
+                    raise ConnectionError("EOF after %d echoed bytes" % len(got))
+                got += b
+            off += len(piece)
+        s.shutdown(socket.SHUT_WR)
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            got += b
+        s.close()
+        status = 0
+    except OSError as e:
+        res["error"] = "%s: %s" % (type(e).__name__, e)
+        status = 2
+    res["received"] = len(got)
+    res["elapsed_s"] = round(time.monotonic() - t0 - res.get("held_s", 0), 3)
+    res["sha_sent"] = hashlib.sha256(data).hexdigest()[:16]
+    res["sha_received"] = hashlib.sha256(bytes(got)).hexdigest()[:16]
+    res["ok"] = status == 0 and bytes(got) == data
+    if status == 0 and not res["ok"]:
+        status = 1
+        for i, (a, b) in enumerate(zip(data, got)):
+            if a != b:
+                res["first_difference"] = i
+                break
+    print(json.dumps(res), flush=True)
+    return status
+
+
+def stat(args):
+    peer = opt(args, "--peer")
+    local = opt(args, "--local")
+    pid = opt(args, "--pid", None, int)
+    try:
+        doc = json.load(sys.stdin)
+        procs = doc["processes"]
+    except (ValueError, KeyError, TypeError) as e:
+        print("vmtool stat: not fabsock stat JSON: %s" % e, file=sys.stderr)
+        return 2
+    for p in procs:
+        if pid is not None and p.get("pid") != pid:
+            continue
+        for c in p.get("connections", []):
+            if c.get("state") in ("listen", "listening"):
+                continue
+            if peer and c.get("peer") != peer:
+                continue
+            if local and c.get("local") != local:
+                continue
+            print(p.get("pid"), p.get("program"), c.get("fd"), c.get("state"), c.get("fabric"),
+                  c.get("reason"), c.get("tx_bytes"), c.get("rx_bytes"), c.get("local"),
+                  c.get("peer"))
+    return 0
+
+
+def iperf3(args):
+    try:
+        with open(args[0]) as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as e:
+        print("iperf3 result unreadable: %s" % e)
+        return 2
+    if "error" in doc:
+        print("iperf3 error: %s" % doc["error"])
+        return 2
+    end = doc.get("end", {})
+    try:
+        sent = end["sum_sent"]["bytes"]
+        recv = end["sum_received"]["bytes"]
+        rate = end["sum_received"]["bits_per_second"] / 8e6
+    except KeyError as e:
+        print("iperf3 result incomplete: no %s" % e)
+        return 2
+    print(sent, recv, "%.1f" % rate)
+    return 0
+
+
+def main():
+    if len(sys.argv) < 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    cmd, args = sys.argv[1], sys.argv[2:]
+    table = {"echo-server": echo_server, "echo-client": echo_client, "stat": stat,
+             "iperf3": iperf3}
+    if cmd not in table:
+        print(__doc__, file=sys.stderr)
+        return 2
+    return table[cmd](args) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
