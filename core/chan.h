@@ -32,7 +32,9 @@ struct fs_chan_ep {
                                 Nobody switches its tx before the peer's is set:
                                 until then the peer may read TCP without looking
                                 at the ring, and a TCP EOF would cut the stream. */
-  uint32_t pad;
+  uint32_t reverted;         /* some holder of this end downgraded it (exec,
+                                fd passing): every process sharing it after
+                                fork goes back to TCP; atomic */
 };
 
 struct fs_chan;

@@ -270,9 +270,9 @@ static struct fs_ep *fs_ep_get(int epfd, bool create)
 static uint32_t fs_ep_kernel_events(struct fs_ep_ent *e)
 {
   uint32_t ev = e->events | EPOLLRDHUP;
-  struct fs_chan *ch = __atomic_load_n(&e->c->chan, __ATOMIC_ACQUIRE);
+  struct fs_chan *ch = fs_sockio_chan(e->c);
   e->out_masked = false;
-  if (ch && !e->c->reverted && e->c->tx_flow == FS_FLOW_FABRIC) {
+  if (ch && e->c->tx_flow == FS_FLOW_FABRIC) {
     ev &= ~(uint32_t)EPOLLOUT;
     e->out_masked = true;
   }
@@ -402,8 +402,8 @@ void fs_ready_epoll_close(int epfd)
 static uint32_t fs_ep_eval(struct fs_ep_ent *e, uint32_t kernel, bool arm)
 {
   struct fs_conn *c = e->c;
-  struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
-  if (!ch || c->reverted)
+  struct fs_chan *ch = fs_sockio_chan(c);
+  if (!ch)
     return kernel & (e->events | EPOLLERR | EPOLLHUP);
   fs_sockio_service(c, e->fd);
   short r = fs_sockio_ready(c, ch, (short)e->events, (short)kernel, arm);
@@ -456,12 +456,13 @@ static int fs_ep_report(struct fs_ep *ep, int epfd, struct fs_ep_ent *e, uint32_
   if (e->oneshot_fired)
     return n;
   struct fs_conn *c = e->c;
-  if (__atomic_load_n(&c->chan, __ATOMIC_ACQUIRE) && !c->reverted) {
+  bool masked = false;
+  if (fs_sockio_chan(c)) {
     ep->any_fabric = true;
-    bool masked = c->tx_flow == FS_FLOW_FABRIC;
-    if (masked != e->out_masked)
-      fs_ep_kmod(epfd, e, fs_ep_kernel_events(e));
+    masked = c->tx_flow == FS_FLOW_FABRIC;
   }
+  if (masked != e->out_masked)
+    fs_ep_kmod(epfd, e, fs_ep_kernel_events(e));
   uint32_t r = fs_ep_eval(e, kernel, true);
   if (!r)
     return n;

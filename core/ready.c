@@ -30,8 +30,7 @@ static const struct timespec *fs_ready_left(const struct timespec *ts, uint64_t 
 
 static struct fs_chan *fs_ready_chan(struct fs_conn *c)
 {
-  struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
-  return ch && !c->reverted ? ch : NULL;
+  return fs_sockio_chan(c);
 }
 
 /* ---- poll -------------------------------------------------------------- */

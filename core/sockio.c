@@ -222,11 +222,25 @@ static bool fs_cond_tx(struct fs_chan *ch, void *arg)
          __atomic_load_n(&ch->peer->rx_revert, __ATOMIC_RELAXED);
 }
 
-static struct fs_chan *fs_sockio_chan(struct fs_conn *c)
+struct fs_chan *fs_sockio_chan(struct fs_conn *c)
 {
   struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
   if (!ch || c->reverted)
     return NULL;
+  /* Another process sharing this end since fork downgraded it (it exec'd
+   * or passed the fd on): the stream continues on TCP for us too. */
+  if (__builtin_expect(__atomic_load_n(&ch->me->reverted, __ATOMIC_ACQUIRE), 0)) {
+    c->reverted = true;
+    c->no_upgrade = true;
+    if (c->tx_flow != FS_FLOW_EOF)
+      c->tx_flow = FS_FLOW_TCP;
+    if (c->rx_flow != FS_FLOW_EOF)
+      c->rx_flow = FS_FLOW_TCP;
+    fs_conn_set_state(c, FS_STATE_TCP, FS_REASON_EXEC);
+    if (c->stat)
+      c->stat->fabric = FS_FABRIC_TCP;
+    return NULL;
+  }
   /* The peer gave the channel up without ever attaching it (its attach
    * lost a race with close or fork): it never left TCP, and neither do we. */
   if (__builtin_expect(fs_chan_peer_closed(ch), 0) && !__atomic_load_n(&ch->peer->attached, __ATOMIC_ACQUIRE) &&
@@ -245,9 +259,10 @@ static struct fs_chan *fs_sockio_chan(struct fs_conn *c)
 
 void fs_sockio_switch_tx(struct fs_conn *c, struct fs_chan *ch)
 {
-  if (c->tx_flow != FS_FLOW_TCP || c->shut_wr || c->reverted ||
+  if (c->tx_flow != FS_FLOW_TCP || c->shut_wr || c->reverted || c->peer_revert_done ||
+      __atomic_load_n(&ch->peer->rx_revert, __ATOMIC_ACQUIRE) ||
       !__atomic_load_n(&ch->peer->attached, __ATOMIC_ACQUIRE))
-    return;
+    return; /* never onto the fabric again once either end went back to TCP */
   if (fs_ring_put_ctl(&ch->tx, FS_REC_SWITCH, c->tcp_tx) == 0) {
     c->tx_flow = FS_FLOW_FABRIC;
     fs_chan_kick_data(ch);

@@ -8,6 +8,12 @@
 #include "core/chan.h"
 #include "core/conn.h"
 
+/* The connection's live channel, or NULL when it is on TCP (never
+ * attached, reverted here, reverted by another process sharing it since
+ * fork, or given up by the peer before it attached).  Every path that asks
+ * "is this connection on a fabric" asks this. */
+struct fs_chan *fs_sockio_chan(struct fs_conn *c);
+
 /* With c->txlock held: if c has a channel and its tx is still on TCP, write
  * SWITCH(tcp_tx) and move tx to the fabric. */
 void fs_sockio_switch_tx(struct fs_conn *c, struct fs_chan *ch);

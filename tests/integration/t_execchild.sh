@@ -23,14 +23,7 @@ for MODE in $(it_modes); do
     detail=$(grep -v '^$' "$out" | tail -n 1)
     [ $rc -eq 124 ] && detail="timed out; $detail"
     server_check || { rc=1; detail="$SRV_DETAIL; $detail"; }
-    if [ $rc -ne 0 ] && [ "$MODE" = both ] && [ "$how" != popen ]; then
-      # Known open bug: with both ends accelerated, the exec'ing child
-      # reverts the channel it shares with its parent, but the parent's copy
-      # of the connection still believes it is on the fabric.
-      tap_todo "$name [$MODE]" "open bug: exec after fork with a shared shm channel" "$detail"
-    else
-      tap_result $rc "$name [$MODE]" "$detail" "$out" "$SERVER_LOG"
-    fi
+    tap_result $rc "$name [$MODE]" "$detail" "$out" "$SERVER_LOG"
     stop_server
   done
 done
