@@ -19,7 +19,7 @@ BUILD_PKGS="build-essential autoconf automake libtool pkg-config check
 TEST_PKGS="socat curl python3 redis-server redis-tools iperf3 sockperf memcached
   iproute2 procps"
 VM_PKGS="qemu-system-x86 linux-image-amd64 busybox-static kmod cpio
-  rdma-core ibverbs-providers rdmacm-utils perftest"
+  rdma-core ibverbs-providers ibverbs-utils rdmacm-utils perftest"
 
 want="$BUILD_PKGS"
 case "${1:-}" in
