@@ -269,8 +269,13 @@ static void fs_rdv_drop(struct fs_rdv_item *it)
     *pp = it->next;
   if (it->kind == K_SRV)
     A.npend--;
-  if (it->ufd >= 0)
-    FS_REAL(close)(it->ufd); /* also leaves the epoll set */
+  if (it->ufd >= 0) {
+    /* Leave the epoll set explicitly: close() alone does not when a forked
+     * child still holds a copy of the socket, and the agent would then get
+     * events for an item it has freed. */
+    FS_REAL(epoll_ctl)(A.epfd, EPOLL_CTL_DEL, it->ufd, NULL);
+    FS_REAL(close)(it->ufd);
+  }
   if (it->kind == K_SRV)
     fs_rdv_closefds(it->fds, 3);
   if (it->ch)
@@ -586,7 +591,8 @@ static void *fs_rdv_main(void *arg)
     pthread_mutex_lock(&A.lock);
     for (int i = 0; i < n; i++) {
       struct fs_rdv_item *it = ev[i].data.ptr;
-      switch (it->kind) {
+      enum fs_rdv_kind kind = it->kind;
+      switch (kind) {
       case K_EVFD: {
         uint64_t v;
         (void)FS_REAL(read)(A.evfd, &v, sizeof v);
@@ -602,8 +608,10 @@ static void *fs_rdv_main(void *arg)
         fs_rdv_cli_event(it);
         break;
       }
-      /* An item dropped above may be named again later in ev[]: stop. */
-      if (it->kind != K_EVFD && it->kind != K_LISTENER)
+      /* An item dropped above may be named again later in ev[]: stop
+       * (level-triggered, the rest come back at once).  The kind was read
+       * before the call, as the item may be gone now. */
+      if (kind != K_EVFD && kind != K_LISTENER)
         break;
     }
     pthread_mutex_lock(&A.qlock);

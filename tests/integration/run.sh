@@ -46,12 +46,13 @@ for s in "${scripts[@]}"; do
   while IFS= read -r line; do
     if [[ $line =~ ^(not\ ok|ok)\ [0-9]+(.*)$ ]]; then
       n=$((n + 1)); seen=$((seen + 1))
-      line="${BASH_REMATCH[1]} $n${BASH_REMATCH[2]}"
-      if [ "${BASH_REMATCH[1]}" = "not ok" ] && [[ ${BASH_REMATCH[2]} =~ \#\ *TODO ]]; then
+      verdict=${BASH_REMATCH[1]} rest=${BASH_REMATCH[2]}
+      line="$verdict $n$rest"
+      if [ "$verdict" = "not ok" ] && [[ $rest =~ \#\ *TODO ]]; then
         todo=$((todo + 1)) # a known open bug: shown, not counted as a failure
-      elif [ "${BASH_REMATCH[1]}" = "not ok" ]; then
+      elif [ "$verdict" = "not ok" ]; then
         fail=$((fail + 1)); failed_here=$((failed_here + 1))
-      elif [[ ${BASH_REMATCH[2]} =~ \#\ *[Ss][Kk][Ii][Pp] ]]; then
+      elif [[ $rest =~ \#\ *[Ss][Kk][Ii][Pp] ]]; then
         skip=$((skip + 1))
       else
         pass=$((pass + 1))
