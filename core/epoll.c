@@ -43,7 +43,8 @@ struct fs_ep {
   int epfd;
   uint32_t spin_us;          /* adaptive: how long epoll_wait spins on fabric rings */
   int nents, nsetup;         /* entries; entries with needs_setup */
-  bool any_fabric;           /* some entry has been on a fabric */
+  bool any_fabric;           /* some entry is or may become a fabric one */
+  bool had_chan;             /* some entry has been on a fabric (spinning pays) */
   struct fs_ep_ent *ents;
   /* Level-triggered readiness without scanning every entry: an entry is
    * looked at again only if it was reported last time, was added or
@@ -333,6 +334,7 @@ int fs_ready_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
     if (c->wake_fd >= 0) {
       struct epoll_event wev = { .events = EPOLLIN | EPOLLET, .data.u64 = (uint64_t)(uintptr_t)e | 1 };
       e->wake_reg = FS_REAL(epoll_ctl)(epfd, EPOLL_CTL_ADD, c->wake_fd, &wev) == 0;
+      ep->any_fabric = true; /* it may move to a fabric: the safety net applies */
     }
     e->alive = true;
     e->next = ep->ents;
@@ -439,6 +441,7 @@ static void fs_ep_setup(struct fs_ep *ep, int epfd)
     if (e->c->wake_fd >= 0) {
       struct epoll_event wev = { .events = EPOLLIN | EPOLLET, .data.u64 = (uint64_t)(uintptr_t)e | 1 };
       e->wake_reg = FS_REAL(epoll_ctl)(epfd, EPOLL_CTL_ADD, e->c->wake_fd, &wev) == 0;
+      ep->any_fabric = true;
     }
     if (e->wake_reg || (e->c->no_upgrade && !e->c->connecting)) {
       e->needs_setup = false;
@@ -458,7 +461,7 @@ static int fs_ep_report(struct fs_ep *ep, int epfd, struct fs_ep_ent *e, uint32_
   struct fs_conn *c = e->c;
   bool masked = false;
   if (fs_sockio_chan(c)) {
-    ep->any_fabric = true;
+    ep->any_fabric = ep->had_chan = true;
     masked = c->tx_flow == FS_FLOW_FABRIC;
   }
   if (masked != e->out_masked)
@@ -515,7 +518,7 @@ int fs_ready_epoll_wait(int epfd, struct epoll_event *out, int max, const struct
     }
     /* Spinning pays for a few latency-bound connections; a busy server with
      * many is better off sleeping and leaving the CPU to its peers. */
-    bool spin = ep->any_fabric && ep->nents <= 4;
+    bool spin = ep->had_chan && ep->nents <= 4;
     pthread_mutex_unlock(&ep->lock);
     /* 2. One kernel call for everything else (and to sleep). */
     struct timespec zero = { 0, 0 }, left, *t = NULL;
@@ -570,7 +573,7 @@ int fs_ready_epoll_wait(int epfd, struct epoll_event *out, int max, const struct
     if (k == 0 && sliced) {
       pthread_mutex_lock(&ep->lock);
       for (struct fs_ep_ent *e = ep->ents; e; e = e->next)
-        if (__atomic_load_n(&e->c->chan, __ATOMIC_ACQUIRE))
+        if (e->wake_reg || __atomic_load_n(&e->c->chan, __ATOMIC_ACQUIRE))
           fs_ep_recheck_add(ep, e);
       pthread_mutex_unlock(&ep->lock);
       if (ts) {
