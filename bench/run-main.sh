@@ -84,10 +84,12 @@ rc=$?
 [ $rc = 0 ] || note_fail "fabsock-bench compare exited with $rc (see $OUT/compare.log)"
 
 # ---------------------------------------------------------------- 2. redis
+# Below the ephemeral range (32768+), where TIME_WAIT and outgoing sockets
+# from earlier runs would make bind fail.
 free_port() {
   local p
   for _ in $(seq 50); do
-    p=$(( 20000 + RANDOM % 30000 ))
+    p=$(( 20000 + RANDOM % 12000 ))
     (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo $p; return 0; }
   done
   return 1
@@ -97,14 +99,19 @@ free_port() {
 redis_round() {
   local side=$1 round=$2 port pid bpid i pre=() csv="$OUT/redis-$1-$2.csv" log="$OUT/redis-server-$1-$2.log"
   [ "$side" = fabsock ] && pre=(env "LD_PRELOAD=$LIB")
-  port=$(free_port) || { note_fail "no free TCP port for redis"; return 1; }
-  env -u LD_PRELOAD "${pre[@]}" redis-server --port "$port" --bind 127.0.0.1 --save '' \
-    --appendonly no --protected-mode no --daemonize no --logfile "$log" >/dev/null 2>&1 &
-  pid=$!
-  for i in $(seq 100); do
-    [ "$(env -u LD_PRELOAD redis-cli -p "$port" ping 2>/dev/null)" = PONG ] && break
-    kill -0 $pid 2>/dev/null || break
-    sleep 0.1
+  local try
+  for try in 1 2 3 4 5; do # a port can still be taken between the probe and bind
+    port=$(free_port) || { note_fail "no free TCP port for redis"; return 1; }
+    env -u LD_PRELOAD "${pre[@]}" redis-server --port "$port" --bind 127.0.0.1 --save '' \
+      --appendonly no --protected-mode no --daemonize no --logfile "$log" >/dev/null 2>&1 &
+    pid=$!
+    for i in $(seq 100); do
+      [ "$(env -u LD_PRELOAD redis-cli -p "$port" ping 2>/dev/null)" = PONG ] && break
+      kill -0 $pid 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -0 $pid 2>/dev/null && break
+    wait $pid 2>/dev/null
   done
   if [ "$(env -u LD_PRELOAD redis-cli -p "$port" ping 2>/dev/null)" != PONG ]; then
     note_fail "redis-server ($side) did not start (see $log)"
