@@ -92,7 +92,12 @@ static bool fs_ep_peek_rings(struct fs_ep *ep)
     struct fs_chan *ch = __atomic_load_n(&e->c->chan, __ATOMIC_ACQUIRE);
     if (!ch || e->oneshot_fired || e->c->reverted)
       continue;
-    if ((e->events & EPOLLIN) && (fs_chan_rx_ready(ch) || fs_chan_peer_closed(ch)))
+    /* Only what fs_sockio_ready would report: while rx is still on TCP a
+     * ring holding just the peer's SWITCH is not readable (the bytes before
+     * it are on TCP, which the kernel reports).  Calling that readable made
+     * epoll_wait spin forever without asking the kernel. */
+    if ((e->events & EPOLLIN) && e->c->rx_flow == FS_FLOW_FABRIC &&
+        (fs_chan_rx_ready(ch) || fs_chan_peer_closed(ch)))
       return true;
     if ((e->events & EPOLLOUT) && e->c->tx_flow == FS_FLOW_FABRIC && fs_chan_tx_ready(ch))
       return true;
@@ -502,6 +507,7 @@ int fs_ready_epoll_wait(int epfd, struct epoll_event *out, int max, const struct
     deadline = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec +
                (uint64_t)ts->tv_sec * 1000000000u + (uint64_t)ts->tv_nsec;
   }
+  bool spun_nothing = false;
   for (;;) {
     int n = 0;
     /* 1. Entries to look at again (reported last time, new, modified). */
@@ -518,7 +524,7 @@ int fs_ready_epoll_wait(int epfd, struct epoll_event *out, int max, const struct
     }
     /* Spinning pays for a few latency-bound connections; a busy server with
      * many is better off sleeping and leaving the CPU to its peers. */
-    bool spin = ep->had_chan && ep->nents <= 4;
+    bool spin = ep->had_chan && ep->nents <= 4 && !spun_nothing;
     pthread_mutex_unlock(&ep->lock);
     /* 2. One kernel call for everything else (and to sleep). */
     struct timespec zero = { 0, 0 }, left, *t = NULL;
@@ -548,7 +554,9 @@ int fs_ready_epoll_wait(int epfd, struct epoll_event *out, int max, const struct
       if (spun_ready || k > 0)
         fs_ep_adapt(ep, t0);
       if (spun_ready) {
-        /* Which entry is unknown: look at every fabric entry once. */
+        /* Which entry is unknown: look at every fabric entry once.  If that
+         * reports nothing, this call does not spin again (no livelock). */
+        spun_nothing = true;
         pthread_mutex_lock(&ep->lock);
         for (struct fs_ep_ent *e = ep->ents; e; e = e->next)
           if (__atomic_load_n(&e->c->chan, __ATOMIC_ACQUIRE))
