@@ -133,17 +133,8 @@ int fs_hook_frame_conf_parse(const char *args, struct fs_hook_frame_conf *c, cha
         return -EINVAL;
       }
     } else if (fs_hook_spec_is(kv.key, kv.klen, "dir")) {
-      if (fs_hook_spec_is(kv.val, kv.vlen, "send"))
-        c->dirs = FS_HOOK_DIR_SEND;
-      else if (fs_hook_spec_is(kv.val, kv.vlen, "recv"))
-        c->dirs = FS_HOOK_DIR_RECV;
-      else if (fs_hook_spec_is(kv.val, kv.vlen, "both"))
-        c->dirs = FS_HOOK_DIR_BOTH;
-      else {
-        fs_hook_spec_errf(err, errlen, "frame: bad dir '%.*s' (send, recv or both)",
-                          (int)kv.vlen, kv.val);
+      if (fs_hook_spec_dir(kv.val, kv.vlen, "frame", &c->dirs, err, errlen) < 0)
         return -EINVAL;
-      }
     } else {
       fs_hook_spec_errf(err, errlen, "frame: unknown key '%.*s'", (int)kv.klen, kv.key);
       return -EINVAL;

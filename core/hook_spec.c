@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/hook.h"
 #include "core/hook_spec.h"
 #include "core/log.h"
 
@@ -217,4 +218,19 @@ void fs_hook_spec_log_once(int level, const char *msg)
   pthread_mutex_unlock(&log_once_lock);
   if (!seen)
     fs_log(level, "%s", msg);
+}
+
+int fs_hook_spec_dir(const char *v, size_t n, const char *hook, int *dirs, char *err, size_t errlen)
+{
+  if (fs_hook_spec_is(v, n, "send"))
+    *dirs = FS_HOOK_DIR_SEND;
+  else if (fs_hook_spec_is(v, n, "recv"))
+    *dirs = FS_HOOK_DIR_RECV;
+  else if (fs_hook_spec_is(v, n, "both"))
+    *dirs = FS_HOOK_DIR_BOTH;
+  else {
+    fs_hook_spec_errf(err, errlen, "%s: bad dir '%.*s' (send, recv or both)", hook, (int)n, v);
+    return -EINVAL;
+  }
+  return 0;
 }

@@ -41,6 +41,10 @@ int fs_hook_spec_is(const char *s, size_t n, const char *lit);
 /* Decimal with an optional binary suffix k/K, m/M, g/G; 0 or -EINVAL. */
 int fs_hook_spec_size(const char *s, size_t n, uint64_t *out);
 
+/* The dir= value shared by the built-in hooks: send, recv or both, as an
+ * FS_HOOK_DIR_* mask in *dirs; -EINVAL with "HOOK: bad dir ..." in err. */
+int fs_hook_spec_dir(const char *v, size_t n, const char *hook, int *dirs, char *err, size_t errlen);
+
 /* snprintf into err when err is non-NULL (errlen may be 0). */
 void fs_hook_spec_errf(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
