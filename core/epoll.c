@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "core/clock.h"
 #include "core/ready.h"
 #include "core/sockio.h"
 #include "preload/fdtab.h"
@@ -77,13 +78,6 @@ static void fs_ep_recheck_del(struct fs_ep *ep, struct fs_ep_ent *e)
 #define FS_EP_SPIN_MAX 200
 #define FS_EP_SPIN_MIN 2
 
-static uint64_t fs_ep_now_us(void)
-{
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (uint64_t)t.tv_sec * 1000000u + (uint64_t)t.tv_nsec / 1000u;
-}
-
 /* Cheap look at the rings of the fabric entries (no locks, no arming): does
  * any have what its interest asks for? */
 static bool fs_ep_peek_rings(struct fs_ep *ep)
@@ -111,7 +105,7 @@ static bool fs_ep_peek_rings(struct fs_ep *ep)
 static int fs_ep_spin(struct fs_ep *ep, int epfd, struct epoll_event *kev, int room, const sigset_t *mask,
                       bool *ready)
 {
-  uint64_t start = fs_ep_now_us();
+  uint64_t start = fs_clock_us();
   struct timespec zero = { 0, 0 };
   *ready = false;
   for (unsigned i = 1;; i++) {
@@ -128,7 +122,7 @@ static int fs_ep_spin(struct fs_ep *ep, int epfd, struct epoll_event *kev, int r
       int k = FS_REAL(epoll_pwait2)(epfd, kev, room, &zero, mask);
       if (k != 0)
         return k < 0 ? -errno : k;
-      if (fs_ep_now_us() - start >= ep->spin_us)
+      if (fs_clock_us() - start >= ep->spin_us)
         return 0;
     }
   }
@@ -136,7 +130,7 @@ static int fs_ep_spin(struct fs_ep *ep, int epfd, struct epoll_event *kev, int r
 
 static void fs_ep_adapt(struct fs_ep *ep, uint64_t t0)
 {
-  uint64_t w = fs_ep_now_us() - t0;
+  uint64_t w = fs_clock_us() - t0;
   uint32_t s = ep->spin_us;
   if (w <= FS_EP_SPIN_MAX)
     s = (uint32_t)(2 * w + FS_EP_SPIN_MIN > FS_EP_SPIN_MAX ? FS_EP_SPIN_MAX : 2 * w + FS_EP_SPIN_MIN);
@@ -434,6 +428,17 @@ static int fs_ep_emit(struct epoll_event *out, struct fs_ep_ent **src, int n, st
   return n + 1;
 }
 
+/* Look at every entry that is (or may become) a fabric one in the next
+ * pass; used when a wake's owner is unknown (ep->lock not held). */
+static void fs_ep_recheck_fabric(struct fs_ep *ep)
+{
+  pthread_mutex_lock(&ep->lock);
+  for (struct fs_ep_ent *e = ep->ents; e; e = e->next)
+    if (e->wake_reg || __atomic_load_n(&e->c->chan, __ATOMIC_ACQUIRE))
+      fs_ep_recheck_add(ep, e);
+  pthread_mutex_unlock(&ep->lock);
+}
+
 /* Entries whose wake fd could not be registered at ADD (the connection was
  * not up yet): finish their set-up (ep->lock held). */
 static void fs_ep_setup(struct fs_ep *ep, int epfd)
@@ -500,13 +505,7 @@ int fs_ready_epoll_wait(int epfd, struct epoll_event *out, int max, const struct
   if (!src)
     return -ENOMEM;
   int ret;
-  uint64_t deadline = 0;
-  if (ts) {
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    deadline = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec +
-               (uint64_t)ts->tv_sec * 1000000000u + (uint64_t)ts->tv_nsec;
-  }
+  uint64_t deadline = fs_clock_deadline(ts);
   bool spun_nothing = false;
   for (;;) {
     int n = 0;
@@ -527,25 +526,15 @@ int fs_ready_epoll_wait(int epfd, struct epoll_event *out, int max, const struct
     bool spin = ep->had_chan && ep->nents <= 4 && !spun_nothing;
     pthread_mutex_unlock(&ep->lock);
     /* 2. One kernel call for everything else (and to sleep). */
-    struct timespec zero = { 0, 0 }, left, *t = NULL;
-    if (n)
-      t = &zero;
-    else if (ts) {
-      struct timespec now;
-      clock_gettime(CLOCK_MONOTONIC, &now);
-      uint64_t nn = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
-      uint64_t l = deadline > nn ? deadline - nn : 0;
-      left.tv_sec = (time_t)(l / 1000000000u);
-      left.tv_nsec = (long)(l % 1000000000u);
-      t = &left;
-    }
+    struct timespec zero = { 0, 0 }, left;
+    const struct timespec *t = n ? &zero : fs_clock_left(ts, deadline, &left);
     int room = max - n < kmax ? max - n : kmax;
     int k = -1;
     bool spun_ready = false;
     uint64_t t0 = 0;
     /* Nothing ready and we would sleep: spin on the fabric rings first. */
     if (n == 0 && spin && (!t || t->tv_sec || t->tv_nsec)) {
-      t0 = fs_ep_now_us();
+      t0 = fs_clock_us();
       k = fs_ep_spin(ep, epfd, kst, room, mask, &spun_ready);
       if (k < 0) {
         ret = k;
@@ -557,11 +546,7 @@ int fs_ready_epoll_wait(int epfd, struct epoll_event *out, int max, const struct
         /* Which entry is unknown: look at every fabric entry once.  If that
          * reports nothing, this call does not spin again (no livelock). */
         spun_nothing = true;
-        pthread_mutex_lock(&ep->lock);
-        for (struct fs_ep_ent *e = ep->ents; e; e = e->next)
-          if (__atomic_load_n(&e->c->chan, __ATOMIC_ACQUIRE))
-            fs_ep_recheck_add(ep, e);
-        pthread_mutex_unlock(&ep->lock);
+        fs_ep_recheck_fabric(ep);
         continue;
       }
       if (k == 0)
@@ -579,18 +564,10 @@ int fs_ready_epoll_wait(int epfd, struct epoll_event *out, int max, const struct
     if (k < 0)
       k = room > 0 ? FS_REAL(epoll_pwait2)(epfd, kst, room, t, mask) : 0;
     if (k == 0 && sliced) {
-      pthread_mutex_lock(&ep->lock);
-      for (struct fs_ep_ent *e = ep->ents; e; e = e->next)
-        if (e->wake_reg || __atomic_load_n(&e->c->chan, __ATOMIC_ACQUIRE))
-          fs_ep_recheck_add(ep, e);
-      pthread_mutex_unlock(&ep->lock);
-      if (ts) {
-        struct timespec now;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        if ((uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec >= deadline) {
-          ret = 0;
-          break;
-        }
+      fs_ep_recheck_fabric(ep);
+      if (ts && fs_clock_ns() >= deadline) {
+        ret = 0;
+        break;
       }
       continue;
     }
@@ -617,13 +594,9 @@ int fs_ready_epoll_wait(int epfd, struct epoll_event *out, int max, const struct
       break;
     }
     /* Only wake edges with nothing to report: sleep again for the rest. */
-    if (ts) {
-      struct timespec now;
-      clock_gettime(CLOCK_MONOTONIC, &now);
-      if ((uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec >= deadline) {
-        ret = 0;
-        break;
-      }
+    if (ts && fs_clock_ns() >= deadline) {
+      ret = 0;
+      break;
     }
   }
   if (src != sst)

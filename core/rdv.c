@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/addr.h"
 #include "core/log.h"
 #include "core/rdv.h"
@@ -59,13 +60,6 @@ static struct {
   int npend;
   struct fs_rdv_job *jobs;
 } A = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, false, -1, -1, { 0 }, NULL, 0, NULL };
-
-static uint64_t fs_now_ns(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 int fs_rdv_name(char *buf, size_t len, const struct sockaddr *sa, bool wild)
 {
@@ -306,7 +300,7 @@ static void fs_rdv_srv_new(struct fs_rdv_item *l)
   it->state = S_WAIT_REQ;
   it->fds[0] = it->fds[1] = it->fds[2] = -1;
   it->shared_listener = l->c ? l->c->listener_shared : false;
-  it->deadline = fs_now_ns() + (uint64_t)FS_RDV_HOLD_MS * 1000000u;
+  it->deadline = fs_clock_ns() + (uint64_t)FS_RDV_HOLD_MS * 1000000u;
   it->next = A.items;
   A.items = it;
   A.npend++;
@@ -496,7 +490,7 @@ static void fs_rdv_cli_start(struct fs_conn *c)
   it->ufd = ufd;
   it->c = c;
   it->ch = ch;
-  it->deadline = fs_now_ns() + (uint64_t)c->policy.timeout_ms * 1000000u;
+  it->deadline = fs_clock_ns() + (uint64_t)c->policy.timeout_ms * 1000000u;
   it->next = A.items;
   A.items = it;
   if (fs_rdv_watch(it) < 0)
@@ -549,7 +543,7 @@ static void fs_rdv_cli_event(struct fs_rdv_item *it)
 
 static void fs_rdv_timeouts(void)
 {
-  uint64_t now = fs_now_ns();
+  uint64_t now = fs_clock_ns();
   struct fs_rdv_item *it = A.items, *next;
   for (; it; it = next) {
     next = it->next;
@@ -567,7 +561,7 @@ static void fs_rdv_timeouts(void)
 
 static int fs_rdv_next_timeout(void)
 {
-  uint64_t now = fs_now_ns(), best = 0;
+  uint64_t now = fs_clock_ns(), best = 0;
   for (struct fs_rdv_item *it = A.items; it; it = it->next)
     if (it->deadline && (!best || it->deadline < best))
       best = it->deadline;

@@ -3,35 +3,12 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "core/clock.h"
 #include "core/log.h"
 #include "core/ready.h"
 #include "core/sockio.h"
 #include "preload/fdtab.h"
 #include "preload/real.h"
-
-static uint64_t fs_ready_now_ns(void)
-{
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
-
-/* Remaining time as a timespec for the next kernel call (NULL = forever). */
-static const struct timespec *fs_ready_left(const struct timespec *ts, uint64_t deadline, struct timespec *buf)
-{
-  if (!ts)
-    return NULL;
-  uint64_t now = fs_ready_now_ns();
-  uint64_t left = deadline > now ? deadline - now : 0;
-  buf->tv_sec = (time_t)(left / 1000000000u);
-  buf->tv_nsec = (long)(left % 1000000000u);
-  return buf;
-}
-
-static struct fs_chan *fs_ready_chan(struct fs_conn *c)
-{
-  return fs_sockio_chan(c);
-}
 
 /* ---- poll -------------------------------------------------------------- */
 
@@ -60,7 +37,7 @@ int fs_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const
       continue;
     if (c->connecting)
       fs_sock_check_connected(c, fds[i].fd);
-    struct fs_chan *ch = fs_ready_chan(c);
+    struct fs_chan *ch = fs_sockio_chan(c);
     if (ch) {
       fs_sockio_service(c, fds[i].fd);
       fabric++;
@@ -75,21 +52,21 @@ int fs_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const
       kn++;
     }
   }
-  uint64_t deadline = ts ? fs_ready_now_ns() + (uint64_t)ts->tv_sec * 1000000000u + (uint64_t)ts->tv_nsec : 0;
+  uint64_t deadline = fs_clock_deadline(ts);
   int rc;
   for (int pass = 0;; pass++) {
     /* What the fabrics say without asking the kernel; arm on the second look. */
     int pre = 0;
     for (int arm = 0; arm < 2 && pre == 0 && fabric; arm++)
       for (nfds_t i = 0; i < n; i++) {
-        struct fs_chan *ch = cs[i] ? fs_ready_chan(cs[i]) : NULL;
+        struct fs_chan *ch = cs[i] ? fs_sockio_chan(cs[i]) : NULL;
         if (ch && (fs_sockio_ready(cs[i], ch, fds[i].events, 0, arm) & (fds[i].events | POLLHUP | POLLERR)))
           pre++;
       }
     struct timespec zero = { 0, 0 }, left;
     /* A pre-check that keeps disagreeing with the final answer must not
      * turn into a busy loop: after a few passes, sleep in the kernel. */
-    const struct timespec *t = pre && pass < 8 ? &zero : fs_ready_left(ts, deadline, &left);
+    const struct timespec *t = pre && pass < 8 ? &zero : fs_clock_left(ts, deadline, &left);
     /* With fabric connections, sleep in bounded slices (see fs_sockio_sleep:
      * a wake fd drained by another thread must not cost a hang). */
     struct timespec slice = { 0, 20 * 1000000L };
@@ -108,7 +85,7 @@ int fs_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const
     rc = 0;
     for (nfds_t i = 0; i < n; i++) {
       short r = k[i].revents;
-      struct fs_chan *ch = cs[i] ? fs_ready_chan(cs[i]) : NULL;
+      struct fs_chan *ch = cs[i] ? fs_sockio_chan(cs[i]) : NULL;
       if (ch)
         r = (short)(fs_sockio_ready(cs[i], ch, fds[i].events, k[i].revents, false) &
                     (fds[i].events | POLLHUP | POLLERR | POLLNVAL));
@@ -117,11 +94,11 @@ int fs_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const
     }
     /* Woken only by a wake fd with nothing to report (e.g. an upgrade
      * finished): a connection may have moved to a fabric; look again. */
-    if (rc != 0 || (ts && fs_ready_now_ns() >= deadline))
+    if (rc != 0 || (ts && fs_clock_ns() >= deadline))
       break;
     fabric = 0;
     for (nfds_t i = 0; i < n; i++)
-      if (cs[i] && fs_ready_chan(cs[i])) {
+      if (cs[i] && fs_sockio_chan(cs[i])) {
         fabric++;
         k[i].events = fds[i].events | POLLRDHUP;
         if (cs[i]->tx_flow == FS_FLOW_FABRIC)

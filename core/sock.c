@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/addr.h"
 #include "core/chan.h"
 #include "core/hook.h"
@@ -165,13 +166,6 @@ static void fs_sock_established(struct fs_conn *c, int fd, int dir)
  * before a busy peer's agent gets to run. */
 #define FS_SOCK_GIVEUP_NS (3000000000ull)
 
-static uint64_t fs_sock_now_ns(void)
-{
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &t);
-  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
-
 void fs_sock_maybe_upgrade(struct fs_conn *c)
 {
   if (c->no_upgrade || __atomic_load_n(&c->chan, __ATOMIC_RELAXED))
@@ -179,7 +173,7 @@ void fs_sock_maybe_upgrade(struct fs_conn *c)
   if (c->dir == FS_DIR_ACCEPT) {
     if (c->tcp_tx + c->tcp_rx < c->policy.upgrade_bytes)
       return;
-    uint64_t now = fs_sock_now_ns();
+    uint64_t now = fs_clock_coarse_ns();
     if (!c->crossed_ns) {
       c->crossed_ns = now;
       return;

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "core/gpuio.h"
 #include "core/hook.h"
 #include "core/log.h"
@@ -17,13 +18,6 @@
 #define FS_SPIN_MAX_US 200
 #define FS_WAKE_BOUND_MS 20
 #define FS_SPIN_MIN_US 2
-
-static uint64_t fs_mono_us(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
 
 static size_t fs_iov_total(const struct iovec *iov, int n)
 {
@@ -149,7 +143,7 @@ static int fs_sockio_sleep(struct fs_conn *c, int fd, bool tx, int *budget_ms)
   struct pollfd p[2] = { { c->wake_fd, POLLIN, 0 }, { fd, (short)(tx ? POLLRDHUP : (POLLIN | POLLRDHUP)), 0 } };
   int nfds = c->wake_fd >= 0 ? 2 : 1;
   struct pollfd *pp = c->wake_fd >= 0 ? p : &p[1];
-  uint64_t t0 = *budget_ms >= 0 ? fs_mono_us() : 0;
+  uint64_t t0 = *budget_ms >= 0 ? fs_clock_us() : 0;
   /* The wake fd is shared by this connection's sender and receiver (and
    * any poll), and each drains it: one can swallow the other's wake between
    * that one's last look and its sleep.  So no sleep lasts more than
@@ -161,7 +155,7 @@ static int fs_sockio_sleep(struct fs_conn *c, int fd, bool tx, int *budget_ms)
   if (r < 0)
     return -errno;
   if (*budget_ms >= 0) {
-    uint64_t spent = (fs_mono_us() - t0) / 1000u;
+    uint64_t spent = (fs_clock_us() - t0) / 1000u;
     *budget_ms = spent >= (uint64_t)*budget_ms ? 0 : *budget_ms - (int)spent;
     if (r == 0 && *budget_ms == 0)
       return -EAGAIN;
@@ -180,13 +174,13 @@ static bool fs_sockio_spin(struct fs_conn *c, bool (*cond)(struct fs_chan *, voi
   uint32_t budget = c->policy.busy_poll ? 1000u : c->spin_us;
   if (budget == 0)
     return cond(ch, arg);
-  uint64_t start = fs_mono_us();
+  uint64_t start = fs_clock_us();
   for (unsigned i = 0;; i++) {
     if (cond(ch, arg))
       return true;
     __builtin_ia32_pause();
     if ((i & 255) == 255) {
-      if (fs_mono_us() - start >= budget)
+      if (fs_clock_us() - start >= budget)
         return false;
       sched_yield();
     }
@@ -202,7 +196,7 @@ static void fs_sockio_adapt(struct fs_conn *c, uint64_t t0)
 {
   if (c->policy.busy_poll || c->policy.spin_us >= 0 || t0 == 0)
     return;
-  uint64_t w = fs_mono_us() - t0;
+  uint64_t w = fs_clock_us() - t0;
   if (w <= FS_SPIN_MAX_US)
     c->spin_us = (uint32_t)(2 * w + FS_SPIN_MIN_US > FS_SPIN_MAX_US ? FS_SPIN_MAX_US : 2 * w + FS_SPIN_MIN_US);
   else
@@ -613,7 +607,7 @@ static ssize_t fs_sockio_fabric_recv(struct fs_conn *c, int fd, struct fs_io *io
     struct fs_chan *ch = fs_sockio_chan(c);
     if (ch && c->rx_flow == FS_FLOW_FABRIC) {
       if (!nonblock && !t0)
-        t0 = fs_mono_us();
+        t0 = fs_clock_us();
       if (!nonblock && fs_sockio_spin(c, fs_cond_rx, ch, NULL))
         continue;
       if (fs_chan_arm_rx(ch))

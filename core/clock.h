@@ -1,0 +1,46 @@
+/* Monotonic time for spin budgets, sleeps and deadlines (vDSO, no syscall). */
+#ifndef FS_CORE_CLOCK_H
+#define FS_CORE_CLOCK_H
+
+#include <stdint.h>
+#include <time.h>
+
+static inline uint64_t fs_clock_ns(void)
+{
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+static inline uint64_t fs_clock_us(void)
+{
+  return fs_clock_ns() / 1000u;
+}
+
+/* Cheaper, tick-resolution time for coarse decisions (give-up timers). */
+static inline uint64_t fs_clock_coarse_ns(void)
+{
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &t);
+  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* Absolute deadline for a relative timeout (ts NULL: 0, none). */
+static inline uint64_t fs_clock_deadline(const struct timespec *ts)
+{
+  return ts ? fs_clock_ns() + (uint64_t)ts->tv_sec * 1000000000u + (uint64_t)ts->tv_nsec : 0;
+}
+
+/* Time left to deadline as a timespec in *buf; NULL (forever) if ts is NULL. */
+static inline const struct timespec *fs_clock_left(const struct timespec *ts, uint64_t deadline, struct timespec *buf)
+{
+  if (!ts)
+    return NULL;
+  uint64_t now = fs_clock_ns();
+  uint64_t left = deadline > now ? deadline - now : 0;
+  buf->tv_sec = (time_t)(left / 1000000000u);
+  buf->tv_nsec = (long)(left % 1000000000u);
+  return buf;
+}
+
+#endif
