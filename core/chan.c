@@ -14,6 +14,10 @@ static void fs_chan_efd_write(int efd)
 
 void fs_chan_kick_data(struct fs_chan *ch)
 {
+  if (ch->ops->publish) {
+    ch->ops->publish(ch);
+    return;
+  }
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
   if (__atomic_load_n(&ch->tx.ctl->want_data, __ATOMIC_RELAXED) &&
       __atomic_exchange_n(&ch->tx.ctl->want_data, 0, __ATOMIC_ACQ_REL))
@@ -22,19 +26,25 @@ void fs_chan_kick_data(struct fs_chan *ch)
 
 void fs_chan_kick_space(struct fs_chan *ch)
 {
+  if (ch->ops->credit) {
+    ch->ops->credit(ch);
+    return;
+  }
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
   if (__atomic_load_n(&ch->rx.ctl->want_space, __ATOMIC_RELAXED) &&
       __atomic_exchange_n(&ch->rx.ctl->want_space, 0, __ATOMIC_ACQ_REL))
     ch->ops->wake_peer(ch);
 }
 
-bool fs_chan_rx_ready(const struct fs_chan *ch)
+bool fs_chan_rx_ready(struct fs_chan *ch)
 {
+  fs_chan_progress(ch);
   return !fs_ring_empty(&ch->rx);
 }
 
-bool fs_chan_tx_ready(const struct fs_chan *ch)
+bool fs_chan_tx_ready(struct fs_chan *ch)
 {
+  fs_chan_progress(ch);
   return fs_ring_space(&ch->tx) > 0;
 }
 
@@ -47,6 +57,8 @@ bool fs_chan_arm_rx(struct fs_chan *ch)
 {
   __atomic_store_n(&ch->rx.ctl->want_data, 1, __ATOMIC_RELAXED);
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  if (ch->ops->arm)
+    ch->ops->arm(ch);
   return fs_chan_rx_ready(ch) || fs_chan_peer_closed(ch);
 }
 
@@ -54,11 +66,16 @@ bool fs_chan_arm_tx(struct fs_chan *ch, size_t need)
 {
   __atomic_store_n(&ch->tx.ctl->want_space, 1, __ATOMIC_RELAXED);
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  if (ch->ops->arm)
+    ch->ops->arm(ch);
+  fs_chan_progress(ch);
   return fs_ring_space(&ch->tx) >= need || fs_chan_peer_closed(ch);
 }
 
 void fs_chan_drain(struct fs_chan *ch)
 {
+  if (ch->ops->drain)
+    ch->ops->drain(ch);
   uint64_t v;
   int saved = errno;
   (void)FS_REAL(read)(ch->my_efd, &v, sizeof v);

@@ -7,7 +7,15 @@
  * sits in poll/epoll) sets want_data/want_space in the ring control block;
  * the other side, after publishing, clears the flag and writes the eventfd.
  * A Dekker-style fence pair makes the "set flag, re-check, sleep" and
- * "publish, check flag, wake" sequences miss nothing. */
+ * "publish, check flag, wake" sequences miss nothing.
+ *
+ * A fabric whose rings are not shared memory (rdma: each end has its own
+ * copy, carried by the NIC) fills in the optional ops: publish carries new
+ * tx records to the peer, credit tells the peer about consumed room,
+ * progress learns what the peer did (and updates the local ring control
+ * blocks, so the ring code is the same on every fabric), and arm/drain
+ * manage its own event fd (wait_fd), which waiters watch beside the
+ * connection's wake eventfd. */
 #ifndef FS_CORE_CHAN_H
 #define FS_CORE_CHAN_H
 
@@ -42,8 +50,14 @@ struct fs_chan;
 struct fs_chan_ops {
   const char *name;
   int fabric;                                 /* enum fs_fabric */
-  void (*wake_peer)(struct fs_chan *ch);      /* after publishing */
+  void (*wake_peer)(struct fs_chan *ch);      /* after publishing, or after my ep flags changed */
   void (*release)(struct fs_chan *ch);        /* unmap, close local fds */
+  /* Optional; NULL on shm (see above).  All may run in any thread. */
+  void (*progress)(struct fs_chan *ch);       /* take in the peer's news; cheap if none */
+  void (*publish)(struct fs_chan *ch);        /* producer: new tx records go to the peer */
+  void (*credit)(struct fs_chan *ch);         /* consumer: rx room freed */
+  void (*arm)(struct fs_chan *ch);            /* next news raises wait_fd */
+  void (*drain)(struct fs_chan *ch);          /* clear wait_fd */
 };
 
 struct fs_chan {
@@ -52,6 +66,7 @@ struct fs_chan {
   struct fs_ring tx, rx;
   struct fs_chan_ep *me, *peer;
   int my_efd, peer_efd;      /* eventfds: mine (I sleep on it), the peer's */
+  int wait_fd;               /* the fabric's own event fd, or -1 (see above) */
   void *map;
   size_t map_len;
 };
@@ -71,9 +86,16 @@ void fs_chan_efd_wake(struct fs_chan *ch);
 /* Drain my eventfd (non-blocking). */
 void fs_chan_drain(struct fs_chan *ch);
 
-/* Ready states without side effects. */
-bool fs_chan_rx_ready(const struct fs_chan *ch);
-bool fs_chan_tx_ready(const struct fs_chan *ch);
+/* Take in the peer's news (no-op on shm). */
+static inline void fs_chan_progress(struct fs_chan *ch)
+{
+  if (ch->ops->progress)
+    ch->ops->progress(ch);
+}
+
+/* Ready states (after taking in the peer's news). */
+bool fs_chan_rx_ready(struct fs_chan *ch);
+bool fs_chan_tx_ready(struct fs_chan *ch);
 bool fs_chan_peer_closed(const struct fs_chan *ch);
 
 /* Drop one conn reference on the end (caller holds the conn's tx lock; eof

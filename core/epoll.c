@@ -37,6 +37,7 @@ struct fs_ep_ent {
   struct fs_ep_ent *rnext;   /* in ep->recheck */
   bool on_recheck;           /* look at it in the next epoll_wait */
   bool needs_setup;          /* its wake fd is not in the kernel set yet */
+  int wait_fd;               /* its fabric's event fd in the kernel set, or -1 */
 };
 
 struct fs_ep {
@@ -204,6 +205,8 @@ static void fs_ep_unlink(struct fs_ep_ent *e)
   pthread_mutex_unlock(&c->lock);
   if (e->wake_reg && c->wake_fd >= 0)
     FS_REAL(epoll_ctl)(e->ep->epfd, EPOLL_CTL_DEL, c->wake_fd, NULL);
+  if (e->wait_fd >= 0)
+    FS_REAL(epoll_ctl)(e->ep->epfd, EPOLL_CTL_DEL, e->wait_fd, NULL);
   e->alive = false;
   fs_conn_put(c);
   fs_ep_ent_free(e);
@@ -316,6 +319,7 @@ int fs_ready_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
       break;
     }
     e->magic = FS_EP_MAGIC;
+    e->wait_fd = -1;
     e->ep = ep;
     e->fd = fd;
     e->c = c;
@@ -461,6 +465,21 @@ static void fs_ep_setup(struct fs_ep *ep, int epfd)
   }
 }
 
+/* A fabric with its own event fd (rdma's completion channel): put it in the
+ * kernel set beside the wake fd, with the same tag.  Done when the entry is
+ * looked at, which the attach's wake-fd write guarantees (ep->lock held). */
+static void fs_ep_reg_wait(struct fs_ep *ep, struct fs_ep_ent *e)
+{
+  struct fs_chan *ch = __atomic_load_n(&e->c->chan, __ATOMIC_ACQUIRE);
+  if (!ch || ch->wait_fd < 0)
+    return;
+  struct epoll_event wev = { .events = EPOLLIN | EPOLLET, .data.u64 = (uint64_t)(uintptr_t)e | 1 };
+  int saved = errno;
+  if (FS_REAL(epoll_ctl)(ep->epfd, EPOLL_CTL_ADD, ch->wait_fd, &wev) == 0 || errno == EEXIST)
+    e->wait_fd = ch->wait_fd;
+  errno = saved;
+}
+
 /* Evaluate e (arming it if not ready) and report it.  Level-triggered
  * entries that were reported are looked at again next time. */
 static int fs_ep_report(struct fs_ep *ep, int epfd, struct fs_ep_ent *e, uint32_t kernel, struct epoll_event *out,
@@ -473,6 +492,8 @@ static int fs_ep_report(struct fs_ep *ep, int epfd, struct fs_ep_ent *e, uint32_
   if (fs_sockio_chan(c)) {
     ep->any_fabric = ep->had_chan = true;
     masked = c->tx_flow == FS_FLOW_FABRIC;
+    if (e->wait_fd < 0)
+      fs_ep_reg_wait(ep, e);
   }
   if (masked != e->out_masked)
     fs_ep_kmod(epfd, e, fs_ep_kernel_events(e));

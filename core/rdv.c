@@ -17,6 +17,7 @@
 #include "core/log.h"
 #include "core/rdv.h"
 #include "core/shm.h"
+#include "core/rdmacm.h"
 #include "core/sockio.h"
 #include "core/sock.h"
 #include "preload/fdtab.h"
@@ -25,7 +26,8 @@
 #define FS_RDV_MAX_PEND 256     /* unix conns in flight, server side */
 #define FS_RDV_HOLD_MS 2000     /* how long a request waits for accept() */
 
-enum fs_rdv_kind { K_EVFD = 1, K_LISTENER, K_SRV, K_CLI };
+enum fs_rdv_kind { K_EVFD = 1, K_LISTENER, K_SRV, K_CLI, K_EXT };
+enum fs_rdv_job_kind { J_UPGRADE, J_RESEND, J_RDMA_LISTEN };
 enum fs_rdv_srv_state { S_WAIT_REQ, S_HELD, S_WAIT_ACK };
 
 struct fs_rdv_item {
@@ -41,12 +43,13 @@ struct fs_rdv_item {
   struct sockaddr_storage tl, tp; /* K_SRV: the passed socket's local/peer */
   char name[108];             /* K_LISTENER: its abstract name */
   int namelen;
+  void (*fn)(void);           /* K_EXT: run when ufd is readable */
   struct fs_rdv_item *next;
 };
 
 struct fs_rdv_job {
   struct fs_conn *c;
-  bool resend;                /* a re-send after the peer's revert, not an upgrade */
+  enum fs_rdv_job_kind kind;
   struct fs_rdv_job *next;
 };
 
@@ -444,7 +447,19 @@ static void fs_rdv_cli_start(struct fs_conn *c)
   struct fs_chan *ch = NULL;
   if (!fs_sock_may_upgrade(c))
     goto out_put;
-  int rc = fs_rdv_diag((struct sockaddr *)&c->peer, (struct sockaddr *)&c->local, &uid);
+  int rc = c->policy.fabric == FS_FABRIC_RDMA ? -ENOENT
+                                               : fs_rdv_diag((struct sockaddr *)&c->peer, (struct sockaddr *)&c->local, &uid);
+  if (rc == -ENOENT && c->policy.fabric != FS_FABRIC_SHM) {
+    /* Another host (or rdma asked for): the rdma fabric, if this host has one. */
+    if (!fs_rdmacm_available()) {
+      reason = c->policy.fabric == FS_FABRIC_RDMA ? FS_REASON_NO_DEVICE : FS_REASON_REMOTE_HOST;
+      goto fail;
+    }
+    reason = fs_rdmacm_connect(c);
+    if (reason == 0)
+      return; /* the rdma rendezvous holds c's reference now */
+    goto fail;
+  }
   if (rc < 0) {
     reason = rc == -ENOENT ? FS_REASON_REMOTE_HOST : FS_REASON_ERROR;
     goto fail;
@@ -578,7 +593,9 @@ static void *fs_rdv_main(void *arg)
   struct epoll_event ev[16];
   pthread_mutex_lock(&A.lock);
   for (;;) {
-    int timeout = fs_rdv_next_timeout();
+    int timeout = fs_rdv_next_timeout(), t2 = fs_rdmacm_next_timeout();
+    if (t2 >= 0 && (timeout < 0 || t2 < timeout))
+      timeout = t2;
     int epfd = A.epfd;
     pthread_mutex_unlock(&A.lock);
     int n = FS_REAL(epoll_wait)(epfd, ev, 16, timeout);
@@ -601,11 +618,14 @@ static void *fs_rdv_main(void *arg)
       case K_CLI:
         fs_rdv_cli_event(it);
         break;
+      case K_EXT:
+        it->fn();
+        break;
       }
       /* An item dropped above may be named again later in ev[]: stop
        * (level-triggered, the rest come back at once).  The kind was read
        * before the call, as the item may be gone now. */
-      if (kind != K_EVFD && kind != K_LISTENER)
+      if (kind != K_EVFD && kind != K_LISTENER && kind != K_EXT)
         break;
     }
     pthread_mutex_lock(&A.qlock);
@@ -615,18 +635,23 @@ static void *fs_rdv_main(void *arg)
     while (jobs) {
       struct fs_rdv_job *j = jobs;
       jobs = j->next;
-      if (j->resend) {
+      if (j->kind == J_RESEND) {
         /* May block on TCP: drop the agent lock so fork and others go on. */
         pthread_mutex_unlock(&A.lock);
         fs_sockio_resend_job(j->c);
         fs_conn_put(j->c);
         pthread_mutex_lock(&A.lock);
+      } else if (j->kind == J_RDMA_LISTEN) {
+        if (fs_conn_state(j->c) == FS_STATE_LISTEN)
+          fs_rdmacm_listen(j->c);
+        fs_conn_put(j->c);
       } else {
         fs_rdv_cli_start(j->c);
       }
       free(j);
     }
     fs_rdv_timeouts();
+    fs_rdmacm_tick();
   }
   return NULL;
 }
@@ -733,6 +758,7 @@ void fs_rdv_listen(struct fs_conn *c, int fd)
 void fs_rdv_unlisten(struct fs_conn *c)
 {
   pthread_mutex_lock(&A.lock);
+  fs_rdmacm_unlisten(c);
   for (struct fs_rdv_item *it = A.items; it; it = it->next)
     if (it->kind == K_LISTENER && it->c == c) {
       /* Connections accepted from it may still upgrade (servers often close
@@ -746,26 +772,26 @@ void fs_rdv_unlisten(struct fs_conn *c)
   pthread_mutex_unlock(&A.lock);
 }
 
-static void fs_rdv_queue(struct fs_conn *c, bool resend)
+static void fs_rdv_queue(struct fs_conn *c, enum fs_rdv_job_kind kind)
 {
   struct fs_rdv_job *j = malloc(sizeof *j);
   if (!j) {
-    if (!resend)
+    if (kind == J_UPGRADE)
       fs_sock_upgrade_failed(c, FS_REASON_RESOURCES);
-    else
+    else if (kind == J_RESEND)
       fs_sockio_resend_job(c); /* last resort: inline */
     return;
   }
   fs_conn_get(c);
   j->c = c;
-  j->resend = resend;
+  j->kind = kind;
   pthread_mutex_lock(&A.lock);
   int rc = fs_rdv_start();
   pthread_mutex_unlock(&A.lock);
   if (rc < 0) {
-    if (!resend)
+    if (kind == J_UPGRADE)
       fs_sock_upgrade_failed(c, FS_REASON_RESOURCES);
-    else
+    else if (kind == J_RESEND)
       fs_sockio_resend_job(c);
     fs_conn_put(c);
     free(j);
@@ -780,18 +806,42 @@ static void fs_rdv_queue(struct fs_conn *c, bool resend)
 
 void fs_rdv_upgrade(struct fs_conn *c)
 {
-  fs_rdv_queue(c, false);
+  fs_rdv_queue(c, J_UPGRADE);
 }
 
 void fs_rdv_resend(struct fs_conn *c)
 {
-  fs_rdv_queue(c, true);
+  fs_rdv_queue(c, J_RESEND);
+}
+
+void fs_rdv_listen_rdma(struct fs_conn *c)
+{
+  fs_rdv_queue(c, J_RDMA_LISTEN);
 }
 
 void fs_rdv_accepted(void)
 {
-  if (__atomic_load_n(&A.npend, __ATOMIC_RELAXED) > 0)
+  if (__atomic_load_n(&A.npend, __ATOMIC_RELAXED) > 0 || fs_rdmacm_held())
     fs_rdv_poke();
+}
+
+void fs_rdv_kick(void)
+{
+  fs_rdv_poke();
+}
+
+int fs_rdv_watch_fd(int fd, void (*fn)(void))
+{
+  struct fs_rdv_item *it = calloc(1, sizeof *it);
+  if (!it)
+    return -ENOMEM;
+  it->kind = K_EXT;
+  it->ufd = fd;
+  it->fn = fn;
+  int rc = fs_rdv_watch(it);
+  if (rc < 0)
+    free(it); /* K_EXT items live as long as the agent; the child forgets them */
+  return rc;
 }
 
 void fs_rdv_before_fork(void)
@@ -838,6 +888,7 @@ void fs_rdv_after_fork(bool child)
   A.items = NULL;
   A.jobs = NULL;
   A.npend = 0;
+  fs_rdmacm_after_fork_child();
   if (A.epfd >= 0)
     FS_REAL(close)(A.epfd);
   if (A.evfd >= 0)

@@ -72,6 +72,16 @@ void fs_rdv_upgrade(struct fs_conn *c);
 /* Run fs_sockio_resend_job(c) on the agent thread. */
 void fs_rdv_resend(struct fs_conn *c);
 
+/* Listening socket c: listen on the rdma fabric beside it (on the agent). */
+void fs_rdv_listen_rdma(struct fs_conn *c);
+
+/* Wake the agent (work was queued for it). */
+void fs_rdv_kick(void);
+
+/* Agent thread, agent lock held: run fn on the agent whenever fd is
+ * readable (level-triggered), for the agent's life.  0 or -errno. */
+int fs_rdv_watch_fd(int fd, void (*fn)(void));
+
 /* A connection was accepted: held requests may now be answered. */
 void fs_rdv_accepted(void);
 

@@ -16,7 +16,7 @@ int fs_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const
 {
   struct pollfd kst[64];
   struct fs_conn *cst[32];
-  size_t cap = (size_t)n * 2;
+  size_t cap = (size_t)n * 3; /* the fd, its wake eventfd, its fabric's event fd */
   struct pollfd *k = cap <= 64 ? kst : malloc(cap * sizeof *k);
   struct fs_conn **cs = n <= 32 ? cst : calloc(n, sizeof *cs);
   if (!k || !cs) {
@@ -52,6 +52,18 @@ int fs_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const
       kn++;
     }
   }
+  /* Fabric event fds (rdma completion channels) go last: they are cleared
+   * by the fabric's arm, never by read (see the drain below). */
+  nfds_t kwake = kn;
+  for (nfds_t i = 0; i < n; i++) {
+    struct fs_chan *ch = cs[i] ? fs_sockio_chan(cs[i]) : NULL;
+    if (ch && ch->wait_fd >= 0) {
+      k[kn].fd = ch->wait_fd;
+      k[kn].events = POLLIN;
+      k[kn].revents = 0;
+      kn++;
+    }
+  }
   uint64_t deadline = fs_clock_deadline(ts);
   int rc;
   for (int pass = 0;; pass++) {
@@ -77,7 +89,7 @@ int fs_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const
       rc = -errno;
       break;
     }
-    for (nfds_t j = n; j < kn; j++)
+    for (nfds_t j = n; j < kwake; j++)
       if (k[j].revents & POLLIN) {
         uint64_t v;
         (void)FS_REAL(read)(k[j].fd, &v, sizeof v);

@@ -63,6 +63,7 @@ static struct fs_chan *fs_shm_view(void *map, size_t len, uint32_t ring, int sid
   ch->map_len = len;
   ch->my_efd = my_efd;
   ch->peer_efd = peer_efd;
+  ch->wait_fd = -1;
   ch->me = &h->ep[side];
   ch->peer = &h->ep[!side];
   ch->tx = (struct fs_ring){ &h->ctl[side], data + (size_t)side * ring, ring };

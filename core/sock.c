@@ -16,6 +16,7 @@
 #include "core/chan.h"
 #include "core/hook.h"
 #include "core/log.h"
+#include "core/rdma.h"
 #include "core/rdv.h"
 #include "core/ready.h"
 #include "core/sock.h"
@@ -148,8 +149,10 @@ static void fs_sock_established(struct fs_conn *c, int fd, int dir)
     reason = FS_REASON_DISABLED;
   else if (c->policy.fabric == FS_FABRIC_TCP || c->policy.upgrade_bytes == FS_POLICY_UPGRADE_NEVER)
     reason = FS_REASON_POLICY;
+#ifndef HAVE_RDMA
   else if (c->policy.fabric == FS_FABRIC_RDMA)
     reason = FS_REASON_NO_DEVICE; /* the rdma fabric is not in this build */
+#endif
   else if (!fs_sock_fd_budget_ok(fd) || (c->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
     reason = FS_REASON_RESOURCES;
   c->no_upgrade = reason != FS_REASON_PENDING;
@@ -246,9 +249,14 @@ void fs_sock_listening(struct fs_conn *c, int fd)
   struct fs_policy_action act;
   struct fs_policy_query q = { program_invocation_short_name, FS_DIR_ACCEPT, (struct sockaddr *)&c->local, NULL };
   fs_policy_match(pol, &q, &act);
-  if (disabled || act.fabric == FS_FABRIC_TCP || act.fabric == FS_FABRIC_RDMA || c->rdv || c->listener_shared)
+  if (disabled || act.fabric == FS_FABRIC_TCP || c->rdv || c->listener_shared)
     return;
-  fs_rdv_listen(c, fd);
+#ifdef HAVE_RDMA
+  if (act.fabric != FS_FABRIC_SHM)
+    fs_rdv_listen_rdma(c); /* on the agent: probing for a device takes time */
+#endif
+  if (act.fabric != FS_FABRIC_RDMA)
+    fs_rdv_listen(c, fd);
 }
 
 struct fs_sock_find_arg {
@@ -333,7 +341,7 @@ void fs_sock_last_close(struct fs_conn *c)
   c->no_upgrade = true;
   struct fs_chan *ch = c->chan;
   pthread_mutex_unlock(&c->lock);
-  if (st == FS_STATE_LISTEN && c->rdv)
+  if (st == FS_STATE_LISTEN)
     fs_rdv_unlisten(c);
   fs_ready_epoll_forget_conn(c);
   if (ch) {
@@ -358,14 +366,17 @@ static uint32_t fs_sock_epoch;
 
 static void fs_sock_fork_prep(int fd, struct fs_conn *c, void *arg)
 {
-  (void)fd;
   (void)arg;
   if (c->visit == fs_sock_epoch)
     return;
   c->visit = fs_sock_epoch;
   struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
-  if (ch) /* the child will hold this end too */
+  if (ch && fs_rdma_of(ch)) {
+    /* The child cannot use our queue pair: both go back to TCP first. */
+    fs_sock_downgrade(c, fd, FS_REASON_FORK);
+  } else if (ch) { /* the child will hold this end too */
     __atomic_fetch_add(&ch->me->refs, 1, __ATOMIC_ACQ_REL);
+  }
 }
 
 void fs_sock_before_fork(void)
@@ -390,6 +401,11 @@ static void fs_sock_fork_fix(int fd, struct fs_conn *c, void *arg)
     pthread_mutex_init(&c->rxlock, NULL);
   }
   struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
+  if (ch && fs_rdma_of(ch)) { /* downgraded before the fork */
+    if (pid == 0)
+      fs_rdma_forget(ch);
+    return;
+  }
   if (pid < 0) {
     if (ch)
       __atomic_fetch_sub(&ch->me->refs, 1, __ATOMIC_ACQ_REL);

@@ -140,8 +140,11 @@ static int fs_sockio_timeo(int fd, int opt)
  * -EAGAIN on SO_*TIMEO expiry, -EINTR. */
 static int fs_sockio_sleep(struct fs_conn *c, int fd, bool tx, int *budget_ms)
 {
-  struct pollfd p[2] = { { c->wake_fd, POLLIN, 0 }, { fd, (short)(tx ? POLLRDHUP : (POLLIN | POLLRDHUP)), 0 } };
-  int nfds = c->wake_fd >= 0 ? 2 : 1;
+  struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
+  int wfd = ch ? ch->wait_fd : -1;
+  struct pollfd p[3] = { { c->wake_fd, POLLIN, 0 }, { fd, (short)(tx ? POLLRDHUP : (POLLIN | POLLRDHUP)), 0 },
+                         { wfd, POLLIN, 0 } };
+  int nfds = (c->wake_fd >= 0 ? 2 : 1) + (wfd >= 0);
   struct pollfd *pp = c->wake_fd >= 0 ? p : &p[1];
   uint64_t t0 = *budget_ms >= 0 ? fs_clock_us() : 0;
   /* The wake fd is shared by this connection's sender and receiver (and
@@ -164,6 +167,8 @@ static int fs_sockio_sleep(struct fs_conn *c, int fd, bool tx, int *budget_ms)
     uint64_t v;
     (void)FS_REAL(read)(c->wake_fd, &v, sizeof v);
   }
+  if (wfd >= 0 && (p[2].revents & POLLIN) && ch->ops->drain)
+    ch->ops->drain(ch);
   return 0;
 }
 
@@ -212,6 +217,7 @@ static bool fs_cond_rx(struct fs_chan *ch, void *arg)
 
 static bool fs_cond_tx(struct fs_chan *ch, void *arg)
 {
+  fs_chan_progress(ch);
   return fs_ring_space(&ch->tx) >= *(size_t *)arg || fs_chan_peer_closed(ch) ||
          __atomic_load_n(&ch->peer->rx_revert, __ATOMIC_RELAXED);
 }
@@ -221,6 +227,7 @@ struct fs_chan *fs_sockio_chan(struct fs_conn *c)
   struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
   if (!ch || c->reverted)
     return NULL;
+  fs_chan_progress(ch);
   /* Another process sharing this end since fork downgraded it (it exec'd
    * or passed the fd on): the stream continues on TCP for us too. */
   if (__builtin_expect(__atomic_load_n(&ch->me->reverted, __ATOMIC_ACQUIRE), 0)) {
@@ -718,7 +725,10 @@ short fs_sockio_ready(struct fs_conn *c, struct fs_chan *ch, short want, short k
     if ((want & POLLOUT) && c->tx_flow == FS_FLOW_FABRIC)
       __atomic_store_n(&ch->tx.ctl->want_space, 1, __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (ch->ops->arm)
+      ch->ops->arm(ch);
   }
+  fs_chan_progress(ch);
   /* A SWITCH at the head with all TCP bytes read: move rx to the fabric now,
    * or a lone SWITCH would look like readable data. */
   if (c->rx_flow == FS_FLOW_TCP && !fs_ring_empty(&ch->rx) && pthread_mutex_trylock(&c->rxlock) == 0) {

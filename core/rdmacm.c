@@ -1,0 +1,576 @@
+/* rdma connection management (protocol in core/rdmacm.h).  Everything but
+ * fs_rdmacm_retire and fs_rdmacm_check_req runs on the agent thread with
+ * the agent lock held, so the lists need no lock of their own. */
+#include <arpa/inet.h>
+#include <endian.h>
+#include <errno.h>
+#include <string.h>
+
+#include "core/rdmacm.h"
+#include "core/reason.h"
+
+int fs_rdmacm_check_req(const void *data, size_t len, struct fs_rdmacm_msg *out)
+{
+  struct fs_rdmacm_msg m;
+  if (!data || len < sizeof m)
+    return FS_REASON_PROTOCOL;
+  memcpy(&m, data, sizeof m);
+  if (ntohl(m.magic) != FS_RDMACM_MAGIC_REQ)
+    return FS_REASON_PROTOCOL;
+  if (m.version != 1)
+    return FS_REASON_VERSION;
+  if (m.ring_log2 < FS_RDMACM_RING_LOG2_MIN || m.ring_log2 > FS_RDMACM_RING_LOG2_MAX || m.flags != 0 ||
+      m.port == 0 || m.rkey == 0)
+    return FS_REASON_PROTOCOL;
+  out->magic = ntohl(m.magic);
+  out->version = m.version;
+  out->ring_log2 = m.ring_log2;
+  out->port = ntohs(m.port);
+  out->addr = be64toh(m.addr);
+  out->rkey = ntohl(m.rkey);
+  out->flags = 0;
+  return 0;
+}
+
+#ifdef HAVE_RDMA
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+#include "core/addr.h"
+#include "core/clock.h"
+#include "core/log.h"
+#include "core/rdma.h"
+#include "core/rdv.h"
+#include "core/shm.h"
+#include "core/sock.h"
+#include "preload/real.h"
+
+#define FS_RDMACM_SETUP_MS 10000 /* accepted, waiting for the connection to establish */
+
+enum fs_cm_kind { CM_LISTENER = 1, CM_CLI, CM_SRV, CM_CHAN };
+
+struct fs_cm_item {
+  enum fs_cm_kind kind;
+  bool held;                    /* CM_SRV: waiting for accept() */
+  struct rdma_cm_id *id;
+  struct fs_conn *c;            /* LISTENER (NULL: orphan), CLI, SRV: referenced */
+  struct fs_rdma *r;            /* CLI, SRV: owned until attached; CHAN: the conn's */
+  struct fs_cm_item *listener;  /* SRV: where it came from */
+  uint64_t deadline;            /* ns; 0 = none */
+  uint32_t ring;
+  struct fs_rdmacm_msg req;     /* SRV: the request */
+  struct sockaddr_storage tl, tp; /* SRV: the TCP connection it names (local, peer) */
+  struct sockaddr_storage bound;  /* LISTENER */
+  struct fs_cm_item *next;
+};
+
+static struct {
+  int avail;                    /* -1 not probed, 0 no, 1 yes */
+  struct rdma_event_channel *ec;
+  struct fs_cm_item *items;
+  int nheld;                    /* atomic */
+  pthread_mutex_t rlock;        /* retired */
+  struct fs_rdma **retired;
+  size_t nretired, capretired;
+} M = { -1, NULL, NULL, 0, PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0 };
+
+static void fs_cm_event(void);
+
+bool fs_rdmacm_available(void)
+{
+  if (M.avail >= 0)
+    return M.avail == 1;
+  M.avail = 0;
+  int n = 0;
+  struct ibv_device **l = ibv_get_device_list(&n);
+  if (l)
+    ibv_free_device_list(l);
+  if (n <= 0) {
+    fs_log(FS_LOG_DEBUG, "no rdma device: remote peers stay on tcp");
+    return false;
+  }
+  M.ec = rdma_create_event_channel();
+  if (!M.ec) {
+    fs_log(FS_LOG_INFO, "rdma_cm unavailable (%s): remote peers stay on tcp", strerror(errno));
+    return false;
+  }
+  int fl = FS_REAL(fcntl)(M.ec->fd, F_GETFL, 0);
+  if (fl < 0 || FS_REAL(fcntl)(M.ec->fd, F_SETFL, fl | O_NONBLOCK) < 0 || fs_rdv_watch_fd(M.ec->fd, fs_cm_event) < 0) {
+    rdma_destroy_event_channel(M.ec);
+    M.ec = NULL;
+    return false;
+  }
+  M.avail = 1;
+  return true;
+}
+
+static struct fs_cm_item *fs_cm_new(enum fs_cm_kind kind)
+{
+  struct fs_cm_item *it = calloc(1, sizeof *it);
+  if (!it)
+    return NULL;
+  it->kind = kind;
+  it->next = M.items;
+  M.items = it;
+  return it;
+}
+
+static void fs_cm_unlink(struct fs_cm_item *it)
+{
+  for (struct fs_cm_item **pp = &M.items; *pp; pp = &(*pp)->next)
+    if (*pp == it) {
+      *pp = it->next;
+      break;
+    }
+  if (it->held)
+    __atomic_fetch_sub(&M.nheld, 1, __ATOMIC_RELAXED);
+  it->held = false;
+}
+
+/* Free an item and what it owns (an attached channel belongs to its conn). */
+static void fs_cm_drop(struct fs_cm_item *it)
+{
+  fs_cm_unlink(it);
+  if (it->kind != CM_CHAN && it->r)
+    fs_rdma_destroy(it->r); /* destroys the id too */
+  else if (it->kind != CM_CHAN && it->id)
+    rdma_destroy_id(it->id);
+  if (it->c)
+    fs_conn_put(it->c);
+  free(it);
+}
+
+static void fs_cm_reject(struct fs_cm_item *it, int reason)
+{
+  struct fs_rdmacm_rej rej = { htonl(FS_RDMACM_MAGIC_REJ), 1, (uint8_t)reason, 0 };
+  rdma_reject(it->id, &rej, sizeof rej);
+}
+
+static uint8_t fs_cm_log2(uint32_t v)
+{
+  uint8_t l = 0;
+  while ((1u << l) < v)
+    l++;
+  return l;
+}
+
+/* The channel is the connection's now: the item only maps cm events to it. */
+static void fs_cm_attached(struct fs_cm_item *it)
+{
+  struct fs_chan *ch = fs_rdma_chan(it->r);
+  it->kind = CM_CHAN;
+  it->deadline = 0;
+  fs_conn_put(it->c);
+  it->c = NULL;
+  ch->ops->wake_peer(ch); /* our "attached" flag */
+}
+
+/* ---- connecting end ----------------------------------------------------- */
+
+static void fs_cm_cli_fail(struct fs_cm_item *it, int reason)
+{
+  fs_sock_upgrade_failed(it->c, reason);
+  fs_cm_drop(it);
+}
+
+int fs_rdmacm_connect(struct fs_conn *c)
+{
+  if (!fs_rdmacm_available())
+    return FS_REASON_NO_DEVICE;
+  struct fs_cm_item *it = fs_cm_new(CM_CLI);
+  if (!it)
+    return FS_REASON_RESOURCES;
+  struct sockaddr_storage src, dst;
+  const struct sockaddr *s = fs_addr_unmap((struct sockaddr *)&c->local, &src);
+  const struct sockaddr *d = fs_addr_unmap((struct sockaddr *)&c->peer, &dst);
+  memmove(&src, s, s->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6));
+  memmove(&dst, d, d->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6));
+  if (src.ss_family == AF_INET)
+    ((struct sockaddr_in *)&src)->sin_port = 0;
+  else
+    ((struct sockaddr_in6 *)&src)->sin6_port = 0;
+  int reason = 0;
+  if (rdma_create_id(M.ec, &it->id, it, RDMA_PS_TCP) != 0)
+    reason = FS_REASON_RESOURCES;
+  else if (rdma_resolve_addr(it->id, (struct sockaddr *)&src, (struct sockaddr *)&dst, (int)c->policy.timeout_ms) != 0)
+    reason = FS_REASON_NO_DEVICE; /* no rdma device behind our address */
+  if (reason) {
+    fs_cm_drop(it);
+    return reason;
+  }
+  it->c = c;
+  it->ring = fs_shm_ring_size();
+  it->deadline = fs_clock_ns() + (uint64_t)c->policy.timeout_ms * 1000000u;
+  return 0;
+}
+
+static void fs_cm_cli_route(struct fs_cm_item *it)
+{
+  if (!fs_sock_may_upgrade(it->c)) {
+    fs_cm_drop(it);
+    return;
+  }
+  int rc = fs_rdma_new(it->id, it->ring, 0, it->c->wake_fd, &it->r);
+  if (rc < 0) {
+    fs_log(FS_LOG_INFO, "fd %d: rdma resources: %s", it->c->fd, strerror(-rc));
+    fs_cm_cli_fail(it, FS_REASON_RESOURCES);
+    return;
+  }
+  uint64_t addr;
+  uint32_t rkey;
+  fs_rdma_local(it->r, &addr, &rkey);
+  struct fs_rdmacm_msg m = { htonl(FS_RDMACM_MAGIC_REQ), 1, fs_cm_log2(it->ring),
+                             htons(fs_addr_port((struct sockaddr *)&it->c->local)), htobe64(addr), htonl(rkey), 0 };
+  struct rdma_conn_param p = { .private_data = &m, .private_data_len = sizeof m, .retry_count = 7, .rnr_retry_count = 7 };
+  if (rdma_connect(it->id, &p) != 0)
+    fs_cm_cli_fail(it, FS_REASON_NO_PEER);
+}
+
+static void fs_cm_cli_established(struct fs_cm_item *it, const uint8_t *pd, size_t len)
+{
+  struct fs_rdmacm_msg m;
+  if (len < sizeof m) {
+    fs_cm_cli_fail(it, FS_REASON_PROTOCOL);
+    return;
+  }
+  memcpy(&m, pd, sizeof m);
+  if (ntohl(m.magic) != FS_RDMACM_MAGIC_ACC || m.version != 1 || m.ring_log2 != fs_cm_log2(it->ring) || !m.rkey) {
+    fs_cm_cli_fail(it, m.version != 1 ? FS_REASON_VERSION : FS_REASON_PROTOCOL);
+    return;
+  }
+  fs_rdma_set_peer(it->r, be64toh(m.addr), ntohl(m.rkey));
+  if (fs_sock_attach(it->c, fs_rdma_chan(it->r)) != 0) {
+    fs_cm_drop(it); /* closed meanwhile; the peer sees the disconnect */
+    return;
+  }
+  fs_cm_attached(it);
+}
+
+static int fs_cm_rej_reason(int status, const uint8_t *pd, size_t len)
+{
+  struct fs_rdmacm_rej rej;
+  if (len >= sizeof rej) {
+    memcpy(&rej, pd, sizeof rej);
+    if (ntohl(rej.magic) == FS_RDMACM_MAGIC_REJ && rej.reason > 0 && rej.reason < FS_REASON_COUNT)
+      return rej.reason;
+  }
+  (void)status; /* no listener there (invalid service id): no libfabsock */
+  return FS_REASON_NO_PEER;
+}
+
+/* ---- accepting end ------------------------------------------------------ */
+
+void fs_rdmacm_listen(struct fs_conn *c)
+{
+  if (!fs_rdmacm_available())
+    return;
+  struct sockaddr_storage b;
+  const struct sockaddr *a = fs_addr_unmap((struct sockaddr *)&c->local, &b);
+  for (struct fs_cm_item *it = M.items; it; it = it->next)
+    if (it->kind == CM_LISTENER && !it->c && fs_addr_eq((struct sockaddr *)&it->bound, a)) {
+      fs_conn_get(c); /* adopt the orphan */
+      it->c = c;
+      return;
+    }
+  struct fs_cm_item *it = fs_cm_new(CM_LISTENER);
+  if (!it)
+    return;
+  memcpy(&it->bound, a, a->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6));
+  if (rdma_create_id(M.ec, &it->id, it, RDMA_PS_TCP) != 0 || rdma_bind_addr(it->id, (struct sockaddr *)&it->bound) != 0 ||
+      rdma_listen(it->id, 128) != 0) {
+    char s[64];
+    fs_addr_str(a, s, sizeof s);
+    fs_log(FS_LOG_INFO, "no rdma listener beside %s (%s): its connections stay on tcp", s, strerror(errno));
+    fs_cm_drop(it);
+    return;
+  }
+  fs_conn_get(c);
+  it->c = c;
+}
+
+void fs_rdmacm_unlisten(struct fs_conn *c)
+{
+  for (struct fs_cm_item *it = M.items; it; it = it->next)
+    if (it->kind == CM_LISTENER && it->c == c) {
+      it->c = NULL;
+      fs_conn_put(c);
+      return;
+    }
+}
+
+/* Match a request to an accepted connection and answer it; false: hold. */
+static bool fs_cm_srv_try(struct fs_cm_item *it)
+{
+  struct fs_conn *c = fs_sock_find((struct sockaddr *)&it->tl, (struct sockaddr *)&it->tp);
+  if (!c) {
+    struct fs_conn *l = it->listener ? it->listener->c : NULL;
+    if (l && l->listener_shared) {
+      fs_cm_reject(it, FS_REASON_NOT_OWNER);
+      fs_cm_drop(it);
+      return true;
+    }
+    return false;
+  }
+  if (it->held) {
+    it->held = false;
+    __atomic_fetch_sub(&M.nheld, 1, __ATOMIC_RELAXED);
+  }
+  int status = fs_sock_may_attach(c, geteuid());
+  if (status == 0) {
+    int rc = fs_rdma_new(it->id, it->ring, 1, c->wake_fd, &it->r);
+    if (rc < 0) {
+      fs_log(FS_LOG_INFO, "fd %d: rdma resources: %s", c->fd, strerror(-rc));
+      status = FS_REASON_RESOURCES;
+    }
+  }
+  if (status != 0) {
+    fs_log(FS_LOG_INFO, "rdma rendezvous refused for fd %d: %s", c->fd, fs_reason_name(status));
+    fs_cm_reject(it, status);
+    fs_conn_put(c);
+    fs_cm_drop(it);
+    return true;
+  }
+  fs_rdma_set_peer(it->r, it->req.addr, it->req.rkey);
+  uint64_t addr;
+  uint32_t rkey;
+  fs_rdma_local(it->r, &addr, &rkey);
+  struct fs_rdmacm_msg m = { htonl(FS_RDMACM_MAGIC_ACC), 1, it->req.ring_log2,
+                             htons(fs_addr_port((struct sockaddr *)&it->tl)), htobe64(addr), htonl(rkey), 0 };
+  struct rdma_conn_param p = { .private_data = &m, .private_data_len = sizeof m, .retry_count = 7, .rnr_retry_count = 7 };
+  it->c = c;
+  it->deadline = fs_clock_ns() + (uint64_t)FS_RDMACM_SETUP_MS * 1000000u;
+  if (rdma_accept(it->id, &p) != 0)
+    fs_cm_drop(it);
+  return true;
+}
+
+static void fs_cm_srv_request(struct fs_cm_item *l, struct rdma_cm_id *id, const uint8_t *pd, size_t len)
+{
+  struct fs_cm_item *it = fs_cm_new(CM_SRV);
+  if (!it) {
+    rdma_destroy_id(id);
+    return;
+  }
+  it->id = id;
+  id->context = it;
+  it->listener = l;
+  int reason = fs_rdmacm_check_req(pd, len, &it->req);
+  if (reason) {
+    fs_log(FS_LOG_INFO, "rdma connect request refused: %s", fs_reason_name(reason));
+    fs_cm_reject(it, reason);
+    fs_cm_drop(it);
+    return;
+  }
+  it->ring = 1u << it->req.ring_log2;
+  /* The TCP connection it names: the client's address and TCP port, our
+   * address and the listening port. */
+  struct sockaddr *pa = rdma_get_peer_addr(id), *la = rdma_get_local_addr(id);
+  size_t pl = pa->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+  size_t ll = la->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+  memcpy(&it->tp, pa, pl);
+  memcpy(&it->tl, la, ll);
+  if (it->tp.ss_family == AF_INET)
+    ((struct sockaddr_in *)&it->tp)->sin_port = htons(it->req.port);
+  else
+    ((struct sockaddr_in6 *)&it->tp)->sin6_port = htons(it->req.port);
+  it->held = true;
+  __atomic_fetch_add(&M.nheld, 1, __ATOMIC_RELAXED);
+  it->deadline = fs_clock_ns() + (uint64_t)FS_RDMACM_HOLD_MS * 1000000u;
+  (void)fs_cm_srv_try(it);
+}
+
+static void fs_cm_srv_established(struct fs_cm_item *it)
+{
+  if (!it->r || !it->c || fs_sock_attach(it->c, fs_rdma_chan(it->r)) != 0) {
+    fs_cm_drop(it);
+    return;
+  }
+  fs_cm_attached(it);
+}
+
+/* ---- events -------------------------------------------------------------- */
+
+static void fs_cm_dispatch(enum rdma_cm_event_type type, int status, struct rdma_cm_id *id, struct rdma_cm_id *lid,
+                           const uint8_t *pd, size_t len)
+{
+  if (type == RDMA_CM_EVENT_CONNECT_REQUEST) {
+    struct fs_cm_item *l = lid ? lid->context : NULL;
+    if (l && l->kind == CM_LISTENER)
+      fs_cm_srv_request(l, id, pd, len);
+    else
+      rdma_destroy_id(id);
+    return;
+  }
+  struct fs_cm_item *it = id ? id->context : NULL;
+  if (!it)
+    return;
+  switch (it->kind) {
+  case CM_CLI:
+    switch (type) {
+    case RDMA_CM_EVENT_ADDR_RESOLVED:
+      if (rdma_resolve_route(it->id, (int)it->c->policy.timeout_ms) != 0)
+        fs_cm_cli_fail(it, FS_REASON_NO_PEER);
+      break;
+    case RDMA_CM_EVENT_ROUTE_RESOLVED:
+      fs_cm_cli_route(it);
+      break;
+    case RDMA_CM_EVENT_ESTABLISHED:
+      fs_cm_cli_established(it, pd, len);
+      break;
+    case RDMA_CM_EVENT_REJECTED:
+      fs_cm_cli_fail(it, fs_cm_rej_reason(status, pd, len));
+      break;
+    case RDMA_CM_EVENT_ADDR_ERROR:
+      fs_cm_cli_fail(it, FS_REASON_NO_DEVICE);
+      break;
+    case RDMA_CM_EVENT_ROUTE_ERROR:
+    case RDMA_CM_EVENT_UNREACHABLE:
+    case RDMA_CM_EVENT_CONNECT_ERROR:
+    case RDMA_CM_EVENT_DISCONNECTED:
+    case RDMA_CM_EVENT_DEVICE_REMOVAL:
+      fs_cm_cli_fail(it, FS_REASON_NO_PEER);
+      break;
+    default:
+      break;
+    }
+    break;
+  case CM_SRV:
+    if (type == RDMA_CM_EVENT_ESTABLISHED)
+      fs_cm_srv_established(it);
+    else if (type != RDMA_CM_EVENT_CONNECT_RESPONSE)
+      fs_cm_drop(it);
+    break;
+  case CM_CHAN:
+    if (type == RDMA_CM_EVENT_DISCONNECTED || type == RDMA_CM_EVENT_DEVICE_REMOVAL)
+      fs_rdma_peer_gone(it->r);
+    break;
+  case CM_LISTENER:
+    break;
+  }
+}
+
+/* Copy what we need, ack, then act: acting may destroy the id, and
+ * rdma_destroy_id waits for its events to be acked. */
+static void fs_cm_event(void)
+{
+  struct rdma_cm_event *ev;
+  while (M.ec && rdma_get_cm_event(M.ec, &ev) == 0) {
+    uint8_t pd[64];
+    size_t len = 0;
+    enum rdma_cm_event_type type = ev->event;
+    int status = ev->status;
+    struct rdma_cm_id *id = ev->id, *lid = ev->listen_id;
+    if (type == RDMA_CM_EVENT_CONNECT_REQUEST || type == RDMA_CM_EVENT_ESTABLISHED || type == RDMA_CM_EVENT_REJECTED) {
+      len = ev->param.conn.private_data_len < sizeof pd ? ev->param.conn.private_data_len : sizeof pd;
+      if (len && ev->param.conn.private_data)
+        memcpy(pd, ev->param.conn.private_data, len);
+      else
+        len = 0;
+    }
+    rdma_ack_cm_event(ev);
+    fs_log(FS_LOG_DEBUG, "rdma_cm: %s (%d)", rdma_event_str(type), status);
+    fs_cm_dispatch(type, status, id, lid, pd, len);
+  }
+}
+
+/* ---- housekeeping -------------------------------------------------------- */
+
+void fs_rdmacm_retire(struct fs_rdma *r)
+{
+  pthread_mutex_lock(&M.rlock);
+  if (M.nretired == M.capretired) {
+    size_t cap = M.capretired ? 2 * M.capretired : 16;
+    struct fs_rdma **n = realloc(M.retired, cap * sizeof *n);
+    if (!n) { /* cannot queue it: leak rather than tear down off the agent */
+      pthread_mutex_unlock(&M.rlock);
+      fs_log(FS_LOG_WARN, "out of memory retiring an rdma channel; leaked");
+      return;
+    }
+    M.retired = n;
+    M.capretired = cap;
+  }
+  M.retired[M.nretired++] = r;
+  pthread_mutex_unlock(&M.rlock);
+  fs_rdv_kick();
+}
+
+void fs_rdmacm_tick(void)
+{
+  for (;;) {
+    pthread_mutex_lock(&M.rlock);
+    struct fs_rdma *r = M.nretired ? M.retired[--M.nretired] : NULL;
+    pthread_mutex_unlock(&M.rlock);
+    if (!r)
+      break;
+    for (struct fs_cm_item *it = M.items; it; it = it->next)
+      if (it->kind == CM_CHAN && it->r == r) {
+        fs_cm_unlink(it);
+        free(it);
+        break;
+      }
+    fs_rdma_destroy(r);
+  }
+  uint64_t now = fs_clock_ns();
+  struct fs_cm_item *it = M.items, *next;
+  for (; it; it = next) {
+    next = it->next;
+    if (it->kind == CM_SRV && it->held && fs_cm_srv_try(it))
+      continue;
+    if (it->deadline && now >= it->deadline) {
+      if (it->kind == CM_CLI) {
+        fs_cm_cli_fail(it, FS_REASON_TIMEOUT);
+      } else if (it->kind == CM_SRV) {
+        if (it->held)
+          fs_cm_reject(it, FS_REASON_TIMEOUT);
+        fs_cm_drop(it);
+      }
+    }
+  }
+}
+
+int fs_rdmacm_next_timeout(void)
+{
+  uint64_t now = fs_clock_ns(), best = 0;
+  for (struct fs_cm_item *it = M.items; it; it = it->next) {
+    if (it->held)
+      return 5; /* held requests are retried every few ms */
+    if (it->deadline && (!best || it->deadline < best))
+      best = it->deadline;
+  }
+  if (M.nretired)
+    return 0;
+  if (!best)
+    return -1;
+  return best > now ? (int)((best - now) / 1000000u + 1) : 0;
+}
+
+bool fs_rdmacm_held(void)
+{
+  return __atomic_load_n(&M.nheld, __ATOMIC_RELAXED) > 0;
+}
+
+void fs_rdmacm_after_fork_child(void)
+{
+  struct fs_cm_item *it = M.items;
+  while (it) {
+    struct fs_cm_item *next = it->next;
+    if (it->c)
+      fs_conn_put(it->c);
+    free(it); /* ids, queue pairs and rings are the parent's */
+    it = next;
+  }
+  M.items = NULL;
+  M.nheld = 0;
+  M.nretired = 0;
+  pthread_mutex_init(&M.rlock, NULL);
+  if (M.ec)
+    FS_REAL(close)(M.ec->fd);
+  M.ec = NULL;
+  M.avail = -1;
+}
+#endif
