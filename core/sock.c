@@ -423,11 +423,17 @@ static void fs_sock_fork_fix(int fd, struct fs_conn *c, void *arg)
 
 void fs_sock_after_fork(pid_t pid)
 {
-  fs_rdv_after_fork(pid == 0);
   if (pid == 0)
     fs_stat_atfork_child();
   fs_sock_epoch++;
   fs_fdtab_foreach(fs_sock_fork_fix, &pid);
+  /* Agent lock last, as it was taken first: until the walk above has marked
+   * every connection that forked without a channel no_upgrade, the parent's
+   * agent must not attach one (a rendezvous acked just before the fork).
+   * Such a channel would be the parent's alone, its end counted once: the
+   * parent's close() then writes EOF on it while the child, which really
+   * serves the connection, stays on TCP, and the peer reads EOF early. */
+  fs_rdv_after_fork(pid == 0);
 }
 
 static void fs_sock_exec_one(int fd, struct fs_conn *c, void *arg)
