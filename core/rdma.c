@@ -47,6 +47,8 @@ struct fs_rdma {
   uint32_t sq_free, unsig;
   uint32_t rq_used;                 /* receives consumed, not yet re-posted */
   bool dead, foreign;
+  /* counters for the debug log at tear-down (racy increments are fine) */
+  uint64_t n_post, n_wr, n_cqe, n_arm, n_reap_wait;
 };
 
 static const struct fs_chan_ops fs_rdma_ops;
@@ -168,6 +170,7 @@ static int fs_rdma_reap(struct fs_rdma *r, uint32_t want, uint64_t limit_us)
       r->sq_free += (uint32_t)wc[i].wr_id;
     }
     if (n == 0) {
+      r->n_reap_wait++;
       if (!t0)
         t0 = fs_clock_us();
       else if (fs_clock_us() - t0 > limit_us) {
@@ -206,6 +209,8 @@ static int fs_rdma_post(struct fs_rdma *r, struct ibv_send_wr *wr, int n, bool s
     return -rc;
   }
   r->sq_free -= (uint32_t)n;
+  r->n_post++;
+  r->n_wr += (uint64_t)n;
   return 0;
 }
 
@@ -397,6 +402,7 @@ static void fs_rdma_progress(struct fs_chan *ch)
       fs_rdma_take(r, ntohl(wc[i].imm_data));
     }
     r->rq_used += (uint32_t)n;
+    r->n_cqe += (uint64_t)n;
     if (n < 16)
       break;
   }
@@ -429,6 +435,7 @@ static void fs_rdma_arm(struct fs_chan *ch)
   if (r->foreign)
     return;
   fs_rdma_drain(ch);
+  r->n_arm++;
   if (ibv_req_notify_cq(r->rcq, 0))
     fs_rdma_die(r, "cannot arm the cq", 0);
 }
@@ -578,6 +585,10 @@ void fs_rdma_destroy(struct fs_rdma *r)
 {
   if (!r)
     return;
+  fs_log(FS_LOG_DEBUG, "rdma channel %p: %llu posts, %llu work requests, %llu receive completions, %llu arms, "
+         "%llu send-queue waits; tx %llu rx %llu", (void *)r, (unsigned long long)r->n_post,
+         (unsigned long long)r->n_wr, (unsigned long long)r->n_cqe, (unsigned long long)r->n_arm,
+         (unsigned long long)r->n_reap_wait, (unsigned long long)r->pub_tail, (unsigned long long)r->ctl[0].tail);
   /* A peer that closed its end discards what is still in flight, as TCP
    * would; otherwise wait (bounded) for our last writes to land. */
   if (r->id && r->id->qp && !r->dead && r->raddr && !__atomic_load_n(&r->ep[1].closed, __ATOMIC_ACQUIRE)) {
