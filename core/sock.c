@@ -401,9 +401,16 @@ static void fs_sock_fork_fix(int fd, struct fs_conn *c, void *arg)
     pthread_mutex_init(&c->rxlock, NULL);
   }
   struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
-  if (ch && fs_rdma_of(ch)) { /* downgraded before the fork */
-    if (pid == 0)
+  if (ch && fs_rdma_of(ch)) { /* downgraded before the fork, unless a thread was inside a call */
+    if (pid == 0) {
       fs_rdma_forget(ch);
+      c->reverted = c->no_upgrade = true; /* the child has TCP only */
+      if (c->tx_flow == FS_FLOW_FABRIC)
+        c->tx_flow = FS_FLOW_TCP;
+      if (c->rx_flow == FS_FLOW_FABRIC)
+        c->rx_flow = FS_FLOW_TCP;
+      fs_conn_set_state(c, FS_STATE_TCP, FS_REASON_FORK);
+    }
     return;
   }
   if (pid < 0) {
@@ -484,6 +491,19 @@ void fs_sock_setsockopt(struct fs_conn *c, int fd, int level, int name, const vo
   }
 }
 
+/* Take m within ms milliseconds, or give up. */
+static bool fs_sock_trylock_for(pthread_mutex_t *m, int ms)
+{
+  uint64_t end = fs_clock_ns() + (uint64_t)ms * 1000000u;
+  while (pthread_mutex_trylock(m) != 0) {
+    if (fs_clock_ns() >= end)
+      return false;
+    struct timespec ts = { 0, 1000000 };
+    nanosleep(&ts, NULL);
+  }
+  return true;
+}
+
 /* Bring c back to plain TCP for good, before its fd leaves this process
  * image (exec) or this process (SCM_RIGHTS).  Our tx: a REVERT record ends
  * our fabric bytes and TCP carries the rest.  Our rx: we stop reading the
@@ -501,8 +521,26 @@ void fs_sock_downgrade(struct fs_conn *c, int fd, int reason)
     }
     return;
   }
-  pthread_mutex_lock(&c->rxlock);
-  pthread_mutex_lock(&c->txlock);
+  if (reason == FS_REASON_FORK) {
+    /* In fork's prepare handler a thread of ours may sit in a blocking
+     * recv or send holding these locks for as long as its peer is silent:
+     * never make fork wait on that.  Such a connection stays on rdma in
+     * the parent; the child must not use it (logged). */
+    if (!fs_sock_trylock_for(&c->rxlock, 100)) {
+      fs_log(FS_LOG_WARN, "fd %d: a thread is inside recv at fork; it stays on %s in the parent only", fd,
+             ch->ops->name);
+      return;
+    }
+    if (!fs_sock_trylock_for(&c->txlock, 100)) {
+      pthread_mutex_unlock(&c->rxlock);
+      fs_log(FS_LOG_WARN, "fd %d: a thread is inside send at fork; it stays on %s in the parent only", fd,
+             ch->ops->name);
+      return;
+    }
+  } else {
+    pthread_mutex_lock(&c->rxlock);
+    pthread_mutex_lock(&c->txlock);
+  }
   if (c->tx_flow == FS_FLOW_FABRIC && fs_ring_put_ctl(&ch->tx, FS_REC_REVERT, c->fab_tx) == 0)
     c->tx_flow = FS_FLOW_TCP;
   if (c->rx_flow != FS_FLOW_EOF) {
