@@ -448,7 +448,9 @@ static void fs_rdma_release(struct fs_chan *ch)
   struct fs_rdma *r = (struct fs_rdma *)ch;
   if (r->foreign)
     return; /* the parent's; never touch it here */
-  r->ch.my_efd = -1; /* the connection closes it next: never write it again */
+  pthread_mutex_lock(&r->slock); /* fs_rdma_peer_gone may be writing it */
+  r->ch.my_efd = -1;               /* the connection closes it next: never again */
+  pthread_mutex_unlock(&r->slock);
   fs_rdmacm_retire(r);
 }
 
@@ -566,12 +568,14 @@ void fs_rdma_local(const struct fs_rdma *r, uint64_t *addr, uint32_t *rkey)
 void fs_rdma_peer_gone(struct fs_rdma *r)
 {
   __atomic_store_n(&r->ep[1].closed, 1, __ATOMIC_RELEASE);
+  pthread_mutex_lock(&r->slock);
   if (r->ch.my_efd >= 0) {
     uint64_t one = 1;
     int saved = errno;
     (void)FS_REAL(write)(r->ch.my_efd, &one, sizeof one);
     errno = saved;
   }
+  pthread_mutex_unlock(&r->slock);
 }
 
 void fs_rdma_forget(struct fs_chan *ch)
