@@ -44,22 +44,32 @@ int bench_lib_mapped(const char *path) {
   return found;
 }
 
-/* The environment of a plain (side 0) or preloaded (side 1) child: ours
- * without LD_PRELOAD, plus, preloaded, LD_PRELOAD=lib and FABSOCK_SPIN_US.
- * FABSOCK_* variables pass through (a plain child ignores them). */
+/* The environment of a side 0 (plain, or with --base lib preloaded without
+ * --hooks) or side 1 (preloaded) child: ours without LD_PRELOAD, plus,
+ * preloaded, LD_PRELOAD=lib and FABSOCK_SPIN_US, and on side 1
+ * FABSOCK_HOOKS=--hooks.  Other FABSOCK_* variables pass through (a plain
+ * child ignores them). */
 static char **make_env(const struct bench_opts *o, int side) {
   size_t n = 0;
+  int preload = o->lib && (side == 1 || o->base_lib);
   while (environ[n]) n++;
-  char **env = calloc(n + 4, sizeof *env);
+  char **env = calloc(n + 5, sizeof *env);
   size_t k = 0;
   if (!env) return NULL;
   for (size_t i = 0; i < n; i++) {
     if (!strncmp(environ[i], "LD_PRELOAD=", 11) || !strncmp(environ[i], "FSBENCH_EXPECT_LIB=", 19))
       continue;
-    if (side == 1 && o->spin && !strncmp(environ[i], "FABSOCK_SPIN_US=", 16)) continue;
+    if (preload && o->spin && !strncmp(environ[i], "FABSOCK_SPIN_US=", 16)) continue;
+    if (o->hooks && !strncmp(environ[i], "FABSOCK_HOOKS=", 14)) continue;
     env[k++] = environ[i];
   }
-  if (side == 1 && o->lib) {
+  if (side == 1 && o->hooks) {
+    char *h = malloc(strlen(o->hooks) + 16);
+    if (!h) return NULL;
+    sprintf(h, "FABSOCK_HOOKS=%s", o->hooks);
+    env[k++] = h;
+  }
+  if (preload) {
     char *a = malloc(strlen(lib_real) + 32), *b = malloc(strlen(lib_real) + 32);
     if (!a || !b) return NULL;
     sprintf(a, "LD_PRELOAD=%s", lib_real);
@@ -189,16 +199,18 @@ static void net_round(const struct bench_opts *o, int test, uint64_t size, int s
   snprintf(a_warmt, sizeof a_warmt, "%.6f", o->warmup_time);
   snprintf(a_iters, sizeof a_iters, "%llu", (unsigned long long)o->iters);
   snprintf(a_thr, sizeof a_thr, "%d", o->conn_threads);
-  char *cargv[24] = {self_exe, "client", "--host", (char *)host, "--port", a_port,
+  char *cargv[28] = {self_exe, "client", "--host", (char *)host, "--port", a_port,
                      "--tests", (char *)bench_test_name(test),
                      test == T_STREAM ? "--msg" : "--sizes", a_size, "--run-time", a_time,
                      "--warmup", a_warm, "--warmup-time", a_warmt, "--threads", a_thr,
-                     "--result-fd", a_res_fd, NULL};
+                     "--result-fd", a_res_fd, "--fill", (char *)bench_fill_name(o->fill), NULL};
+  int ca = 22;
+  if (o->framed) cargv[ca++] = "--framed";
   if (o->iters) {
-    cargv[20] = "--iters";
-    cargv[21] = a_iters;
-    cargv[22] = NULL;
+    cargv[ca++] = "--iters";
+    cargv[ca++] = a_iters;
   }
+  cargv[ca] = NULL;
   int ckeep[] = {pres[1]};
   cli = spawn(cargv, side, ckeep, 1);
   close(pres[1]);
@@ -312,9 +324,10 @@ int bench_compare(const struct bench_opts *o, char **argv) {
       items[n++] = (struct bench_item){.test = t, .size = t == T_CONNRATE ? 64 : sz[i]};
   }
 
-  fprintf(stderr, "fabsock-bench compare: %s vs plain TCP, %d round%s each, %s\n",
-          o->lib ? lib_real : "plain (--no-lib)", o->rounds, o->rounds > 1 ? "s" : "",
-          o->host ? o->host : "127.0.0.1");
+  fprintf(stderr, "fabsock-bench compare: %s%s%s vs %s, %d round%s each, %s\n",
+          o->lib ? lib_real : "plain (--no-lib)", o->hooks ? " with FABSOCK_HOOKS=" : "",
+          o->hooks ? o->hooks : "", o->base_lib ? "the same without hooks" : "plain TCP",
+          o->rounds, o->rounds > 1 ? "s" : "", o->host ? o->host : "127.0.0.1");
   double t_start = now_s();
   for (int i = 0; i < n; i++) {
     struct bench_item *it = &items[i];
@@ -342,7 +355,7 @@ int bench_compare(const struct bench_opts *o, char **argv) {
             bench_fmt_size(it->size, sz, sizeof sz));
     for (int side = 0; side < (is_shm ? 1 : 2); side++) {
       const struct bench_summary *s = &it->sum[side];
-      const char *who = is_shm ? "raw" : !side ? "plain" : o->lib ? "fabsock" : "again";
+      const char *who = is_shm ? "raw" : bench_side_name(o, side);
       if (s->nok < s->rounds) fprintf(stderr, "  %s FAILED (%s)", who, s->err);
       else if (it->test == T_STREAM) fprintf(stderr, "  %s %.3f GB/s", who, s->rate);
       else if (it->test == T_CONNRATE) fprintf(stderr, "  %s %.0f conn/s", who, s->rate);
