@@ -27,7 +27,8 @@
 #               received, so every byte was seen once and in order, whatever
 #               call moved it (send, write, writev, sendmsg, sendto, sendfile;
 #               recv, read, readv, recvmsg, recvfrom, MSG_PEEK + read,
-#               MSG_WAITALL).
+#               MSG_WAITALL); and with two threads sending at once, in the
+#               order the bytes went.
 . "$(dirname "$0")/lib.sh"
 require_progs hookio
 [ -n "$FABSOCK_LIB" ] || skip_all "needs the preload library (FABSOCK_LIB)"
@@ -281,6 +282,41 @@ hk_digest() {
   tap_result "$([ -z "$WHY" ]; echo $?)" "$name [$LABEL]" "${WHY:-$n ends checked}" "$CLI_LOG" "$SRV_LOG"
 }
 
+# Two client threads send stream A at once (hookio -M): the order on the wire
+# is whatever the library's lock makes it; the client's hook must have seen
+# exactly that order (its send CRC = what the server received), as must the
+# server's hook (recv CRC).
+hk_digest_mt() {
+  local name="two threads sending at once: the hook sees the bytes in the order they went (32 MiB)"
+  local dd=$IT_TMP/digestmt.$MODE.$VAR
+  rm -rf "$dd"
+  mkdir -p "$dd"
+  WHY=
+  HK_END=$([ "$MODE" != plain ] && echo 1) hk_run digestmt "$DIGEST_SO:$dd" -n 32M -M
+  [ "$HK_RC" = 0 ] && [ "$SRV_STATUS" = "exited with status 0" ] || why "client exit $HK_RC, server $SRV_STATUS: $CLI / $SRV"
+  [ "$(kv "$SRV" rx)" = 33554432 ] && [ "$(kv "$SRV" rx_end)" = eof ] || why "server received $(kv "$SRV" rx) B, $(kv "$SRV" rx_end)"
+  local d l f want
+  want=$(kv "$SRV" rx_crc)
+  for d in connect accept; do
+    preloaded "$([ $d = connect ] && echo client || echo server)" || continue
+    l=$(hk_conn "$HK_STAT_END" $d)
+    [ -n "$l" ] || { why "$d end not in fabsock stat"; continue; }
+    f=$dd/digest.$(kv " $l" pid).$(kv " $l" fd)
+    [ -s "$f" ] || { why "$d end: hook wrote no digest"; continue; }
+    f=" $(cat "$f")"
+    if [ $d = connect ]; then
+      [ "$(kv "$f" send_bytes)" = 33554432 ] && [ "$(kv "$f" send_crc)" = "$want" ] ||
+        why "client hook saw $(kv "$f" send_bytes) B crc $(kv "$f" send_crc), the server received crc $want"
+    else
+      [ "$(kv "$f" recv_bytes)" = 33554432 ] && [ "$(kv "$f" recv_crc)" = "$want" ] ||
+        why "server hook saw $(kv "$f" recv_bytes) B crc $(kv "$f" recv_crc), the server received crc $want"
+    fi
+  done
+  [ "$MODE" = plain ] || hk_fabric "$HK_STAT_END"
+  [ "$MODE" = plain ] && name="two threads sending at once, no library (control)"
+  tap_result "$([ -z "$WHY" ]; echo $?)" "$name [$LABEL]" "${WHY:-crc $want}" "$CLI_LOG" "$SRV_LOG"
+}
+
 for MODE in $(it_modes); do
   case $MODE in
     plain) variants=none ;;
@@ -302,7 +338,7 @@ for MODE in $(it_modes); do
           ;;
         frame) hk_frame_count ;;
         framemax) hk_frame_max ;;
-        digest) hk_digest ;;
+        digest) hk_digest; hk_digest_mt ;;
         *) echo "Bail out! unknown test '$t' in FABSOCK_IT_HOOKS_TESTS"; exit 1 ;;
       esac
     done

@@ -22,6 +22,11 @@
  *   -R LIST    receive calls in turn: recv,read,readv,recvmsg,recvfrom,
  *              peek (recv MSG_PEEK, then read the same bytes), waitall
  *              (recv MSG_WAITALL) (default all)
+ *   -M         stream A is sent by two threads at once (send, write, writev,
+ *              sendmsg, sendto in turn; each half of -n bytes from its own
+ *              seed): its order is whatever the lock in the library makes
+ *              it, so the server does not verify it, only counts and CRCs it
+ *              (give -M to both ends)
  *   -W FILE@OFF  sender: after the first OFF bytes of its stream, hold at
  *              it_hold(FILE) (the harness checks the fabric, then lets go)
  *   -E MS      after the first failed call, wait MS ms before closing (so
@@ -40,6 +45,7 @@
 #include "tests/progs/common.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -168,13 +174,18 @@ static int parse_calls(const char *arg, const char *const *names, int n, int *li
   return k;
 }
 
-static size_t io_size(void)
+static size_t io_size_r(uint64_t *rng)
 {
   static const uint64_t caps[] = { 16, 4096, 65536, MAXIO };
   if (fixed_size)
     return (size_t)fixed_size;
-  uint64_t r = it_rand(&sizes_rng);
+  uint64_t r = it_rand(rng);
   return 1 + (size_t)((r >> 8) % caps[r & 3]);
+}
+
+static size_t io_size(void)
+{
+  return io_size_r(&sizes_rng);
 }
 
 /* One send call of up to n bytes with the k-th call kind: bytes or -1. */
@@ -307,6 +318,66 @@ static int send_stream(int fd, uint64_t seed, struct side *s)
   return strcmp(s->end, "ok") == 0 ? 0 : -1;
 }
 
+/* -M: two threads sending at once. */
+struct mt_half {
+  pthread_t t;
+  int fd, err;
+  uint64_t seed, n, sent;
+};
+
+static void *mt_sender(void *arg)
+{
+  struct mt_half *h = arg;
+  struct it_gen g;
+  uint8_t *buf = malloc(MAXIO);
+  uint64_t rng = h->seed * 31;
+  int k = 0;
+  if (!buf)
+    it_die(2, "out of memory");
+  it_gen_init(&g, h->seed);
+  while (h->sent < h->n && !h->err) {
+    size_t n = io_size_r(&rng), off = 0;
+    if (n > h->n - h->sent)
+      n = (size_t)(h->n - h->sent);
+    it_gen_fill(&g, buf, n);
+    while (off < n) {
+      ssize_t w = tx_call(h->fd, k++ % 5, buf + off, n - off); /* no sendfile: it shares a file */
+      if (w < 0 && errno == EINTR)
+        continue;
+      if (w <= 0) {
+        h->err = w < 0 ? errno : EIO;
+        break;
+      }
+      off += (size_t)w;
+    }
+    h->sent += off;
+  }
+  free(buf);
+  return NULL;
+}
+
+static int send_stream_mt(int fd, struct side *s)
+{
+  struct mt_half h[2] = { { .fd = fd, .seed = 11, .n = nbytes / 2 },
+                          { .fd = fd, .seed = 12, .n = nbytes - nbytes / 2 } };
+  for (int i = 0; i < 2; i++)
+    if (pthread_create(&h[i].t, NULL, mt_sender, &h[i]) != 0)
+      it_die(2, "pthread_create failed");
+  for (int i = 0; i < 2; i++)
+    pthread_join(h[i].t, NULL);
+  s->bytes = h[0].sent + h[1].sent;
+  if (h[0].err || h[1].err) {
+    failed(s, h[0].err ? h[0].err : h[1].err);
+    return -1;
+  }
+  snprintf(s->end, sizeof s->end, "ok");
+  if (shutdown(fd, SHUT_WR) < 0)
+    failed(s, errno);
+  return strcmp(s->end, "ok") == 0 ? 0 : -1;
+}
+
+static int mt;
+
 static int recv_stream(int fd, uint64_t seed, struct side *s)
 {
   struct stream st;
@@ -334,8 +405,8 @@ static int recv_stream(int fd, uint64_t seed, struct side *s)
     }
     stream_fill(&st, want, (size_t)r);
     size_t d = 0;
-    while (d < (size_t)r && buf[d] == want[d])
-      d++;
+    while (d < (size_t)r && (buf[d] == want[d] || (mt && seed == 1)))
+      d++; /* -M: stream A's order is not known in advance */
     if (d < (size_t)r || peek_bad) {
       snprintf(s->end, sizeof s->end, "%s@%llu", peek_bad ? "peekdiff" : "mismatch",
                (unsigned long long)(s->bytes + d));
@@ -355,7 +426,7 @@ int main(int argc, char **argv)
   int opt, port = 0, listen_mode = 0, hold_ms = 0;
   const char *portfile = NULL, *holdfile = NULL, *txl = NULL, *rxl = NULL;
   it_prog = "hookio";
-  while ((opt = getopt(argc, argv, "lp:P:n:F:X:I:s:T:R:W:E:w:")) != -1) {
+  while ((opt = getopt(argc, argv, "lp:P:n:F:X:I:s:T:R:MW:E:w:")) != -1) {
     switch (opt) {
     case 'l': listen_mode = 1; break;
     case 'p': port = atoi(optarg); break;
@@ -384,11 +455,12 @@ int main(int argc, char **argv)
       pause_off = it_size(at + 1);
       break;
     }
+    case 'M': mt = 1; break;
     case 'E': hold_ms = atoi(optarg); break;
     case 'w': holdfile = optarg; break;
     default:
       it_die(2, "usage: hookio -l [-P portfile] | -p port  [-n bytes] [-F max [-X k]] [-I text@off] "
-                "[-s size] [-T calls] [-R calls] [-W file@off] [-E ms] [-w holdfile]");
+                "[-s size] [-T calls] [-R calls] [-M] [-W file@off] [-E ms] [-w holdfile]");
     }
   }
   if (fixed_size > MAXIO || (!listen_mode && !port))
@@ -426,7 +498,7 @@ int main(int argc, char **argv)
     ok = recv_stream(fd, 1, &rx) == 0;
     ok &= send_stream(fd, 2, &tx) == 0;
   } else {
-    ok = send_stream(fd, 1, &tx) == 0;
+    ok = (mt ? send_stream_mt(fd, &tx) : send_stream(fd, 1, &tx)) == 0;
     ok &= recv_stream(fd, 2, &rx) == 0;
   }
   if (t_err && hold_ms > 0)
