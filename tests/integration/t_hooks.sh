@@ -28,7 +28,8 @@
 #               call moved it (send, write, writev, sendmsg, sendto, sendfile;
 #               recv, read, readv, recvmsg, recvfrom, MSG_PEEK + read,
 #               MSG_WAITALL); and with two threads sending at once, in the
-#               order the bytes went.
+#               order the bytes went.  A hook slow to open on the accepting
+#               end does not keep the connection off shm.
 . "$(dirname "$0")/lib.sh"
 require_progs hookio
 [ -n "$FABSOCK_LIB" ] || skip_all "needs the preload library (FABSOCK_LIB)"
@@ -317,6 +318,23 @@ hk_digest_mt() {
   tap_result "$([ -z "$WHY" ]; echo $?)" "$name [$LABEL]" "${WHY:-crc $want}" "$CLI_LOG" "$SRV_LOG"
 }
 
+# A hook whose open() takes 500 ms on the accepting end (as a dpi hook
+# compiling a large pattern file does): the client asks for the upgrade
+# while accept() is still opening the hooks; the request must wait, not be
+# refused, so the connection still ends up on shm.
+hk_slow_open() {
+  local name="hook open() takes 500 ms on the accepting end: still upgraded, bytes intact"
+  local dd=$IT_TMP/slowopen.$MODE.$VAR
+  rm -rf "$dd"
+  mkdir -p "$dd"
+  WHY=
+  HK_END=$([ "$MODE" != plain ] && echo 1) hk_run slowopen "$DIGEST_SO:$dd,accept_delay_ms=500" -n 16M
+  hk_ended_ok
+  [ "$MODE" = plain ] || hk_fabric "$HK_STAT_END"
+  [ "$MODE" = plain ] && name="slow hook open, no library (control)"
+  tap_result "$([ -z "$WHY" ]; echo $?)" "$name [$LABEL]" "${WHY:-$(grep -c . <<<"$HK_STAT_END") ends in stat}" "$CLI_LOG" "$SRV_LOG"
+}
+
 for MODE in $(it_modes); do
   case $MODE in
     plain) variants=none ;;
@@ -338,7 +356,7 @@ for MODE in $(it_modes); do
           ;;
         frame) hk_frame_count ;;
         framemax) hk_frame_max ;;
-        digest) hk_digest; hk_digest_mt ;;
+        digest) hk_digest; hk_digest_mt; hk_slow_open ;;
         *) echo "Bail out! unknown test '$t' in FABSOCK_IT_HOOKS_TESTS"; exit 1 ;;
       esac
     done

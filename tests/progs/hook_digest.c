@@ -1,6 +1,6 @@
 /* hook_digest: a test hook that records what it was shown.
  *
- *   FABSOCK_HOOKS='/path/hook_digest.so:DIR'
+ *   FABSOCK_HOOKS='/path/hook_digest.so:DIR[,accept_delay_ms=N]'
  *
  * Per connection and direction it counts the bytes and calls it was handed
  * and keeps a CRC-32 of them, in order.  When the connection closes it
@@ -10,12 +10,15 @@
  *
  * The integration test compares that with what the application sent and
  * received: equal byte counts and CRCs mean every byte was seen once, in
- * order.  It never closes a connection. */
+ * order.  It never closes a connection.  accept_delay_ms: open() takes that
+ * long on an accepting end (like a dpi hook compiling a large pattern file):
+ * the connection must still move to its fabric. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <fabsock/hook.h>
@@ -50,13 +53,21 @@ static uint32_t crc32_update(uint32_t crc, const unsigned char *p, size_t n)
 static int digest_open(const char *args, const struct fabsock_conn_info *ci, void **state)
 {
   struct digest *d = calloc(1, sizeof *d);
+  const char *opt = args ? strchr(args, ',') : NULL;
+  unsigned delay = 0;
   if (d == NULL)
     return -ENOMEM;
-  if (args == NULL || *args == '\0' ||
-      snprintf(d->path, sizeof d->path, "%s/digest.%d.%d", args, (int)getpid(), ci->fd) >=
+  int dirlen = opt ? (int)(opt - args) : (int)(args ? strlen(args) : 0);
+  if (dirlen == 0 || (opt && sscanf(opt, ",accept_delay_ms=%u", &delay) != 1) ||
+      snprintf(d->path, sizeof d->path, "%.*s/digest.%d.%d", dirlen, args, (int)getpid(), ci->fd) >=
           (int)sizeof d->path) {
     free(d);
     return -EINVAL;
+  }
+  if (delay && ci->dir == FABSOCK_DIR_ACCEPT) {
+    struct timespec ts = { delay / 1000, (long)(delay % 1000) * 1000000 };
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+      ;
   }
   *state = d;
   return 0;
