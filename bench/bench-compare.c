@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,11 +89,21 @@ static char **make_env(const struct bench_opts *o, int side) {
 }
 
 /* fork + execve of ourselves; keep[] are our pipe ends the child inherits
- * (they were made O_CLOEXEC so that no other child inherits them). */
-static pid_t spawn(char *const argv[], int side, const int *keep, int nkeep) {
+ * (they were made O_CLOEXEC so that no other child inherits them).  cpu >= 0:
+ * the child and all its threads run on that CPU only (--cpus). */
+static pid_t spawn(char *const argv[], int side, const int *keep, int nkeep, int cpu) {
   fflush(NULL);
   pid_t pid = fork();
   if (pid != 0) return pid;
+  if (cpu >= 0) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    if (sched_setaffinity(0, sizeof set, &set) < 0) {
+      fprintf(stderr, "fabsock-bench: cannot run on CPU %d: %s\n", cpu, strerror(errno));
+      _exit(127);
+    }
+  }
   for (int i = 0; i < nkeep; i++) fcntl(keep[i], F_SETFD, 0);
   execve(self_exe, argv, child_env[side]);
   fprintf(stderr, "fabsock-bench: exec %s: %s\n", self_exe, strerror(errno));
@@ -174,7 +185,7 @@ static void net_round(const struct bench_opts *o, int test, uint64_t size, int s
   char *sargv[] = {self_exe, "server", "--bind", (char *)host, "--port", "0", "--port-fd",
                    a_port_fd, "--ctl-fd", a_ctl_fd, o->verbose ? "-v" : NULL, NULL};
   int skeep[] = {pport[1], pctl[0]};
-  srv = spawn(sargv, side, skeep, 2);
+  srv = spawn(sargv, side, skeep, 2, o->cpu_server);
   close(pport[1]);
   close(pctl[0]);
   pport[1] = pctl[0] = -1;
@@ -212,7 +223,7 @@ static void net_round(const struct bench_opts *o, int test, uint64_t size, int s
   }
   cargv[ca] = NULL;
   int ckeep[] = {pres[1]};
-  cli = spawn(cargv, side, ckeep, 1);
+  cli = spawn(cargv, side, ckeep, 1, o->cpu_client);
   close(pres[1]);
   pres[1] = -1;
   if (cli < 0) {
@@ -299,7 +310,7 @@ int bench_compare(const struct bench_opts *o, char **argv) {
 
   if (o->lib) { /* does the library preload at all? */
     char *pargv[] = {self_exe, "probe", NULL};
-    pid_t p = spawn(pargv, 1, NULL, 0);
+    pid_t p = spawn(pargv, 1, NULL, 0, -1);
     int killed, st = p > 0 ? reap(p, now_s() + 20, &killed) : 0;
     if (p < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
       char why[128];

@@ -150,6 +150,8 @@ void bench_print_compare(FILE *f, const struct bench_opts *o, const struct bench
         !(o->hooks && !strncmp(*e, "FABSOCK_HOOKS=", 14)))
       fprintf(f, "  %s", *e);
   if (o->hooks) fprintf(f, "\n%s: FABSOCK_HOOKS=%s", pre, o->hooks);
+  if (o->cpu_server >= 0)
+    fprintf(f, "\nservers on CPU %d, clients on CPU %d", o->cpu_server, o->cpu_client);
   if (o->framed || o->fill != FILL_CONST)
     fprintf(f, "\nmessages: %s%s payload", o->framed ? "len32be-framed, " : "", bench_fill_name(o->fill));
   fprintf(f, "\n\n%-22s %-8s %-19s %-19s %s\n", "test", "size", base, pre, vs);
@@ -335,8 +337,10 @@ int bench_json_compare(const struct bench_opts *o, const struct bench_item *it, 
   jstr(f, o->spin);
   fputs(",\"hooks\":", f);
   jstr(f, o->hooks);
-  fprintf(f, ",\"base\":\"%s\",\"framed\":%s,\"fill\":\"%s\"", o->base_lib ? "lib" : "plain",
+  fprintf(f, ",\"base\":\"%s\",\"framed\":%s,\"fill\":\"%s\",\"cpus\":", o->base_lib ? "lib" : "plain",
           o->framed ? "true" : "false", bench_fill_name(o->fill));
+  if (o->cpu_server >= 0) fprintf(f, "[%d,%d]", o->cpu_server, o->cpu_client);
+  else fputs("null", f);
   fputs(",\"results\":[", f);
   for (int i = 0; i < n; i++) {
     const struct bench_item *x = &it[i];

@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +56,7 @@ static void usage(FILE *f) {
 "  --busy              preloaded side(s): FABSOCK_SPIN_US=busy (busy polling)\n"
 "  --spin US           preloaded side(s): FABSOCK_SPIN_US=US\n"
 "  --no-shm            skip the raw shared-memory floor\n"
+"  --cpus S,C          run every server on CPU S, every client on CPU C\n"
 "  (other FABSOCK_* variables in the environment reach the preloaded side)\n"
 "output:\n"
 "  --json FILE         all numbers as JSON (\"-\" = stdout, the table goes to stderr)\n"
@@ -137,7 +139,7 @@ static int parse_hostport(char *s, struct bench_opts *o) {
 enum {
   O_TESTS = 256, O_SIZES, O_MSG, O_TIME, O_PPTIME, O_ITERS, O_WARMUP, O_WARMUPT, O_THREADS,
   O_LIB, O_NOLIB, O_ROUNDS, O_BUSY, O_SPIN, O_NOSHM, O_JSON, O_HOST, O_PORT, O_BIND,
-  O_RESFD, O_PORTFD, O_CTLFD, O_RUNTIME, O_FILL, O_FRAMED, O_HOOKS, O_BASE,
+  O_RESFD, O_PORTFD, O_CTLFD, O_RUNTIME, O_FILL, O_FRAMED, O_HOOKS, O_BASE, O_CPUS,
 };
 
 int main(int argc, char **argv) {
@@ -154,7 +156,7 @@ int main(int argc, char **argv) {
       {"bind", required_argument, 0, O_BIND}, {"verbose", no_argument, 0, 'v'},
       {"help", no_argument, 0, 'h'}, {"fill", required_argument, 0, O_FILL},
       {"framed", no_argument, 0, O_FRAMED}, {"hooks", required_argument, 0, O_HOOKS},
-      {"base", required_argument, 0, O_BASE},
+      {"base", required_argument, 0, O_BASE}, {"cpus", required_argument, 0, O_CPUS},
       /* compare mode's children */
       {"result-fd", required_argument, 0, O_RESFD}, {"port-fd", required_argument, 0, O_PORTFD},
       {"ctl-fd", required_argument, 0, O_CTLFD}, {"run-time", required_argument, 0, O_RUNTIME},
@@ -163,7 +165,7 @@ int main(int argc, char **argv) {
       .tests = T_NET_ALL, .sizes = {64, 1024, 16384, 65536, 1048576}, .nsizes = 5,
       .msgs = {4096, 65536, 1048576}, .nmsgs = 3, .time = 2, .pp_time = 1,
       .warmup_iters = 1000, .warmup_time = 0.3, .conn_threads = 1, .rounds = 3, .shm = 1,
-      .result_fd = -1, .port_fd = -1, .ctl_fd = -1};
+      .result_fd = -1, .port_fd = -1, .ctl_fd = -1, .cpu_server = -1, .cpu_client = -1};
   int no_lib = 0;
 
   if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
@@ -217,6 +219,15 @@ int main(int argc, char **argv) {
       break;
     case O_FRAMED: o.framed = 1; break;
     case O_HOOKS: o.hooks = optarg; break;
+    case O_CPUS: {
+      char *end;
+      long a = strtol(optarg, &end, 10), b = -1;
+      if (*end == ',') b = strtol(end + 1, &end, 10);
+      bad = *end || a < 0 || b < 0 || a >= CPU_SETSIZE || b >= CPU_SETSIZE;
+      o.cpu_server = (int)a;
+      o.cpu_client = (int)b;
+      break;
+    }
     case O_BASE:
       if (!strcmp(optarg, "plain")) o.base_lib = 0;
       else if (!strcmp(optarg, "lib")) o.base_lib = 1;
