@@ -64,28 +64,68 @@ static int dial(struct target *t) {
   return -1;
 }
 
-static void make_hello(unsigned char *h, int test, uint64_t size, uint64_t seq) {
-  memset(h, 0, HELLO_LEN);
-  memcpy(h, "FSBENCH1", 8);
-  put32(h + 8, (uint32_t)test);
-  put64(h + 16, size);
-  put64(h + 24, seq);
+/* The hello, preceded by its frame header when framed: returns its length
+ * (HELLO_LEN or FRAME_HDR + HELLO_LEN); h has room for both. */
+static size_t make_hello(const struct bench_opts *o, unsigned char *h, int test, uint64_t size,
+                         uint64_t seq) {
+  size_t f = o->framed ? FRAME_HDR : 0;
+  memset(h, 0, f + HELLO_LEN);
+  if (f) put32(h, HELLO_LEN);
+  memcpy(h + f, "FSBENCH1", 8);
+  put32(h + f + 8, (uint32_t)test);
+  put64(h + f + 16, size);
+  put64(h + f + 24, seq);
+  return f + HELLO_LEN;
+}
+
+/* Payload bytes (--fill): constant, random, or random lowercase letters. */
+static void fill(const struct bench_opts *o, unsigned char *buf, uint64_t size, unsigned char c) {
+  uint64_t x = 0x9e3779b97f4a7c15ull ^ size;
+  if (o->fill == FILL_CONST) {
+    memset(buf, c, size);
+    return;
+  }
+  for (uint64_t i = 0; i < size; i++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    buf[i] = o->fill == FILL_TEXT ? (unsigned char)('a' + (x >> 32) % 26) : (unsigned char)(x >> 24);
+  }
+}
+
+/* Read one reply (framed: check its header); 0 or -1 with r->err set. */
+static int read_reply(const struct bench_opts *o, int fd, unsigned char *reply, const char *what,
+                      struct bench_result *r) {
+  unsigned char h[FRAME_HDR + REPLY_LEN];
+  size_t f = o->framed ? FRAME_HDR : 0;
+  ssize_t got = read_full(fd, h, f + REPLY_LEN);
+  if (got != (ssize_t)(f + REPLY_LEN)) {
+    snprintf(r->err, sizeof r->err, "no %s reply: %s", what, got ? strerror(errno) : "EOF");
+    return -1;
+  }
+  if (f && get32(h) != REPLY_LEN) {
+    snprintf(r->err, sizeof r->err, "%s reply: bad frame header", what);
+    return -1;
+  }
+  memcpy(reply, h + f, REPLY_LEN);
+  return 0;
 }
 
 #define FAIL(...) do { snprintf(r->err, sizeof r->err, __VA_ARGS__); goto out; } while (0)
 
 static int run_pingpong(const struct bench_opts *o, struct target *tg, uint64_t size,
                         double secs, struct bench_result *r) {
-  unsigned char hello[HELLO_LEN];
+  unsigned char hello[FRAME_HDR + HELLO_LEN];
   unsigned char *tx = malloc(size), *rx = malloc(size);
   size_t cap = o->iters ? o->iters : 65536, n = 0;
   uint64_t *rtt = malloc(cap * sizeof *rtt);
+  size_t at = o->framed ? FRAME_HDR : 0; /* where the stamp goes */
   int fd = -1;
   if (!tx || !rx || !rtt) FAIL("out of memory");
-  memset(tx, 0xa5, size);
+  if (o->framed && size < 16) FAIL("framed ping-pong messages must be >= 16 bytes");
+  fill(o, tx, size, 0xa5);
+  if (o->framed) put32(tx, (uint32_t)(size - FRAME_HDR));
   if ((fd = dial(tg)) < 0) FAIL("connect: %s", strerror(errno));
-  make_hello(hello, T_PINGPONG, size, 0);
-  if (write_full(fd, hello, sizeof hello) < 0) FAIL("write hello: %s", strerror(errno));
+  size_t hl = make_hello(o, hello, T_PINGPONG, size, 0);
+  if (write_full(fd, hello, hl) < 0) FAIL("write hello: %s", strerror(errno));
 
   uint64_t t_begin = bench_now_ns(), i = 0, measure_from = 0, t_measure = 0;
   uint64_t warm_ns = (uint64_t)(o->warmup_time * 1e9), secs_ns = (uint64_t)(secs * 1e9);
@@ -105,9 +145,9 @@ static int run_pingpong(const struct bench_opts *o, struct target *tg, uint64_t 
                    : ((el >= secs_ns && done >= min_n) || (el >= cap_ns && done >= 10)))
         break;
     }
-    if (size >= 8) memcpy(tx, &i, 8);
+    if (size >= at + 8) memcpy(tx + at, &i, 8);
     else tx[0] = (unsigned char)i;
-    if (size >= 16) {
+    if (size >= at + 16) {
       uint64_t x = ~i;
       memcpy(tx + size - 8, &x, 8);
     }
@@ -115,8 +155,8 @@ static int run_pingpong(const struct bench_opts *o, struct target *tg, uint64_t 
     ssize_t got = read_full(fd, rx, size);
     if (got <= 0) FAIL("read: %s", got == 0 ? "server closed the connection" : strerror(errno));
     uint64_t t1 = bench_now_ns();
-    if (memcmp(rx, tx, size < 8 ? size : 8) != 0 ||
-        (size >= 16 && memcmp(rx + size - 8, tx + size - 8, 8) != 0))
+    if (memcmp(rx, tx, size < at + 8 ? size : at + 8) != 0 ||
+        (size >= at + 16 && memcmp(rx + size - 8, tx + size - 8, 8) != 0))
       FAIL("echo corrupted at round trip %llu", (unsigned long long)i);
     if (t_measure) {
       if (n == cap) {
@@ -141,20 +181,23 @@ out:
 
 static int run_stream(const struct bench_opts *o, struct target *tg, uint64_t size,
                       double secs, struct bench_result *r) {
-  unsigned char hello[HELLO_LEN], reply[REPLY_LEN];
+  unsigned char hello[FRAME_HDR + HELLO_LEN], reply[REPLY_LEN];
   unsigned char *buf = malloc(size);
   uint64_t seq = 0, sent = 0;
+  size_t kind_at = o->framed ? FRAME_HDR : 0;
   int fd = -1;
   if (size < STREAM_HDR) FAIL("stream messages must be >= %d bytes", STREAM_HDR);
+  if (o->framed && size - FRAME_HDR > UINT32_MAX) FAIL("framed messages must be < 4 GiB");
   if (!buf) FAIL("out of memory");
-  memset(buf, 0x3c, size);
+  fill(o, buf, size, 0x3c);
+  if (o->framed) put32(buf, (uint32_t)(size - FRAME_HDR));
   if ((fd = dial(tg)) < 0) FAIL("connect: %s", strerror(errno));
-  make_hello(hello, T_STREAM, size, 0);
-  if (write_full(fd, hello, sizeof hello) < 0) FAIL("write hello: %s", strerror(errno));
+  size_t hl = make_hello(o, hello, T_STREAM, size, 0);
+  if (write_full(fd, hello, hl) < 0) FAIL("write hello: %s", strerror(errno));
 
 #define SEND(kind)                                        \
   do {                                                    \
-    buf[0] = (kind);                                      \
+    buf[kind_at] = (kind);                                \
     put64(buf + 8, seq++);                                \
     if (write_full(fd, buf, size) < 0)                    \
       FAIL("write: %s", strerror(errno));                 \
@@ -164,8 +207,7 @@ static int run_stream(const struct bench_opts *o, struct target *tg, uint64_t si
   uint64_t t0 = bench_now_ns(), lim = (uint64_t)(warm * 1e9);
   while (bench_now_ns() - t0 < lim) SEND(K_DATA);
   SEND(K_SYNC);
-  ssize_t got = read_full(fd, reply, sizeof reply);
-  if (got != (ssize_t)sizeof reply) FAIL("no sync reply: %s", got ? strerror(errno) : "EOF");
+  if (read_reply(o, fd, reply, "sync", r) < 0) goto out;
   if (get64(reply) != sent) FAIL("server counted %llu bytes, %llu were sent",
                                  (unsigned long long)get64(reply), (unsigned long long)sent);
 
@@ -174,8 +216,7 @@ static int run_stream(const struct bench_opts *o, struct target *tg, uint64_t si
   lim = (uint64_t)(secs * 1e9);
   while (bench_now_ns() - t0 < lim) SEND(K_DATA);
   SEND(K_END);
-  got = read_full(fd, reply, sizeof reply);
-  if (got != (ssize_t)sizeof reply) FAIL("no end reply: %s", got ? strerror(errno) : "EOF");
+  if (read_reply(o, fd, reply, "end", r) < 0) goto out;
   uint64_t t1 = bench_now_ns();
 #undef SEND
   if (get64(reply) != sent) FAIL("server counted %llu bytes, %llu were sent",
@@ -183,6 +224,7 @@ static int run_stream(const struct bench_opts *o, struct target *tg, uint64_t si
   r->bytes = get64(reply);
   r->secs = (t1 - t0) / 1e9; /* first write to the receiver's acknowledgement */
   r->rate = r->bytes / r->secs / 1e9;
+  r->rx_cpu = get64(reply + 16) / 1e9;
   r->ok = 1;
 out:
   if (fd >= 0) close(fd);
@@ -191,6 +233,7 @@ out:
 }
 
 struct cr_thread {
+  const struct bench_opts *o;
   struct target *tg;
   uint64_t t_measure, t_end, count, seq0;
   char err[128];
@@ -198,7 +241,8 @@ struct cr_thread {
 
 static void *connrate_thread(void *arg) {
   struct cr_thread *t = arg;
-  unsigned char h[HELLO_LEN], rep[HELLO_LEN];
+  unsigned char h[FRAME_HDR + HELLO_LEN], rep[FRAME_HDR + HELLO_LEN];
+  size_t f = t->o->framed ? FRAME_HDR : 0;
   for (uint64_t seq = t->seq0;; seq++) {
     uint64_t now = bench_now_ns();
     if (now >= t->t_end) break;
@@ -207,15 +251,16 @@ static void *connrate_thread(void *arg) {
       snprintf(t->err, sizeof t->err, "connect: %s", strerror(errno));
       break;
     }
-    make_hello(h, T_CONNRATE, HELLO_LEN, seq);
-    if (write_full(fd, h, sizeof h) < 0) {
+    size_t hl = make_hello(t->o, h, T_CONNRATE, HELLO_LEN, seq);
+    if (write_full(fd, h, hl) < 0) {
       snprintf(t->err, sizeof t->err, "write: %s", strerror(errno));
       close(fd);
       break;
     }
-    ssize_t got = read_full(fd, rep, sizeof rep);
+    ssize_t got = read_full(fd, rep, hl);
     close(fd);
-    if (got != (ssize_t)sizeof rep || memcmp(rep, "FSBENCHR", 8) || get64(rep + 24) != seq) {
+    if (got != (ssize_t)hl || (f && get32(rep) != HELLO_LEN) || memcmp(rep + f, "FSBENCHR", 8) ||
+        get64(rep + f + 24) != seq) {
       snprintf(t->err, sizeof t->err, "bad reply: %s",
                got < 0 ? strerror(errno) : got == 0 ? "EOF instead of the reply" : "corrupted");
       break;
@@ -235,7 +280,7 @@ static int run_connrate(const struct bench_opts *o, struct target *tg, double se
   double warm = o->warmup_time < 0.1 ? o->warmup_time : 0.1; /* connections are new anyway */
   uint64_t t0 = bench_now_ns() + (uint64_t)(warm * 1e9);
   for (int i = 0; i < nt; i++) {
-    th[i] = (struct cr_thread){.tg = tg, .t_measure = t0,
+    th[i] = (struct cr_thread){.o = o, .tg = tg, .t_measure = t0,
                                .t_end = t0 + (uint64_t)(secs * 1e9),
                                .seq0 = (uint64_t)i << 40};
     if (pthread_create(&tid[i], NULL, connrate_thread, &th[i]) != 0) break;

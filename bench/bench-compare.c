@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,22 +45,32 @@ int bench_lib_mapped(const char *path) {
   return found;
 }
 
-/* The environment of a plain (side 0) or preloaded (side 1) child: ours
- * without LD_PRELOAD, plus, preloaded, LD_PRELOAD=lib and FABSOCK_SPIN_US.
- * FABSOCK_* variables pass through (a plain child ignores them). */
+/* The environment of a side 0 (plain, or with --base lib preloaded without
+ * --hooks) or side 1 (preloaded) child: ours without LD_PRELOAD, plus,
+ * preloaded, LD_PRELOAD=lib and FABSOCK_SPIN_US, and on side 1
+ * FABSOCK_HOOKS=--hooks.  Other FABSOCK_* variables pass through (a plain
+ * child ignores them). */
 static char **make_env(const struct bench_opts *o, int side) {
   size_t n = 0;
+  int preload = o->lib && (side == 1 || o->base_lib);
   while (environ[n]) n++;
-  char **env = calloc(n + 4, sizeof *env);
+  char **env = calloc(n + 5, sizeof *env);
   size_t k = 0;
   if (!env) return NULL;
   for (size_t i = 0; i < n; i++) {
     if (!strncmp(environ[i], "LD_PRELOAD=", 11) || !strncmp(environ[i], "FSBENCH_EXPECT_LIB=", 19))
       continue;
-    if (side == 1 && o->spin && !strncmp(environ[i], "FABSOCK_SPIN_US=", 16)) continue;
+    if (preload && o->spin && !strncmp(environ[i], "FABSOCK_SPIN_US=", 16)) continue;
+    if (o->hooks && !strncmp(environ[i], "FABSOCK_HOOKS=", 14)) continue;
     env[k++] = environ[i];
   }
-  if (side == 1 && o->lib) {
+  if (side == 1 && o->hooks) {
+    char *h = malloc(strlen(o->hooks) + 16);
+    if (!h) return NULL;
+    sprintf(h, "FABSOCK_HOOKS=%s", o->hooks);
+    env[k++] = h;
+  }
+  if (preload) {
     char *a = malloc(strlen(lib_real) + 32), *b = malloc(strlen(lib_real) + 32);
     if (!a || !b) return NULL;
     sprintf(a, "LD_PRELOAD=%s", lib_real);
@@ -78,11 +89,21 @@ static char **make_env(const struct bench_opts *o, int side) {
 }
 
 /* fork + execve of ourselves; keep[] are our pipe ends the child inherits
- * (they were made O_CLOEXEC so that no other child inherits them). */
-static pid_t spawn(char *const argv[], int side, const int *keep, int nkeep) {
+ * (they were made O_CLOEXEC so that no other child inherits them).  cpu >= 0:
+ * the child and all its threads run on that CPU only (--cpus). */
+static pid_t spawn(char *const argv[], int side, const int *keep, int nkeep, int cpu) {
   fflush(NULL);
   pid_t pid = fork();
   if (pid != 0) return pid;
+  if (cpu >= 0) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    if (sched_setaffinity(0, sizeof set, &set) < 0) {
+      fprintf(stderr, "fabsock-bench: cannot run on CPU %d: %s\n", cpu, strerror(errno));
+      _exit(127);
+    }
+  }
   for (int i = 0; i < nkeep; i++) fcntl(keep[i], F_SETFD, 0);
   execve(self_exe, argv, child_env[side]);
   fprintf(stderr, "fabsock-bench: exec %s: %s\n", self_exe, strerror(errno));
@@ -164,7 +185,7 @@ static void net_round(const struct bench_opts *o, int test, uint64_t size, int s
   char *sargv[] = {self_exe, "server", "--bind", (char *)host, "--port", "0", "--port-fd",
                    a_port_fd, "--ctl-fd", a_ctl_fd, o->verbose ? "-v" : NULL, NULL};
   int skeep[] = {pport[1], pctl[0]};
-  srv = spawn(sargv, side, skeep, 2);
+  srv = spawn(sargv, side, skeep, 2, o->cpu_server);
   close(pport[1]);
   close(pctl[0]);
   pport[1] = pctl[0] = -1;
@@ -189,18 +210,20 @@ static void net_round(const struct bench_opts *o, int test, uint64_t size, int s
   snprintf(a_warmt, sizeof a_warmt, "%.6f", o->warmup_time);
   snprintf(a_iters, sizeof a_iters, "%llu", (unsigned long long)o->iters);
   snprintf(a_thr, sizeof a_thr, "%d", o->conn_threads);
-  char *cargv[24] = {self_exe, "client", "--host", (char *)host, "--port", a_port,
+  char *cargv[28] = {self_exe, "client", "--host", (char *)host, "--port", a_port,
                      "--tests", (char *)bench_test_name(test),
                      test == T_STREAM ? "--msg" : "--sizes", a_size, "--run-time", a_time,
                      "--warmup", a_warm, "--warmup-time", a_warmt, "--threads", a_thr,
-                     "--result-fd", a_res_fd, NULL};
+                     "--result-fd", a_res_fd, "--fill", (char *)bench_fill_name(o->fill), NULL};
+  int ca = 22;
+  if (o->framed) cargv[ca++] = "--framed";
   if (o->iters) {
-    cargv[20] = "--iters";
-    cargv[21] = a_iters;
-    cargv[22] = NULL;
+    cargv[ca++] = "--iters";
+    cargv[ca++] = a_iters;
   }
+  cargv[ca] = NULL;
   int ckeep[] = {pres[1]};
-  cli = spawn(cargv, side, ckeep, 1);
+  cli = spawn(cargv, side, ckeep, 1, o->cpu_client);
   close(pres[1]);
   pres[1] = -1;
   if (cli < 0) {
@@ -287,7 +310,7 @@ int bench_compare(const struct bench_opts *o, char **argv) {
 
   if (o->lib) { /* does the library preload at all? */
     char *pargv[] = {self_exe, "probe", NULL};
-    pid_t p = spawn(pargv, 1, NULL, 0);
+    pid_t p = spawn(pargv, 1, NULL, 0, -1);
     int killed, st = p > 0 ? reap(p, now_s() + 20, &killed) : 0;
     if (p < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
       char why[128];
@@ -312,9 +335,10 @@ int bench_compare(const struct bench_opts *o, char **argv) {
       items[n++] = (struct bench_item){.test = t, .size = t == T_CONNRATE ? 64 : sz[i]};
   }
 
-  fprintf(stderr, "fabsock-bench compare: %s vs plain TCP, %d round%s each, %s\n",
-          o->lib ? lib_real : "plain (--no-lib)", o->rounds, o->rounds > 1 ? "s" : "",
-          o->host ? o->host : "127.0.0.1");
+  fprintf(stderr, "fabsock-bench compare: %s%s%s vs %s, %d round%s each, %s\n",
+          o->lib ? lib_real : "plain (--no-lib)", o->hooks ? " with FABSOCK_HOOKS=" : "",
+          o->hooks ? o->hooks : "", o->base_lib ? "the same without hooks" : "plain TCP",
+          o->rounds, o->rounds > 1 ? "s" : "", o->host ? o->host : "127.0.0.1");
   double t_start = now_s();
   for (int i = 0; i < n; i++) {
     struct bench_item *it = &items[i];
@@ -342,7 +366,7 @@ int bench_compare(const struct bench_opts *o, char **argv) {
             bench_fmt_size(it->size, sz, sizeof sz));
     for (int side = 0; side < (is_shm ? 1 : 2); side++) {
       const struct bench_summary *s = &it->sum[side];
-      const char *who = is_shm ? "raw" : !side ? "plain" : o->lib ? "fabsock" : "again";
+      const char *who = is_shm ? "raw" : bench_side_name(o, side);
       if (s->nok < s->rounds) fprintf(stderr, "  %s FAILED (%s)", who, s->err);
       else if (it->test == T_STREAM) fprintf(stderr, "  %s %.3f GB/s", who, s->rate);
       else if (it->test == T_CONNRATE) fprintf(stderr, "  %s %.0f conn/s", who, s->rate);

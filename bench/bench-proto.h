@@ -17,13 +17,23 @@
  *   complement (when size >= 16) and checks the echo.
  * stream: the client sends messages of `size` (>= 16) bytes.  Message byte 0
  *   is the kind (0 data, 1 sync, 2 end), bytes 8..15 a sequence number from 0
- *   that the server checks.  After a whole sync or end message the server
- *   replies 24 bytes: u64 bytes received since its previous reply (this
- *   message included), u64 nanoseconds from the first of those bytes to the
- *   last, u64 status (0).  After sync the client waits for that reply, then
- *   starts its timer; after end it closes.
+ *   that the server checks; the rest is payload (--fill: constant 0x3c,
+ *   random bytes, or random lowercase letters).  After a whole sync or end
+ *   message the server replies 24 bytes: u64 bytes received since its
+ *   previous reply (this message included), u64 nanoseconds from the first of
+ *   those bytes to the last, u64 CPU nanoseconds the receiving thread used
+ *   meanwhile.  After sync the client waits for that reply, then starts its
+ *   timer; after end it closes.
  * connrate: the hello is the request; the server replies 64 bytes ("FSBENCHR",
  *   then the hello's bytes 8..63) and closes.
+ *
+ * Framed (client --framed, for a frame hook: frame:header=len32be): every
+ * unit above is one len32be frame.  The hello is preceded by the 4 bytes
+ * 00 00 00 40 (the server tells the two hellos apart by them) and so is the
+ * connrate reply; replies are preceded by 00 00 00 18; a ping-pong or stream
+ * message of `size` bytes (>= 16) starts with size - 4 as a big-endian u32
+ * and keeps its fields 4 bytes later (stream: kind at byte 4, sequence at
+ * bytes 8..15 as before; ping-pong: the stamp at bytes 4..11).
  *
  * No message boundaries are assumed on the stream: every read and write
  * loops over partial transfers. */
@@ -40,6 +50,7 @@
 #define HELLO_LEN 64
 #define STREAM_HDR 16
 #define REPLY_LEN 24
+#define FRAME_HDR 4 /* framed: the len32be header */
 enum { K_DATA = 0, K_SYNC = 1, K_END = 2 };
 
 static inline void put64(unsigned char *p, uint64_t v) {

@@ -20,6 +20,17 @@ const char *bench_test_name(int test) {
   }
 }
 
+const char *bench_fill_name(int fill) {
+  return fill == FILL_RANDOM ? "random" : fill == FILL_TEXT ? "text" : "const";
+}
+
+/* Column and progress names of the two sides of a compare. */
+const char *bench_side_name(const struct bench_opts *o, int side) {
+  if (!o->lib) return side ? "again" : "plain";
+  if (side == 0) return o->base_lib ? "fabsock" : "plain";
+  return o->hooks ? "fabsock+hooks" : "fabsock";
+}
+
 const char *bench_fmt_size(uint64_t size, char *buf, size_t len) {
   if (size >= (1u << 20) && size % (1u << 20) == 0)
     snprintf(buf, len, "%llu MiB", (unsigned long long)(size >> 20));
@@ -36,7 +47,8 @@ static int is_lat(int test) {
 void bench_summarize(struct bench_item *it, int side) {
   struct bench_summary *s = &it->sum[side];
   double p50[BENCH_MAX_ROUNDS], p99[BENCH_MAX_ROUNDS], mean[BENCH_MAX_ROUNDS],
-      mn[BENCH_MAX_ROUNDS], mx[BENCH_MAX_ROUNDS], cnt[BENCH_MAX_ROUNDS], rate[BENCH_MAX_ROUNDS];
+      mn[BENCH_MAX_ROUNDS], mx[BENCH_MAX_ROUNDS], cnt[BENCH_MAX_ROUNDS], rate[BENCH_MAX_ROUNDS],
+      core[BENCH_MAX_ROUNDS];
   int k = 0;
   s->nok = 0;
   s->err[0] = 0;
@@ -53,6 +65,7 @@ void bench_summarize(struct bench_item *it, int side) {
     mx[k] = r->lat.max_us;
     cnt[k] = (double)r->lat.n;
     rate[k] = r->rate;
+    core[k] = r->rx_cpu > 0 ? r->bytes / r->rx_cpu / 1e9 : 0;
     k++;
   }
   s->nok = k;
@@ -63,6 +76,7 @@ void bench_summarize(struct bench_item *it, int side) {
   s->lat.max_us = bench_median(mx, (size_t)k);
   s->lat.n = (uint64_t)bench_median(cnt, (size_t)k);
   s->rate = bench_median(rate, (size_t)k);
+  s->rx_core = bench_median(core, (size_t)k);
 }
 
 static const char *fmt_us(double v, char *buf, size_t len) {
@@ -117,7 +131,10 @@ static const char *row_label(int test) {
 }
 
 void bench_print_compare(FILE *f, const struct bench_opts *o, const struct bench_item *it, int n) {
-  const char *pre = o->lib ? "fabsock" : "plain again";
+  const char *pre = o->lib ? bench_side_name(o, 1) : "plain again";
+  const char *base = o->base_lib ? "fabsock" : "plain TCP", *b0 = bench_side_name(o, 0);
+  char vs[64];
+  snprintf(vs, sizeof vs, "%s vs %s", o->lib ? bench_side_name(o, 1) : "2nd", o->lib ? b0 : "1st");
   char sz[32], v0[80], v1[80], sp[64];
   struct utsname u;
   uname(&u);
@@ -125,13 +142,19 @@ void bench_print_compare(FILE *f, const struct bench_opts *o, const struct bench
           u.sysname, u.release, sysconf(_SC_NPROCESSORS_ONLN), o->rounds, o->rounds > 1 ? "s" : "",
           o->host ? o->host : "127.0.0.1");
   fprintf(f, "preloaded: %s", o->lib ? o->lib : "nothing (--no-lib: plain vs plain)");
+  if (o->base_lib) fprintf(f, " (both sides)");
   if (o->spin) fprintf(f, "  FABSOCK_SPIN_US=%s", o->spin);
   for (char **e = environ; *e; e++)
     if (!strncmp(*e, "FABSOCK_", 8) && strncmp(*e, "FABSOCK_LIB=", 12) &&
-        strncmp(*e, "FABSOCK_BIN=", 12) && !(o->spin && !strncmp(*e, "FABSOCK_SPIN_US=", 16)))
+        strncmp(*e, "FABSOCK_BIN=", 12) && !(o->spin && !strncmp(*e, "FABSOCK_SPIN_US=", 16)) &&
+        !(o->hooks && !strncmp(*e, "FABSOCK_HOOKS=", 14)))
       fprintf(f, "  %s", *e);
-  fprintf(f, "\n\n%-22s %-8s %-19s %-19s %s\n", "test", "size", "plain TCP", pre,
-          o->lib ? "fabsock vs plain" : "2nd vs 1st");
+  if (o->hooks) fprintf(f, "\n%s: FABSOCK_HOOKS=%s", pre, o->hooks);
+  if (o->cpu_server >= 0)
+    fprintf(f, "\nservers on CPU %d, clients on CPU %d", o->cpu_server, o->cpu_client);
+  if (o->framed || o->fill != FILL_CONST)
+    fprintf(f, "\nmessages: %s%s payload", o->framed ? "len32be-framed, " : "", bench_fill_name(o->fill));
+  fprintf(f, "\n\n%-22s %-8s %-19s %-19s %s\n", "test", "size", base, pre, vs);
   fprintf(f, "%-22s %-8s %-19s %-19s %s\n", "----------------------", "--------",
           "-------------------", "-------------------", "----------------");
   for (int i = 0; i < n; i++) {
@@ -165,23 +188,42 @@ void bench_print_compare(FILE *f, const struct bench_opts *o, const struct bench
     for (int side = 0; side < 2; side++) {
       const struct bench_summary *s = &x->sum[side];
       fprintf(f, "  %-8s %-15s", side ? "" : bench_fmt_size(x->size, sz, sizeof sz),
-              side ? pre : "plain TCP");
+              side ? pre : base);
       if (s->nok < s->rounds || !s->nok) fprintf(f, " FAILED: %s\n", s->err);
       else fprintf(f, " %8.2f %8.2f %8.2f %8.2f %9llu   %s\n", s->lat.p50_us, s->lat.p99_us,
                    s->lat.mean_us, s->lat.min_us, (unsigned long long)s->lat.n,
                    side ? fmt_speedup(speedup(x, 1), sp, sizeof sp) : "");
     }
   }
+  any = 0;
+  for (int i = 0; i < n; i++) { /* the receiving thread's CPU time */
+    const struct bench_item *x = &it[i];
+    if (x->test != T_STREAM) continue;
+    if (!any++)
+      fprintf(f, "\nstream receiver, GB/s per core  %-19s %-19s\n", base, pre);
+    fprintf(f, "  %-30s", bench_fmt_size(x->size, sz, sizeof sz));
+    for (int side = 0; side < 2; side++) {
+      const struct bench_summary *s = &x->sum[side];
+      if (s->nok < s->rounds || !s->nok) snprintf(v0, sizeof v0, "FAILED");
+      else snprintf(v0, sizeof v0, "%.3f (%.0f%% busy)", s->rx_core,
+                    s->rx_core > 0 ? 100 * s->rate / s->rx_core : 0.0);
+      fprintf(f, " %-19s", v0);
+    }
+    fputc('\n', f);
+  }
   for (int i = 0; i < n; i++)
     for (int side = 0; side < 2; side++)
       if (it[i].sum[side].rounds && it[i].sum[side].nok < it[i].sum[side].rounds)
         fprintf(f, "\nFAILED %s %s %s: %d of %d rounds: %s", bench_test_name(it[i].test),
-                bench_fmt_size(it[i].size, sz, sizeof sz), side ? pre : "plain",
+                bench_fmt_size(it[i].size, sz, sizeof sz), side ? pre : b0,
                 it[i].sum[side].rounds - it[i].sum[side].nok, it[i].sum[side].rounds,
                 it[i].sum[side].err);
-  fprintf(f, "\nlatency: round trip of one message each way, speed-up = plain/%s;"
-             " bandwidth: one direction,\nGB/s = 1e9 bytes/s, speed-up = %s/plain;"
-             " conn/s: connect, 64 B each way, close.\n", pre, pre);
+  fprintf(f, "\nlatency: round trip of one message each way, speed-up = %s/%s;"
+             " bandwidth: one direction,\nGB/s = 1e9 bytes/s, speed-up = %s/%s;"
+             " conn/s: connect, 64 B each way, close.\n", b0, pre, pre, b0);
+  if (any)
+    fprintf(f, "stream receiver: bytes / CPU time of the receiving thread (its read calls, hooks"
+               " included);\nbusy = its CPU time / wall time.\n");
 }
 
 /* ------------------------------------------------------------------ JSON */
@@ -215,8 +257,8 @@ static void json_result(FILE *f, const struct bench_result *r) {
     return;
   }
   if (r->test == T_STREAM)
-    fprintf(f, ",\"gbps\":%.6g,\"bytes\":%llu,\"secs\":%.6g}", r->rate,
-            (unsigned long long)r->bytes, r->secs);
+    fprintf(f, ",\"gbps\":%.6g,\"bytes\":%llu,\"secs\":%.6g,\"rx_cpu_s\":%.6g}", r->rate,
+            (unsigned long long)r->bytes, r->secs, r->rx_cpu);
   else if (r->test == T_CONNRATE)
     fprintf(f, ",\"conn_per_s\":%.6g,\"conns\":%llu,\"secs\":%.6g}", r->rate,
             (unsigned long long)r->count, r->secs);
@@ -231,7 +273,8 @@ static void json_side(FILE *f, const struct bench_item *it, int side) {
   fprintf(f, "{\"ok\":%s,\"rounds_ok\":%d,\"error\":", s->nok == s->rounds ? "true" : "false",
           s->nok);
   jstr(f, s->err[0] ? s->err : NULL);
-  if (it->test == T_STREAM) fprintf(f, ",\"gbps\":%.6g", s->rate);
+  if (it->test == T_STREAM)
+    fprintf(f, ",\"gbps\":%.6g,\"rx_gbps_per_core\":%.6g", s->rate, s->rx_core);
   else if (it->test == T_CONNRATE) fprintf(f, ",\"conn_per_s\":%.6g", s->rate);
   else fprintf(f, ",\"p50_us\":%.6g,\"p99_us\":%.6g,\"mean_us\":%.6g,\"min_us\":%.6g,"
                   "\"max_us\":%.6g,\"samples\":%llu", s->lat.p50_us, s->lat.p99_us,
@@ -292,6 +335,12 @@ int bench_json_compare(const struct bench_opts *o, const struct bench_item *it, 
   jstr(f, o->lib);
   fputs(",\"spin\":", f);
   jstr(f, o->spin);
+  fputs(",\"hooks\":", f);
+  jstr(f, o->hooks);
+  fprintf(f, ",\"base\":\"%s\",\"framed\":%s,\"fill\":\"%s\",\"cpus\":", o->base_lib ? "lib" : "plain",
+          o->framed ? "true" : "false", bench_fill_name(o->fill));
+  if (o->cpu_server >= 0) fprintf(f, "[%d,%d]", o->cpu_server, o->cpu_client);
+  else fputs("null", f);
   fputs(",\"results\":[", f);
   for (int i = 0; i < n; i++) {
     const struct bench_item *x = &it[i];

@@ -34,7 +34,14 @@ struct conn {
   int test;
   int verbose;
   uint64_t size;
+  int framed;             /* the client sent a framed hello (bench-proto.h) */
 };
+
+static uint64_t thread_cpu_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 static void pingpong_serve(struct conn *c) {
   void *buf = malloc(c->size);
@@ -64,8 +71,9 @@ static void pingpong_serve(struct conn *c) {
 /* Receive stream messages, checking kind and sequence numbers; see the
  * protocol above.  Reads use the message size as buffer size (like iperf). */
 static void stream_serve(struct conn *c) {
-  unsigned char *buf = malloc(c->size), hdr[STREAM_HDR], reply[REPLY_LEN];
-  uint64_t off = 0, expect = 0, bytes = 0, first = 0;
+  unsigned char *buf = malloc(c->size), hdr[STREAM_HDR], reply[FRAME_HDR + REPLY_LEN];
+  uint64_t off = 0, expect = 0, bytes = 0, first = 0, cpu0 = 0;
+  size_t f = c->framed ? FRAME_HDR : 0;
   int kind = K_DATA;
   if (!buf) return;
   for (;;) {
@@ -77,7 +85,10 @@ static void stream_serve(struct conn *c) {
                 n < 0 ? strerror(errno) : "in the middle of a message");
       break;
     }
-    if (!bytes) first = bench_now_ns();
+    if (!bytes) {
+      first = bench_now_ns();
+      cpu0 = thread_cpu_ns(); /* this read's own work is not counted: one read in many */
+    }
     bytes += (uint64_t)n;
     for (size_t p = 0; p < (size_t)n;) {
       size_t take;
@@ -85,8 +96,8 @@ static void stream_serve(struct conn *c) {
         take = STREAM_HDR - off < (size_t)n - p ? STREAM_HDR - off : (size_t)n - p;
         memcpy(hdr + off, buf + p, take);
         if (off + take == STREAM_HDR) {
-          kind = hdr[0];
-          if (get64(hdr + 8) != expect || kind > K_END) {
+          kind = hdr[f];
+          if (get64(hdr + 8) != expect || kind > K_END || (f && get32(hdr) != c->size - f)) {
             fprintf(stderr, "fabsock-bench server: stream corrupted at message %llu "
                     "(got sequence %llu, kind %d)\n", (unsigned long long)expect,
                     (unsigned long long)get64(hdr + 8), kind);
@@ -106,10 +117,11 @@ static void stream_serve(struct conn *c) {
             fprintf(stderr, "fabsock-bench server: data after a sync message\n");
             goto out;
           }
-          put64(reply, bytes);
-          put64(reply + 8, bench_now_ns() - first);
-          put64(reply + 16, 0);
-          if (write_full(c->fd, reply, sizeof reply) < 0) goto out;
+          if (f) put32(reply, REPLY_LEN);
+          put64(reply + f, bytes);
+          put64(reply + f + 8, bench_now_ns() - first);
+          put64(reply + f + 16, thread_cpu_ns() - cpu0);
+          if (write_full(c->fd, reply, f + REPLY_LEN) < 0) goto out;
           bytes = 0;
           if (kind == K_END) goto out;
         }
@@ -135,20 +147,28 @@ static void *conn_thread(void *arg) {
 
 /* Read the hello and serve connrate inline; hand other tests to a thread. */
 static void serve_accepted(int fd, int verbose) {
-  unsigned char h[HELLO_LEN];
+  unsigned char h[FRAME_HDR + HELLO_LEN];
+  int framed = 0;
   nodelay(fd);
-  ssize_t got = read_full(fd, h, sizeof h);
-  if (got != (ssize_t)sizeof h || memcmp(h, "FSBENCH1", 8) != 0) {
+  ssize_t got = read_full(fd, h, HELLO_LEN);
+  if (got == HELLO_LEN && get32(h) == HELLO_LEN && memcmp(h + FRAME_HDR, "FSBENCH1", 8) == 0) {
+    framed = 1; /* the framed hello: 4 more bytes */
+    got = read_full(fd, h + HELLO_LEN, FRAME_HDR);
+    got = got == FRAME_HDR ? HELLO_LEN : -1;
+  }
+  if (got != (ssize_t)HELLO_LEN || memcmp(h + (framed ? FRAME_HDR : 0), "FSBENCH1", 8) != 0) {
     fprintf(stderr, "fabsock-bench server: connection dropped: %s\n",
             got == 0 ? "EOF before the hello" : got < 0 ? strerror(errno) : "not a hello");
     close(fd);
     return;
   }
-  int test = (int)get32(h + 8);
-  uint64_t size = get64(h + 16);
-  if (test == T_CONNRATE) {
-    memcpy(h, "FSBENCHR", 8);
-    if (write_full(fd, h, sizeof h) < 0 && errno != ECONNRESET && errno != EPIPE)
+  unsigned char *hello = h + (framed ? FRAME_HDR : 0);
+  int test = (int)get32(hello + 8);
+  uint64_t size = get64(hello + 16);
+  if (test == T_CONNRATE) { /* the reply is the hello, renamed (and framed alike) */
+    memcpy(hello, "FSBENCHR", 8);
+    if (write_full(fd, h, (framed ? FRAME_HDR : 0) + HELLO_LEN) < 0 && errno != ECONNRESET &&
+        errno != EPIPE)
       fprintf(stderr, "fabsock-bench server: connrate reply: %s\n", strerror(errno));
     close(fd);
     return;
@@ -167,7 +187,7 @@ static void serve_accepted(int fd, int verbose) {
     close(fd);
     return;
   }
-  *c = (struct conn){fd, test, verbose, size};
+  *c = (struct conn){fd, test, verbose, size, framed};
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
   pthread_mutex_lock(&srv_mu);

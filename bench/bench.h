@@ -25,6 +25,7 @@ enum bench_test {
   T_SHM_FUTEX = 16, /* raw shm floor, futex sleep */
 };
 #define T_NET_ALL (T_PINGPONG | T_STREAM | T_CONNRATE)
+enum bench_fill { FILL_CONST = 0, FILL_RANDOM, FILL_TEXT };
 #define BENCH_MAX_SIZES 16
 
 struct bench_opts {
@@ -46,9 +47,14 @@ struct bench_opts {
   int conn_threads;         /* connrate: parallel client threads */
   int rounds;               /* compare: rounds per side (median reported) */
   int shm;                  /* compare: also run the raw shm floor */
+  int framed;               /* client: len32be-framed protocol (bench-proto.h) */
+  int fill;                 /* client: payload bytes, enum bench_fill */
   /* preloading (compare) */
   const char *lib;          /* libfabsock.so; NULL = none (plain vs plain) */
   const char *spin;         /* value for FABSOCK_SPIN_US on the preloaded side, or NULL */
+  const char *hooks;        /* FABSOCK_HOOKS for side 1 only, or NULL */
+  int base_lib;             /* side 0 preloads lib too (without hooks) instead of plain */
+  int cpu_server, cpu_client; /* compare --cpus: pin each child, -1 = anywhere */
   /* output */
   const char *json;         /* file name, "-" for stdout, or NULL */
   int verbose;
@@ -71,6 +77,7 @@ struct bench_result {
   uint64_t count;           /* T_CONNRATE: completed connections */
   double secs;              /* T_STREAM, T_CONNRATE: measured interval */
   double rate;              /* T_STREAM: GB/s (1e9 bytes/s); T_CONNRATE: connections/s */
+  double rx_cpu;            /* T_STREAM: CPU seconds of the receiving thread meanwhile */
   char err[160];
 };
 
@@ -90,6 +97,7 @@ struct bench_summary {
   char err[160];            /* first failure */
   struct lat_stats lat;     /* per-field median over the successful rounds */
   double rate;              /* median GB/s or connections/s */
+  double rx_core;           /* T_STREAM: median of bytes / receiver CPU s (GB/s per core) */
 };
 struct bench_item {
   int test;
@@ -109,6 +117,8 @@ int bench_json_compare(const struct bench_opts *o, const struct bench_item *it, 
 void bench_print_single(const struct bench_opts *o, const struct bench_result *r, int n);
 int bench_json_single(const struct bench_opts *o, const struct bench_result *r, int n);
 const char *bench_test_name(int test);
+const char *bench_fill_name(int fill);
+const char *bench_side_name(const struct bench_opts *o, int side);
 const char *bench_fmt_size(uint64_t size, char *buf, size_t len);
 
 #endif

@@ -2,15 +2,18 @@
  *
  *   fabsock-bench server  [--port P] [--bind ADDR]
  *   fabsock-bench client  HOST[:PORT] [test options] [--json FILE]
- *   fabsock-bench compare [--lib PATH | --no-lib] [--rounds N] [--busy] [test options]
+ *   fabsock-bench compare [--lib PATH | --no-lib] [--hooks SPEC [--base lib]] [--rounds N]
+ *                         [--busy] [test options]
  *
  * compare forks server/client pairs of this same executable on the local
- * machine, plain and with LD_PRELOAD=libfabsock.so, in alternating rounds,
- * and prints both side by side with the speed-up (see bench-compare.c). */
+ * machine, plain and with LD_PRELOAD=libfabsock.so (or, --base lib, the
+ * library without and with FABSOCK_HOOKS=SPEC), in alternating rounds, and
+ * prints both side by side with the speed-up (see bench-compare.c). */
 #include "bench/bench.h"
 
 #include <errno.h>
 #include <getopt.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,7 +27,7 @@ static void usage(FILE *f) {
   fprintf(f,
 "usage: fabsock-bench server  [--port P] [--bind ADDR]\n"
 "       fabsock-bench client  HOST[:PORT] [options]       (or --host H --port P)\n"
-"       fabsock-bench compare [--lib PATH | --no-lib] [options]\n"
+"       fabsock-bench compare [--lib PATH | --no-lib] [--hooks SPEC [--base lib]] [options]\n"
 "\n"
 "compare runs every test twice on this machine, plain TCP and with\n"
 "LD_PRELOAD=PATH (--lib, else $FABSOCK_LIB%s%s), in alternating rounds,\n"
@@ -40,13 +43,20 @@ static void usage(FILE *f) {
 "  --warmup N          ping-pong warm-up round trips (default 1000) ...\n"
 "  --warmup-time S     ... and warm-up seconds, ping-pong and stream (default 0.3, max 1)\n"
 "  --threads N         connrate: client threads (default 1)\n"
+"  --fill KIND         message payload: const (default), random, text (a-z)\n"
+"  --framed            every message, hello and reply is a len32be frame\n"
+"                      (for FABSOCK_HOOKS=frame:header=len32be)\n"
 "compare:\n"
 "  --lib PATH          libfabsock.so to preload\n"
 "  --no-lib            preload nothing (plain vs plain: checks the harness)\n"
+"  --hooks SPEC        the preloaded side runs with FABSOCK_HOOKS=SPEC\n"
+"  --base plain|lib    the other side: plain TCP (default), or the same\n"
+"                      preloaded library without --hooks (hook cost)\n"
 "  --rounds N          rounds per side, median reported (default 3)\n"
-"  --busy              preloaded side: FABSOCK_SPIN_US=busy (busy polling)\n"
-"  --spin US           preloaded side: FABSOCK_SPIN_US=US\n"
+"  --busy              preloaded side(s): FABSOCK_SPIN_US=busy (busy polling)\n"
+"  --spin US           preloaded side(s): FABSOCK_SPIN_US=US\n"
 "  --no-shm            skip the raw shared-memory floor\n"
+"  --cpus S,C          run every server on CPU S, every client on CPU C\n"
 "  (other FABSOCK_* variables in the environment reach the preloaded side)\n"
 "output:\n"
 "  --json FILE         all numbers as JSON (\"-\" = stdout, the table goes to stderr)\n"
@@ -129,7 +139,7 @@ static int parse_hostport(char *s, struct bench_opts *o) {
 enum {
   O_TESTS = 256, O_SIZES, O_MSG, O_TIME, O_PPTIME, O_ITERS, O_WARMUP, O_WARMUPT, O_THREADS,
   O_LIB, O_NOLIB, O_ROUNDS, O_BUSY, O_SPIN, O_NOSHM, O_JSON, O_HOST, O_PORT, O_BIND,
-  O_RESFD, O_PORTFD, O_CTLFD, O_RUNTIME,
+  O_RESFD, O_PORTFD, O_CTLFD, O_RUNTIME, O_FILL, O_FRAMED, O_HOOKS, O_BASE, O_CPUS,
 };
 
 int main(int argc, char **argv) {
@@ -144,7 +154,9 @@ int main(int argc, char **argv) {
       {"no-shm", no_argument, 0, O_NOSHM}, {"json", required_argument, 0, O_JSON},
       {"host", required_argument, 0, O_HOST}, {"port", required_argument, 0, O_PORT},
       {"bind", required_argument, 0, O_BIND}, {"verbose", no_argument, 0, 'v'},
-      {"help", no_argument, 0, 'h'},
+      {"help", no_argument, 0, 'h'}, {"fill", required_argument, 0, O_FILL},
+      {"framed", no_argument, 0, O_FRAMED}, {"hooks", required_argument, 0, O_HOOKS},
+      {"base", required_argument, 0, O_BASE}, {"cpus", required_argument, 0, O_CPUS},
       /* compare mode's children */
       {"result-fd", required_argument, 0, O_RESFD}, {"port-fd", required_argument, 0, O_PORTFD},
       {"ctl-fd", required_argument, 0, O_CTLFD}, {"run-time", required_argument, 0, O_RUNTIME},
@@ -153,7 +165,7 @@ int main(int argc, char **argv) {
       .tests = T_NET_ALL, .sizes = {64, 1024, 16384, 65536, 1048576}, .nsizes = 5,
       .msgs = {4096, 65536, 1048576}, .nmsgs = 3, .time = 2, .pp_time = 1,
       .warmup_iters = 1000, .warmup_time = 0.3, .conn_threads = 1, .rounds = 3, .shm = 1,
-      .result_fd = -1, .port_fd = -1, .ctl_fd = -1};
+      .result_fd = -1, .port_fd = -1, .ctl_fd = -1, .cpu_server = -1, .cpu_client = -1};
   int no_lib = 0;
 
   if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
@@ -199,6 +211,28 @@ int main(int argc, char **argv) {
     case O_BUSY: o.spin = "busy"; break;
     case O_SPIN: o.spin = optarg; break;
     case O_NOSHM: o.shm = 0; break;
+    case O_FILL:
+      if (!strcmp(optarg, "const")) o.fill = FILL_CONST;
+      else if (!strcmp(optarg, "random")) o.fill = FILL_RANDOM;
+      else if (!strcmp(optarg, "text")) o.fill = FILL_TEXT;
+      else bad = 1;
+      break;
+    case O_FRAMED: o.framed = 1; break;
+    case O_HOOKS: o.hooks = optarg; break;
+    case O_CPUS: {
+      char *end;
+      long a = strtol(optarg, &end, 10), b = -1;
+      if (*end == ',') b = strtol(end + 1, &end, 10);
+      bad = *end || a < 0 || b < 0 || a >= CPU_SETSIZE || b >= CPU_SETSIZE;
+      o.cpu_server = (int)a;
+      o.cpu_client = (int)b;
+      break;
+    }
+    case O_BASE:
+      if (!strcmp(optarg, "plain")) o.base_lib = 0;
+      else if (!strcmp(optarg, "lib")) o.base_lib = 1;
+      else bad = 1;
+      break;
     case O_JSON: o.json = optarg; break;
     case O_HOST: o.host = optarg; break;
     case O_PORT: o.port = optarg; break;
@@ -232,6 +266,12 @@ int main(int argc, char **argv) {
     for (int i = 0; i < o.nmsgs; i++)
       if (o.msgs[i] < 16) {
         fprintf(stderr, "fabsock-bench: stream messages must be at least 16 bytes\n");
+        return 2;
+      }
+  if (o.framed && (o.tests & T_PINGPONG))
+    for (int i = 0; i < o.nsizes; i++)
+      if (o.sizes[i] < 16) {
+        fprintf(stderr, "fabsock-bench: framed ping-pong messages must be at least 16 bytes\n");
         return 2;
       }
 
@@ -270,6 +310,10 @@ int main(int argc, char **argv) {
 
   /* compare */
   if (no_lib) {
+    if (o.hooks || o.base_lib) {
+      fprintf(stderr, "fabsock-bench: --hooks and --base lib need a library (not --no-lib)\n");
+      return 2;
+    }
     o.lib = NULL;
   } else {
     if (!o.lib) o.lib = getenv("FABSOCK_LIB");

@@ -92,6 +92,12 @@ void fs_chan_drop_end(struct fs_chan *ch, bool eof)
   }
 }
 
+void fs_chan_shut(struct fs_chan *ch)
+{
+  __atomic_store_n(&ch->me->closed, 1, __ATOMIC_RELEASE);
+  ch->ops->wake_peer(ch);
+}
+
 void fs_chan_detach(struct fs_chan *ch, bool eof)
 {
   fs_chan_drop_end(ch, eof);

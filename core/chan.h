@@ -104,6 +104,12 @@ bool fs_chan_peer_closed(const struct fs_chan *ch);
  * until ops->release (other threads may still be inside a call). */
 void fs_chan_drop_end(struct fs_chan *ch, bool eof);
 
+/* The connection was shut down while our fds stay open (a hook closed it):
+ * mark the end closed for the peer now, as a TCP peer sees a shut-down
+ * socket.  It reads what is in its rx ring, then EOF; its sends fail.  The
+ * reference count is untouched: the last close still drops the end. */
+void fs_chan_shut(struct fs_chan *ch);
+
 /* drop_end then release: for a channel nobody else can see yet. */
 void fs_chan_detach(struct fs_chan *ch, bool eof);
 

@@ -56,6 +56,9 @@ struct fs_conn {
   bool reverted;              /* back on TCP for good; the channel is dead */
   bool peer_close_seen;       /* one send after the peer closed was taken */
   bool resend_queued;         /* a re-send for the peer's revert is queued */
+  bool ready;                 /* fs_sock_established is done (atomic): until then a
+                                 rendezvous request for it waits (hooks may take a
+                                 while to open) instead of being refused */
   int resend_fd;              /* the fd to re-send on */
   uint32_t spin_us;           /* adaptive spin budget */
   uint32_t nfds;              /* fds in this process naming it; atomic */

@@ -10,13 +10,13 @@
 
 /* States are named by sid = index << sbits (premultiplied: a goto entry is
  * the target's sid, so a step is one add and one load); MATCH is or'ed into
- * goto entries only, never into a state carried between calls. */
+ * goto entries only, never into a state carried between calls.  States are
+ * numbered breadth-first, so a state's depth grows with its sid. */
 struct fs_hook_ac {
   uint32_t nstates;
   uint32_t ndense;       /* states [0, ndense) have a goto row */
-  uint32_t nshallow;     /* states [0, nshallow) are the root and depth 1 */
   unsigned sbits;        /* a row has 1 << sbits entries (byte classes) */
-  uint32_t shallow_lim, dense_lim; /* nshallow << sbits, ndense << sbits */
+  uint32_t dense_lim;    /* ndense << sbits */
   uint8_t cls[256];      /* byte -> class: bytes in no pattern share one */
   uint32_t *dense;       /* ndense << sbits goto entries */
   uint32_t *fail;        /* per state: index of the failure state */
@@ -25,10 +25,11 @@ struct fs_hook_ac {
   uint32_t *edge_target; /* index */
   uint32_t *out_cnt;     /* patterns ending in the state (with suffixes) */
   uint32_t *out_pat;     /* longest of them, NONE if out_cnt == 0 */
-  uint8_t pair8[65536];       /* [c << 8 | p]: see core/hook_ac.h */
-  uint64_t pair[65536 / 64];  /* the same as bits, for rank */
-  uint32_t rank[65536 / 64];  /* set pair bits before each pair word */
-  uint64_t *boring;      /* 4 words per set pair bit, see calm() */
+  uint32_t maxdepth;     /* the longest pattern */
+  uint32_t *depth_lim;   /* [k], k <= maxdepth + 1: sid of the first state of depth >= k */
+  uint32_t fmask;        /* the filter hashes the first fwidth bytes: x & fmask */
+  unsigned fshift;       /* 32 - log2(filter buckets) */
+  uint8_t *filter;       /* hashed starts of patterns, see cand() */
   size_t mem;
 };
 
@@ -88,85 +89,35 @@ static void make_classes(struct fs_hook_ac *ac, const struct fs_hook_trie *t)
     ac->sbits++;
 }
 
-static inline unsigned popcount64(uint64_t x) /* SWAR: no -mpopcnt needed */
+/* The start filter (see core/hook_ac.h): a byte per hash bucket of the
+ * first fwidth = min(4, shortest pattern) bytes of every pattern, about 256
+ * buckets per pattern (few false positives), at most 2^20 (1 MiB).  Bytes
+ * rather than bits: a test is one load, which is what the scan loop does. */
+static uint32_t filter_hash(const struct fs_hook_ac *ac, uint32_t x)
 {
-  x = x - ((x >> 1) & 0x5555555555555555ull);
-  x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
-  x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0full;
-  return (unsigned)((x * 0x0101010101010101ull) >> 56);
+  return ((x & ac->fmask) * 0x9e3779b1u) >> ac->fshift;
 }
 
-/* Skip tables (see core/hook_ac.h).  pair: may reading c in the shallow state
- * reached by p leave the shallow states or end a pattern?  boring, for each
- * set pair bit, 256 bits over the next byte d: after p c d are we back in a
- * shallow state with no match on the way?  The scanner then skips the three
- * bytes without touching goto rows. */
-static int make_skip_tables(struct fs_hook_ac *ac)
+static int make_filter(struct fs_hook_ac *ac, const struct fs_hook_ac_pattern *pats, uint32_t n)
 {
-  /* Everything depends on bytes only through their classes: decide per
-   * class pair, then expand to bytes. */
-  const uint32_t w = 1u << ac->sbits;
-  uint8_t *pc = malloc((size_t)w * w);
-  uint32_t npairs = 0;
-  if (pc == NULL)
+  uint32_t w = 4;
+  unsigned bits = 12;
+  for (uint32_t i = 0; i < n; i++)
+    if (pats[i].len < w)
+      w = pats[i].len;
+  while (bits < 20 && (1ull << bits) < (uint64_t)n * 256)
+    bits++;
+  ac->fmask = w == 4 ? UINT32_MAX : (1u << (8 * w)) - 1;
+  ac->fshift = 32 - bits;
+  ac->filter = calloc((size_t)1 << bits, 1);
+  if (ac->filter == NULL)
     return -ENOMEM;
-  for (uint32_t kp = 0; kp < w; kp++) {
-    uint32_t sp = ac->dense[kp] & ~MATCH; /* shallow, after a byte of class kp */
-    for (uint32_t kc = 0; kc < w; kc++) {
-      uint32_t x = ac->dense[sp + kc];
-      pc[kp * w + kc] = (x & MATCH) || x >= ac->shallow_lim;
-    }
-  }
-  /* Row c of the tables (all p) depends on the class of c only: build one
-   * per class, copy it to every byte of the class. */
-  int first[256]; /* first byte of each class, -1 before it was seen */
-  for (uint32_t k = 0; k < w; k++)
-    first[k] = -1;
-  for (unsigned c = 0; c < 256; c++) {
-    uint32_t kc = ac->cls[c];
-    if (first[kc] < 0) {
-      first[kc] = (int)c;
-      for (unsigned p = 0; p < 256; p++)
-        if (pc[ac->cls[p] * w + kc]) {
-          ac->pair[(c << 8 | p) >> 6] |= 1ull << (p & 63);
-          ac->pair8[c << 8 | p] = 1;
-        }
-    } else {
-      unsigned c0 = (unsigned)first[kc];
-      memcpy(&ac->pair8[c << 8], &ac->pair8[c0 << 8], 256);
-      memcpy(&ac->pair[c << 2], &ac->pair[c0 << 2], 4 * sizeof ac->pair[0]);
-    }
-    for (unsigned k = 0; k < 4; k++)
-      npairs += popcount64(ac->pair[c << 2 | k]);
-  }
-  free(pc);
-  ac->boring = calloc((size_t)npairs * 4 + 1, sizeof *ac->boring);
-  if (ac->boring == NULL)
-    return -ENOMEM;
-  ac->mem += (size_t)npairs * 32;
-  uint8_t calm_cls[256];
-  uint32_t r = 0;
-  for (unsigned wd = 0; wd < 1024; wd++) {
-    ac->rank[wd] = r;
-    for (uint64_t bits = ac->pair[wd]; bits; bits &= bits - 1, r++) {
-      unsigned idx = wd << 6 | (unsigned)__builtin_ctzll(bits); /* c << 8 | p */
-      uint32_t x = step(ac, ac->dense[ac->cls[idx & 255]] & ~MATCH, (uint8_t)(idx >> 8));
-      if (x & MATCH)
-        continue;
-      for (uint32_t kd = 0; kd < w; kd++) {
-        uint32_t y = x < ac->dense_lim ? ac->dense[x + kd] : NONE;
-        calm_cls[kd] = !(y & MATCH) && y < ac->shallow_lim;
-      }
-      for (unsigned d = 0; d < 256; d++) {
-        int calm = x < ac->dense_lim ? calm_cls[ac->cls[d]] : 0;
-        if (x >= ac->dense_lim) { /* compact state: no row to read */
-          uint32_t y = step(ac, x, (uint8_t)d);
-          calm = !(y & MATCH) && y < ac->shallow_lim;
-        }
-        if (calm)
-          ac->boring[(size_t)r * 4 + (d >> 6)] |= 1ull << (d & 63);
-      }
-    }
+  ac->mem += (size_t)1 << bits;
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t x = 0;
+    for (uint32_t k = 0; k < w; k++)
+      x |= (uint32_t)pats[i].p[k] << (8 * k); /* as a little-endian load reads them */
+    ac->filter[filter_hash(ac, x)] = 1;
   }
   return 0;
 }
@@ -176,7 +127,7 @@ int fs_hook_ac_build(const struct fs_hook_ac_pattern *pats, uint32_t n, size_t d
 {
   struct fs_hook_trie t = { 0 };
   struct fs_hook_ac *ac = NULL;
-  uint32_t *order = NULL, *newid = NULL, *kids = NULL;
+  uint32_t *order = NULL, *newid = NULL, *kids = NULL, *depth = NULL;
   int rc = fs_hook_trie_build(&t, pats, n, FS_HOOK_AC_MAX_STATES);
   if (rc < 0)
     goto done;
@@ -186,8 +137,9 @@ int fs_hook_ac_build(const struct fs_hook_ac_pattern *pats, uint32_t n, size_t d
   order = malloc(N * sizeof *order);
   newid = malloc(N * sizeof *newid);
   kids = malloc(256 * sizeof *kids);
+  depth = malloc(N * sizeof *depth);
   ac = calloc(1, sizeof *ac);
-  if (!order || !newid || !kids || !ac)
+  if (!order || !newid || !kids || !depth || !ac)
     goto done;
   uint32_t head = 0, tail = 0;
   order[tail++] = 0;
@@ -203,12 +155,11 @@ int fs_hook_ac_build(const struct fs_hook_ac_pattern *pats, uint32_t n, size_t d
   if (dense_limit == 0)
     dense_limit = FS_HOOK_AC_DENSE_DEFAULT;
   ac->nstates = N;
-  ac->nshallow = 1;
+  uint32_t nshallow = 1; /* the root and depth 1: always dense */
   for (uint32_t k = t.first[0]; k != NONE; k = t.next[k])
-    ac->nshallow++;
+    nshallow++;
   size_t nd = dense_limit / (sizeof(uint32_t) << ac->sbits);
-  ac->ndense = nd >= N ? N : nd < ac->nshallow ? ac->nshallow : (uint32_t)nd;
-  ac->shallow_lim = ac->nshallow << ac->sbits;
+  ac->ndense = nd >= N ? N : nd < nshallow ? nshallow : (uint32_t)nd;
   ac->dense_lim = ac->ndense << ac->sbits;
   size_t nedges = N - 1;
   ac->dense = malloc(((size_t)ac->ndense << ac->sbits) * sizeof *ac->dense);
@@ -244,10 +195,12 @@ int fs_hook_ac_build(const struct fs_hook_ac_pattern *pats, uint32_t n, size_t d
   ac->fail[0] = 0;
   ac->out_cnt[0] = 0;
   ac->out_pat[0] = NONE;
+  depth[0] = 0;
   const uint32_t width = 1u << ac->sbits;
   for (uint32_t s = 0; s < N; s++) {
     for (uint32_t i = ac->edge_start[s]; i < ac->edge_start[s + 1]; i++) {
       uint32_t v = ac->edge_target[i], f = 0;
+      depth[v] = depth[s] + 1;
       if (s != 0)
         f = (step_index(ac, ac->fail[s], ac->edge_label[i]) & ~MATCH) >> ac->sbits;
       uint32_t own = t.pat[order[v]];
@@ -267,14 +220,23 @@ int fs_hook_ac_build(const struct fs_hook_ac_pattern *pats, uint32_t n, size_t d
       }
     }
   }
-  if (make_skip_tables(ac) < 0)
+  /* depth_lim[k]: the first sid of depth >= k (depth grows with the index). */
+  ac->maxdepth = depth[N - 1];
+  ac->depth_lim = malloc((ac->maxdepth + 2) * sizeof *ac->depth_lim);
+  if (ac->depth_lim == NULL || make_filter(ac, pats, n) < 0)
     goto done;
+  ac->mem += (ac->maxdepth + 2) * sizeof *ac->depth_lim;
+  for (uint32_t k = 0, i = 0; k <= ac->maxdepth + 1; k++) {
+    while (i < N && depth[i] < k)
+      i++;
+    ac->depth_lim[k] = i << ac->sbits;
+  }
   *out = ac;
   ac = NULL;
   rc = 0;
 done:
   fs_hook_trie_free(&t);
-  free(order), free(newid), free(kids);
+  free(order), free(newid), free(kids), free(depth);
   fs_hook_ac_free(ac);
   return rc;
 }
@@ -284,100 +246,66 @@ void fs_hook_ac_free(struct fs_hook_ac *ac)
   if (ac == NULL)
     return;
   free(ac->dense), free(ac->fail), free(ac->edge_start), free(ac->edge_label);
-  free(ac->edge_target), free(ac->out_cnt), free(ac->out_pat), free(ac->boring);
+  free(ac->edge_target), free(ac->out_cnt), free(ac->out_pat), free(ac->depth_lim);
+  free(ac->filter);
   free(ac);
 }
 
 /* ---- scanning ------------------------------------------------------------- */
 
-/* Pair bits are indexed by c << 8 | p: the bytes "p c" read as a
- * little-endian 16-bit number (the compiler makes it one load). */
-static inline unsigned pidx(const uint8_t *b)
+/* May a match start at p?  (p[0..3] are readable.)  No if the hash of its
+ * first fwidth bytes is not in the filter. */
+static inline int cand(const struct fs_hook_ac *ac, const uint8_t *p)
 {
-  return (unsigned)b[0] | (unsigned)b[1] << 8;
+  uint32_t x;
+  memcpy(&x, p, 4);
+  return ac->filter[filter_hash(ac, x)];
 }
 
-/* b[0] b[1] has its pair bit set: does b[2] lead back to a shallow state with
- * no match on the way? */
-static inline int calm(const struct fs_hook_ac *ac, const uint8_t *b)
+/* The first position in [i, full) where a match may start, or full. */
+static size_t next_cand(const struct fs_hook_ac *ac, const uint8_t *buf, size_t i, size_t full)
 {
-  unsigned i = pidx(b), d = b[2];
-  uint64_t below = ac->pair[i >> 6] & ((1ull << (i & 63)) - 1);
-  size_t r = ac->rank[i >> 6] + popcount64(below);
-  return (int)((ac->boring[r * 4 + (d >> 6)] >> (d & 63)) & 1);
-}
-
-/* From position j (>= 1) in the shallow state reached by buf[j-1]: the first
- * position where that no longer holds or that may end a match, or len. */
-static size_t skip(const struct fs_hook_ac *ac, const uint8_t *buf, size_t j, size_t len)
-{
-  const uint8_t *p8 = ac->pair8;
-  for (;;) {
-    while (j + 8 <= len) {
-      const uint8_t *b = buf + j - 1;
-      if (p8[pidx(b)] | p8[pidx(b + 1)] | p8[pidx(b + 2)] | p8[pidx(b + 3)] |
-          p8[pidx(b + 4)] | p8[pidx(b + 5)] | p8[pidx(b + 6)] | p8[pidx(b + 7)])
-        break;
-      j += 8;
-    }
-    while (j < len && !p8[pidx(buf + j - 1)])
-      j++;
-    if (j + 1 >= len || !calm(ac, buf + j - 1))
-      return j;
-    j += 2;
+  while (i + 8 <= full) {
+    const uint8_t *b = buf + i;
+    if (cand(ac, b) | cand(ac, b + 1) | cand(ac, b + 2) | cand(ac, b + 3) | cand(ac, b + 4) |
+        cand(ac, b + 5) | cand(ac, b + 6) | cand(ac, b + 7))
+      break;
+    i += 8;
   }
+  while (i < full && !cand(ac, buf + i))
+    i++;
+  return i;
 }
 
-/* The skip tables pay off when matches of pattern prefixes are rare (binary
- * patterns, random or unrelated data); on text full of prefixes (an English
- * word list over English) exits from the tight loop cost more than they save.
- * So after SKIP_TRIES skips in a row that each gained less than SKIP_GAIN
- * bytes, the next PLAIN_RUN bytes are walked without them. */
-#define SKIP_GAIN 8
-#define SKIP_TRIES 8
-#define PLAIN_RUN 16384
-
+/* Every match starts where the filter says one may.  `since` counts the
+ * bytes read since the last such position; a state of depth < since only
+ * holds prefixes that started after it, which can never complete (their own
+ * start would have been such a position): the walk drops to the root, which
+ * finds the same matches from then on, and skips to the next candidate.  The
+ * last 3 bytes of a buffer cannot be hashed: they count as candidates, and
+ * so does every byte before buf (the start of any prefix carried in). */
 size_t fs_hook_ac_scan(const struct fs_hook_ac *ac, uint32_t *state, const uint8_t *buf,
                        size_t len, uint32_t *nmatch)
 {
-  const uint32_t *dense = ac->dense;
-  const uint8_t *cls = ac->cls;
-  uint32_t s = *state;
-  size_t i = 0, plain_end = 0;
-  unsigned short_skips = 0;
+  const uint32_t *lim = ac->depth_lim, top = ac->maxdepth + 1;
+  const size_t full = len > 3 ? len - 3 : 0;
+  uint32_t s = *state, since = 1; /* as if the byte before buf were a candidate */
+  size_t i = 0;
   while (i < len) {
-    /* Plain states (walked in the tight loop): dense, not shallow unless in
-     * a plain run, not a match (match entries are >= MATCH). */
-    uint32_t lo = ac->shallow_lim;
-    size_t end = len;
-    if (i < plain_end) {
-      lo = 0;
-      end = plain_end < len ? plain_end : len;
-    } else if (s < lo && i > 0) {
-      size_t j = skip(ac, buf, i, len);
-      if (j - i >= SKIP_GAIN) {
-        short_skips = 0;
-      } else if (++short_skips == SKIP_TRIES) {
-        short_skips = 0;
-        plain_end = j + PLAIN_RUN;
-      }
-      if (j > i) {
-        s = dense[cls[buf[j - 1]]] & ~MATCH;
-        i = j;
-        if (i == len)
-          break;
-      }
+    if (s == 0) {
+      i = next_cand(ac, buf, i, full);
+      since = 0;
     }
-    const uint32_t span = ac->dense_lim - lo;
+    if (i >= full || cand(ac, buf + i))
+      since = 0;
     uint32_t e = step(ac, s, buf[i++]);
-    while (e - lo < span && i < end)
-      e = dense[e + cls[buf[i++]]];
     if (e & MATCH) {
       *state = e & ~MATCH;
       *nmatch = ac->out_cnt[*state >> ac->sbits];
       return i;
     }
-    s = e;
+    since += since < top;
+    s = e < lim[since] ? 0 : e;
   }
   *state = s;
   *nmatch = 0;

@@ -16,13 +16,14 @@
  *  - the first D states (all when the rows fit in dense_limit bytes; at least
  *    the root and depth 1) have full rows; deeper ones keep sorted child edges
  *    and a failure link and are resolved by following failure links;
- *  - skip tables: the root and depth-1 states ("shallow") are a function of
- *    the last byte alone.  A 64 KiB table over byte pairs (p, c) says whether
- *    reading c there can leave the shallow states or end a match, and for
- *    each such pair a 256-bit set says which next bytes d lead straight back.
- *    While in shallow states the scanner tests one table byte per input byte
- *    (no dependent loads); on data full of pattern prefixes, where that would
- *    not pay, it falls back to the plain walk for a while (see fs_hook_ac_scan). */
+ *  - a start filter: one byte per hash bucket of the first min(4, shortest
+ *    pattern) bytes of every pattern (about 256 buckets a pattern, at most
+ *    1 MiB).  A match can only start where that hash is in the filter, so
+ *    while no prefix that started at such a position is live the scanner
+ *    only hashes and tests (independent loads, no automaton steps) until the
+ *    next one; a walk from there drops back to that loop as soon as every
+ *    live prefix started elsewhere.  The matches found, their order and the
+ *    states reported are exactly those of the plain walk. */
 #ifndef FS_CORE_HOOK_AC_H
 #define FS_CORE_HOOK_AC_H
 

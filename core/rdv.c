@@ -323,6 +323,10 @@ static bool fs_rdv_srv_try(struct fs_rdv_item *it)
     }
     return false; /* hold until accept() or the deadline */
   }
+  if (!__atomic_load_n(&c->ready, __ATOMIC_ACQUIRE)) {
+    fs_conn_put(c); /* accept() is still setting it up (opening hooks): hold */
+    return false;
+  }
   int status = fs_sock_may_attach(c, it->uid);
   struct fs_chan *ch = NULL;
   if (status == 0) {

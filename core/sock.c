@@ -113,7 +113,7 @@ static bool fs_sock_fd_budget_ok(int fd)
 }
 
 /* The connection is established: learn addresses, match policy, arm upgrade. */
-static void fs_sock_established(struct fs_conn *c, int fd, int dir)
+static void fs_sock_establish(struct fs_conn *c, int fd, int dir)
 {
   socklen_t ll = sizeof c->local, pl = sizeof c->peer;
   if (getsockname(fd, (struct sockaddr *)&c->local, &ll) < 0 ||
@@ -161,6 +161,12 @@ static void fs_sock_established(struct fs_conn *c, int fd, int dir)
     c->stat->fabric = FS_FABRIC_TCP;
   if (dir == FS_DIR_CONNECT && !c->no_upgrade && c->policy.upgrade_bytes == 0)
     fs_sock_maybe_upgrade(c);
+}
+
+static void fs_sock_established(struct fs_conn *c, int fd, int dir)
+{
+  fs_sock_establish(c, fd, dir);
+  __atomic_store_n(&c->ready, true, __ATOMIC_RELEASE);
 }
 
 /* An accepting end whose peer has not asked for a rendezvous long after

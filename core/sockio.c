@@ -27,6 +27,26 @@ static size_t fs_iov_total(const struct iovec *iov, int n)
   return t;
 }
 
+/* A hook closed the connection: shut it down both ways, on TCP and on the
+ * fabric, while the application's fd stays open.  Discarding what TCP had
+ * queued for us reopens the window, so a peer still sending gets a reset
+ * from the kernel (as after a close) instead of blocking on a full window;
+ * a fabric peer sees our end closed (EOF after the ring, then EPIPE). */
+static void fs_sockio_hook_shut(struct fs_conn *c, int fd)
+{
+  int saved = errno;
+  char b;
+  c->hook_closed = true;
+  fs_conn_set_state(c, fs_conn_state(c), FS_REASON_HOOK);
+  FS_REAL(shutdown)(fd, SHUT_RDWR);
+  while (FS_REAL(recv)(fd, &b, 1u << 30, MSG_TRUNC | MSG_DONTWAIT) > 0)
+    ; /* TCP: MSG_TRUNC discards without copying */
+  struct fs_chan *ch = fs_sockio_chan(c);
+  if (ch)
+    fs_chan_shut(ch);
+  errno = saved;
+}
+
 /* Feed the first n bytes of an iovec to a hook direction. */
 static int fs_sockio_hook(struct fs_conn *c, int fd, const struct iovec *iov, int cnt, size_t n, bool tx)
 {
@@ -34,9 +54,7 @@ static int fs_sockio_hook(struct fs_conn *c, int fd, const struct iovec *iov, in
     size_t l = iov[i].iov_len < n ? iov[i].iov_len : n;
     int rc = tx ? fs_hook_send(c->hooks, iov[i].iov_base, l) : fs_hook_recv(c->hooks, iov[i].iov_base, l);
     if (rc < 0) {
-      c->hook_closed = true;
-      fs_conn_set_state(c, fs_conn_state(c), FS_REASON_HOOK);
-      FS_REAL(shutdown)(fd, SHUT_RDWR);
+      fs_sockio_hook_shut(c, fd);
       return rc;
     }
     n -= l;
@@ -44,8 +62,20 @@ static int fs_sockio_hook(struct fs_conn *c, int fd, const struct iovec *iov, in
   return 0;
 }
 
-/* Bytes moved: account, run hooks, maybe start an upgrade. */
-static ssize_t fs_sockio_done(struct fs_conn *c, int fd, struct fs_io *io, ssize_t r, bool tx, bool peek)
+/* Bytes moved: run the hooks (0, or -ECONNABORTED when one closed the
+ * connection).  Called with the direction's lock held, so a hook sees the
+ * calls of one direction one at a time, in the order the bytes moved. */
+static int fs_sockio_hooks(struct fs_conn *c, int fd, struct fs_io *io, ssize_t r, bool tx, bool peek)
+{
+  if (r <= 0 || peek || !c->hooks)
+    return 0;
+  return fs_sockio_hook(c, fd, io->iov, io->iovcnt, (size_t)r, tx);
+}
+
+/* Bytes moved and hooks run (hrc): account, maybe start an upgrade.  A send
+ * a hook closed the connection on still reports its bytes (they went); a
+ * receive fails (the application must not get them). */
+static ssize_t fs_sockio_done(struct fs_conn *c, ssize_t r, bool tx, bool peek, int hrc)
 {
   if (r <= 0 || peek)
     return r;
@@ -59,7 +89,7 @@ static ssize_t fs_sockio_done(struct fs_conn *c, int fd, struct fs_io *io, ssize
     if (!(framed & 2))
       FS_STAT_ADD(c->stat, rx_msgs, 1);
   }
-  if (c->hooks && fs_sockio_hook(c, fd, io->iov, io->iovcnt, (size_t)r, tx) < 0)
+  if (hrc < 0)
     return tx ? r : -ECONNABORTED;
   if (!c->no_upgrade && !c->upgrade_queued)
     fs_sock_maybe_upgrade(c);
@@ -446,8 +476,17 @@ ssize_t fs_sock_send(struct fs_conn *c, int fd, struct fs_io *io)
   if (__builtin_expect(fs_gpuio_device(io), 0))
     return fs_gpuio_send(c, fd, io);
   struct fs_chan *ch = fs_sockio_chan(c);
-  if (!ch && c->no_upgrade)
-    return fs_sockio_done(c, fd, io, fs_sock_tcp_io(fd, io), true, false);
+  ssize_t r;
+  int hrc;
+  if (!ch && c->no_upgrade) {
+    if (!c->hooks)
+      return fs_sockio_done(c, fs_sock_tcp_io(fd, io), true, false, 0);
+    pthread_mutex_lock(&c->txlock);
+    r = fs_sock_tcp_io(fd, io);
+    hrc = fs_sockio_hooks(c, fd, io, r, true, false);
+    pthread_mutex_unlock(&c->txlock);
+    return fs_sockio_done(c, r, true, false, hrc);
+  }
   int sflags = (io->op == FS_IO_WRITE || io->op == FS_IO_WRITEV) ? 0 : io->flags;
   if (ch) {
     int w = fs_sockio_wait_resend(c, fd, ch, sflags);
@@ -458,7 +497,6 @@ ssize_t fs_sock_send(struct fs_conn *c, int fd, struct fs_io *io)
   ch = fs_sockio_chan(c);
   if (ch)
     fs_sockio_switch_tx(c, ch);
-  ssize_t r;
   if (ch && c->tx_flow == FS_FLOW_FABRIC) {
     r = fs_sockio_fabric_send(c, fd, ch, io, fs_iov_total(io->iov, io->iovcnt));
     if (r == -EAGAIN && __atomic_load_n(&ch->peer->rx_revert, __ATOMIC_ACQUIRE)) {
@@ -472,8 +510,9 @@ ssize_t fs_sock_send(struct fs_conn *c, int fd, struct fs_io *io)
     if (r > 0)
       c->tcp_tx += (uint64_t)r;
   }
+  hrc = fs_sockio_hooks(c, fd, io, r, true, false);
   pthread_mutex_unlock(&c->txlock);
-  return fs_sockio_done(c, fd, io, r, true, false);
+  return fs_sockio_done(c, r, true, false, hrc);
 }
 
 /* ---- receive ----------------------------------------------------------- */
@@ -655,17 +694,27 @@ ssize_t fs_sock_recv(struct fs_conn *c, int fd, struct fs_io *io)
   if (__builtin_expect(fs_gpuio_device(io), 0))
     return fs_gpuio_recv(c, fd, io);
   int flags = (io->op == FS_IO_READ || io->op == FS_IO_READV) ? 0 : io->flags;
+  bool peek = flags & MSG_PEEK;
   struct fs_chan *ch = fs_sockio_chan(c);
+  ssize_t r;
+  int hrc;
   if (!ch && (c->no_upgrade || c->wake_fd < 0)) {
-    ssize_t r = fs_sock_tcp_io(fd, io);
-    if (r > 0 && !(flags & MSG_PEEK))
+    bool locked = c->hooks != NULL; /* hooks see one call at a time */
+    if (locked)
+      pthread_mutex_lock(&c->rxlock);
+    r = fs_sock_tcp_io(fd, io);
+    if (r > 0 && !peek)
       c->tcp_rx += (uint64_t)r;
-    return fs_sockio_done(c, fd, io, r, false, flags & MSG_PEEK);
+    hrc = fs_sockio_hooks(c, fd, io, r, false, peek);
+    if (locked)
+      pthread_mutex_unlock(&c->rxlock);
+    return fs_sockio_done(c, r, false, peek, hrc);
   }
   if (ch)
     fs_sockio_service(c, fd);
   pthread_mutex_lock(&c->rxlock);
-  ssize_t r = fs_sockio_fabric_recv(c, fd, io, flags);
+  r = fs_sockio_fabric_recv(c, fd, io, flags);
+  hrc = fs_sockio_hooks(c, fd, io, r, false, peek);
   pthread_mutex_unlock(&c->rxlock);
   /* What a TCP recvfrom/recvmsg reports: no address, no control data. */
   if (r >= 0) {
@@ -677,7 +726,7 @@ ssize_t fs_sock_recv(struct fs_conn *c, int fd, struct fs_io *io)
       io->msg->msg_flags = 0;
     }
   }
-  return fs_sockio_done(c, fd, io, r, false, flags & MSG_PEEK);
+  return fs_sockio_done(c, r, false, peek, hrc);
 }
 
 int fs_sock_fionread(struct fs_conn *c, int fd, int *out)

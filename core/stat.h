@@ -64,6 +64,13 @@ void fs_stat_shutdown(void);                   /* unlink at exit */
 
 #define FS_STAT_ADD(slot, field, n) \
   do { if (slot) __atomic_fetch_add(&(slot)->field, (n), __ATOMIC_RELAXED); } while (0)
+/* For a counter with a single writer (a frame hook's message count: the
+ * data path runs hooks under the direction's lock): a relaxed load and
+ * store, no locked instruction; readers still see whole values. */
+#define FS_STAT_BUMP(slot, field, n) \
+  do { if (slot) __atomic_store_n(&(slot)->field, \
+                                  __atomic_load_n(&(slot)->field, __ATOMIC_RELAXED) + (n), \
+                                  __ATOMIC_RELAXED); } while (0)
 #define FS_STAT_SET(slot, field, v) \
   do { if (slot) __atomic_store_n(&(slot)->field, (v), __ATOMIC_RELAXED); } while (0)
 

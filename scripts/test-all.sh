@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite: install what is needed, build, then
 #   1. unit tests (Check) and integration tests with real programs: make check
-#   2. the rdma tests inside a Soft-RoCE VM: make check-vm
+#   2. a third-party hook built against the installed header through
+#      pkg-config and loaded by path: make check-hook-pkgconfig
+#   3. the rdma tests inside a Soft-RoCE VM: make check-vm
 # Prints TAP from each part and a final "N passed, N failed" line.
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -14,6 +16,8 @@ make -j2 check || rc=1
 for log in $(find . -name '*.log' -path '*tests*' ! -name test-suite.log); do
   grep -h -E '^(not )?ok ' "$log" || true
 done > "$build/all-tap.txt"
+make check-hook-pkgconfig > "$build/hook-pkgconfig.log" 2>&1 || rc=1
+grep -E '^(not )?ok ' "$build/hook-pkgconfig.log" >> "$build/all-tap.txt" || true
 if [ "${FABSOCK_SKIP_VM:-0}" != 1 ]; then
   make check-vm 2>&1 | tee "$build/vm.log" || rc=1
   grep -E '^(not )?ok ' "$build/vm.log" >> "$build/all-tap.txt" || true
@@ -24,6 +28,7 @@ todo=$(grep '^not ok ' "$build/all-tap.txt" | grep -c '# TODO' || true)
 if [ "$rc" -ne 0 ] && [ "$fail" -eq 0 ]; then
   fail=1 # a harness failed without a TAP line: count it
   find . -name test-suite.log -exec tail -40 {} \;
+  tail -20 "$build/hook-pkgconfig.log"
 fi
 echo "# known open bugs (TAP TODO): $todo"
 echo "$pass passed, $fail failed"

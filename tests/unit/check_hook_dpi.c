@@ -227,7 +227,7 @@ END_TEST
 
 START_TEST(binary_patterns_random_data)
 {
-  /* Byte patterns over random bytes: exercises the pair skip table. */
+  /* Byte patterns of 1..3 bytes over random bytes: a narrow start filter. */
   uint64_t seed = 7;
   enum { N = 300, LEN = 1 << 18 };
   static uint8_t text[LEN], pbuf[N][6];
@@ -246,6 +246,77 @@ START_TEST(binary_patterns_random_data)
   ck_assert_uint_eq(ac_count(ac, text, LEN, LEN, &seed), want);
   ck_assert_uint_eq(ac_count(ac, text, LEN, 0, &seed), want);
   fs_hook_ac_free(ac);
+}
+END_TEST
+
+/* Every match event (end offset, patterns ending there, the longest of them)
+ * in order, against a naive search, whatever the chunking: the scanner may
+ * skip bytes (core/hook_ac.h) but must report exactly what a plain walk does.
+ * Alphabets from 2 letters (prefixes everywhere) to all 256 bytes, patterns
+ * from 1 to 40 bytes (start filters 1 to 4 bytes wide), dense and compact
+ * layouts. */
+START_TEST(match_events)
+{
+  enum { LEN = 20000, NP = 150, EV = LEN * 4 };
+  static uint8_t text[LEN], pbuf[NP][40];
+  static uint64_t want[EV], got[EV];
+  struct fs_hook_ac_pattern p[NP];
+  uint64_t seed = 99;
+  for (int round = 0; round < 60; round++) {
+    unsigned alpha = round % 3 == 2 ? 256 : 2 + (unsigned)(rnd(&seed) % 20);
+    unsigned n = 1 + (unsigned)(rnd(&seed) % NP), minl = 1 + round % 5;
+    unsigned span = round % 4 == 3 ? 36 : 8;
+    for (unsigned i = 0; i < n; i++) {
+      p[i].len = minl + (uint32_t)(rnd(&seed) % span);
+      for (uint32_t j = 0; j < p[i].len; j++)
+        pbuf[i][j] = (uint8_t)(alpha == 256 ? rnd(&seed) : 'a' + rnd(&seed) % alpha);
+      p[i].p = pbuf[i];
+    }
+    for (size_t i = 0; i < LEN; i++)
+      text[i] = (uint8_t)(alpha == 256 || rnd(&seed) % 64 == 0 ? rnd(&seed) : 'a' + rnd(&seed) % alpha);
+    for (int k = 0; k < 40; k++) { /* plant some */
+      const struct fs_hook_ac_pattern *q = &p[rnd(&seed) % n];
+      memcpy(text + rnd(&seed) % (LEN - q->len), q->p, q->len);
+    }
+    /* Naive events: at each end, the distinct patterns ending there and the
+     * first index of the longest (a duplicate counts as its first copy). */
+    size_t nw = 0;
+    int dup[NP] = { 0 };
+    for (unsigned i = 0; i < n; i++)
+      for (unsigned j = 0; j < i && !dup[i]; j++)
+        dup[i] = p[j].len == p[i].len && memcmp(p[j].p, p[i].p, p[i].len) == 0;
+    for (size_t e = 1; e <= LEN; e++) {
+      uint32_t cnt = 0, best = 0, blen = 0;
+      for (unsigned i = 0; i < n; i++) {
+        if (dup[i] || p[i].len > e || memcmp(text + e - p[i].len, p[i].p, p[i].len) != 0)
+          continue;
+        cnt++;
+        if (p[i].len > blen)
+          blen = p[i].len, best = i;
+      }
+      if (cnt)
+        want[nw++] = (uint64_t)e << 32 | (uint64_t)cnt << 16 | best;
+    }
+    size_t limit = round % 5 == 4 ? 1 : 0;
+    struct fs_hook_ac *ac;
+    ck_assert_int_eq(fs_hook_ac_build(p, n, limit, &ac), 0);
+    uint32_t st = 0, nm;
+    size_t ng = 0, off = 0;
+    while (off < LEN) {
+      size_t k = round % 2 ? 1 + rnd(&seed) % 7 : 1 + rnd(&seed) % 3000, end;
+      end = off + k < LEN ? off + k : LEN;
+      while (off < end) {
+        off += fs_hook_ac_scan(ac, &st, text + off, end - off, &nm);
+        if (nm && ng < EV)
+          got[ng++] = (uint64_t)off << 32 | (uint64_t)nm << 16 | fs_hook_ac_state_pattern(ac, st);
+      }
+    }
+    fs_hook_ac_free(ac);
+    ck_assert_uint_eq(ng, nw);
+    for (size_t i = 0; i < nw; i++)
+      ck_assert_msg(got[i] == want[i], "round %d event %zu: got %llx want %llx", round, i,
+                    (unsigned long long)got[i], (unsigned long long)want[i]);
+  }
 }
 END_TEST
 
@@ -338,6 +409,7 @@ int main(void)
   tcase_add_test(tc, overlapping);
   tcase_add_test(tc, boundaries_and_random);
   tcase_add_test(tc, binary_patterns_random_data);
+  tcase_add_test(tc, match_events);
   tcase_add_test(tc, actions);
   tcase_add_test(tc, shared_and_reloaded);
   suite_add_tcase(s, tc);

@@ -8,7 +8,8 @@ static size_t put_frame(uint8_t *out, const uint8_t *magic, unsigned mlen, unsig
                         int little, uint64_t len, uint64_t *seed)
 {
   size_t o = 0;
-  memcpy(out, magic, mlen);
+  if (mlen) /* magic may be NULL then: memcpy(x, NULL, 0) is undefined */
+    memcpy(out, magic, mlen);
   o += mlen;
   for (unsigned i = 0; i < width; i++)
     out[o + i] = (uint8_t)(len >> (8 * (little ? i : width - 1 - i)));

@@ -196,6 +196,9 @@ START_TEST(t_hostile_requests)
   ck_assert_int_eq(reply_status(u, 3000), FS_REASON_PROTOCOL);
   FS_REAL(close)(u);
   assert_still_tcp();
+  ch->ops->release(ch); /* never attached: just our view of it */
+  FS_REAL(close)(goodmem);
+  FS_REAL(close)(efd);
   FS_REAL(close)(junk);
   FS_REAL(close)(ofd);
   FS_REAL(close)(mfd);
