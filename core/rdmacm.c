@@ -316,6 +316,10 @@ static bool fs_cm_srv_try(struct fs_cm_item *it)
     }
     return false;
   }
+  if (!__atomic_load_n(&c->ready, __ATOMIC_ACQUIRE)) {
+    fs_conn_put(c); /* accept() is still setting it up (opening hooks): hold */
+    return false;
+  }
   if (it->held) {
     it->held = false;
     __atomic_fetch_sub(&M.nheld, 1, __ATOMIC_RELAXED);
