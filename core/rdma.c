@@ -16,6 +16,7 @@
 #include "core/rdma.h"
 #include "core/rdmacm.h"
 #include "policy/policy.h"
+#include "preload/fdtab.h"
 #include "preload/real.h"
 
 #define FS_RDMA_SQ 256       /* send queue depth */
@@ -87,6 +88,8 @@ static struct ibv_pd *fs_rdma_pd(struct ibv_context *ctx)
     if (!fs_rdma_pds[i].ctx) {
       pd = ibv_alloc_pd(ctx);
       if (pd) {
+        fs_fdtab_set_internal(ctx->cmd_fd, true); /* the device's, for its lifetime */
+        fs_fdtab_set_internal(ctx->async_fd, true);
         fs_rdma_pds[i].ctx = ctx;
         fs_rdma_pds[i].pd = pd;
       }
@@ -510,6 +513,7 @@ int fs_rdma_new(struct rdma_cm_id *id, uint32_t size, int side, int my_efd, stru
   if (!(r->rcq = ibv_create_cq(id->verbs, FS_RDMA_RQ, r, r->cc, 0)) ||
       !(r->scq = ibv_create_cq(id->verbs, FS_RDMA_SQ, r, NULL, 0)))
     goto fail;
+  fs_fdtab_set_internal(r->cc->fd, true);
   step = "fcntl";
   int fl = FS_REAL(fcntl)(r->cc->fd, F_GETFL, 0);
   if (fl < 0 || FS_REAL(fcntl)(r->cc->fd, F_SETFL, fl | O_NONBLOCK) < 0)
@@ -624,8 +628,10 @@ void fs_rdma_destroy(struct fs_rdma *r)
     ibv_destroy_cq(r->rcq);
   if (r->scq)
     ibv_destroy_cq(r->scq);
-  if (r->cc)
+  if (r->cc) {
+    fs_fdtab_set_internal(r->cc->fd, false);
     ibv_destroy_comp_channel(r->cc);
+  }
   fs_rdma_region_put(r);
   pthread_mutex_destroy(&r->slock);
   pthread_mutex_destroy(&r->plock);

@@ -48,6 +48,7 @@ int fs_rdmacm_check_req(const void *data, size_t len, struct fs_rdmacm_msg *out)
 #include "core/rdv.h"
 #include "core/shm.h"
 #include "core/sock.h"
+#include "preload/fdtab.h"
 #include "preload/real.h"
 
 #define FS_RDMACM_SETUP_MS 10000 /* accepted, waiting for the connection to establish */
@@ -572,8 +573,10 @@ void fs_rdmacm_after_fork_child(void)
   M.nheld = 0;
   M.nretired = 0;
   pthread_mutex_init(&M.rlock, NULL);
-  if (M.ec)
+  if (M.ec) {
+    fs_fdtab_set_internal(M.ec->fd, false);
     FS_REAL(close)(M.ec->fd);
+  }
   M.ec = NULL;
   M.avail = -1;
 }

@@ -163,6 +163,7 @@ static void fs_rdv_closefds(int *fds, int n)
 {
   for (int i = 0; i < n; i++)
     if (fds[i] >= 0) {
+      fs_fdtab_set_internal(fds[i], false); /* a peer eventfd a failed attach had marked */
       FS_REAL(close)(fds[i]);
       fds[i] = -1;
     }
@@ -253,6 +254,7 @@ out:
 
 static int fs_rdv_watch(struct fs_rdv_item *it)
 {
+  fs_fdtab_set_internal(it->ufd, true); /* the application's blanket closes skip it */
   struct epoll_event ev = { .events = EPOLLIN, .data.ptr = it };
   return FS_REAL(epoll_ctl)(A.epfd, EPOLL_CTL_ADD, it->ufd, &ev) < 0 ? -errno : 0;
 }
@@ -271,6 +273,7 @@ static void fs_rdv_drop(struct fs_rdv_item *it)
      * child still holds a copy of the socket, and the agent would then get
      * events for an item it has freed. */
     FS_REAL(epoll_ctl)(A.epfd, EPOLL_CTL_DEL, it->ufd, NULL);
+    fs_fdtab_set_internal(it->ufd, false);
     FS_REAL(close)(it->ufd);
   }
   if (it->kind == K_SRV)
@@ -667,6 +670,8 @@ static int fs_rdv_start(void)
     return 0;
   A.epfd = FS_REAL(epoll_create1)(EPOLL_CLOEXEC);
   A.evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  fs_fdtab_set_internal(A.epfd, true);
+  fs_fdtab_set_internal(A.evfd, true);
   if (A.epfd < 0 || A.evfd < 0)
     goto fail;
   A.evitem.kind = K_EVFD;
@@ -692,9 +697,9 @@ static int fs_rdv_start(void)
 fail:
   fs_log(FS_LOG_WARN, "cannot start the rendezvous agent; staying on TCP");
   if (A.epfd >= 0)
-    FS_REAL(close)(A.epfd);
+    fs_fdtab_set_internal(A.epfd, false), FS_REAL(close)(A.epfd);
   if (A.evfd >= 0)
-    FS_REAL(close)(A.evfd);
+    fs_fdtab_set_internal(A.evfd, false), FS_REAL(close)(A.evfd);
   A.epfd = A.evfd = -1;
   return -EAGAIN;
 }
@@ -868,8 +873,10 @@ void fs_rdv_after_fork(bool child)
   struct fs_rdv_item *it = A.items;
   while (it) {
     struct fs_rdv_item *next = it->next;
-    if (it->ufd >= 0)
+    if (it->ufd >= 0) {
+      fs_fdtab_set_internal(it->ufd, false);
       FS_REAL(close)(it->ufd);
+    }
     if (it->kind == K_SRV)
       fs_rdv_closefds(it->fds, 3);
     if (it->ch) /* a mapping the child never attached: unmap only */
@@ -894,9 +901,9 @@ void fs_rdv_after_fork(bool child)
   A.npend = 0;
   fs_rdmacm_after_fork_child();
   if (A.epfd >= 0)
-    FS_REAL(close)(A.epfd);
+    fs_fdtab_set_internal(A.epfd, false), FS_REAL(close)(A.epfd);
   if (A.evfd >= 0)
-    FS_REAL(close)(A.evfd);
+    fs_fdtab_set_internal(A.evfd, false), FS_REAL(close)(A.evfd);
   A.epfd = A.evfd = -1;
   A.running = false;
   pthread_mutex_init(&A.qlock, NULL);

@@ -9,6 +9,7 @@
 
 #include "core/shm.h"
 #include "policy/policy.h"
+#include "preload/fdtab.h"
 #include "preload/real.h"
 
 _Static_assert(sizeof(struct fs_shm_hdr) <= FS_SHM_HDR_SIZE, "shm header fits its page");
@@ -17,8 +18,10 @@ static void fs_shm_release(struct fs_chan *ch)
 {
   munmap(ch->map, ch->map_len);
   /* my_efd belongs to the connection; the peer's is ours to close. */
-  if (ch->peer_efd >= 0)
+  if (ch->peer_efd >= 0) {
+    fs_fdtab_set_internal(ch->peer_efd, false);
     FS_REAL(close)(ch->peer_efd);
+  }
   free(ch);
 }
 
@@ -111,6 +114,7 @@ int fs_shm_create(uint32_t ring, int my_efd, int *memfd_out, struct fs_chan **ou
 
 void fs_shm_set_peer(struct fs_chan *ch, int peer_efd)
 {
+  fs_fdtab_set_internal(peer_efd, true);
   ch->peer_efd = peer_efd;
 }
 
@@ -151,6 +155,7 @@ int fs_shm_attach(int memfd, int my_efd, int peer_efd, struct fs_chan **out)
     munmap(map, len);
     return -ENOMEM;
   }
+  fs_fdtab_set_internal(peer_efd, true);
   *out = ch;
   return 0;
 }

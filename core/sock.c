@@ -41,6 +41,7 @@ static void fs_sock_release(struct fs_conn *c)
     c->hooks = NULL;
   }
   if (c->wake_fd >= 0) {
+    fs_fdtab_set_internal(c->wake_fd, false);
     FS_REAL(close)(c->wake_fd);
     c->wake_fd = -1;
   }
@@ -155,6 +156,8 @@ static void fs_sock_establish(struct fs_conn *c, int fd, int dir)
 #endif
   else if (!fs_sock_fd_budget_ok(fd) || (c->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
     reason = FS_REASON_RESOURCES;
+  if (c->wake_fd >= 0)
+    fs_fdtab_set_internal(c->wake_fd, true);
   c->no_upgrade = reason != FS_REASON_PENDING;
   fs_conn_set_state(c, FS_STATE_TCP, reason);
   if (c->stat)

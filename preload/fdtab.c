@@ -63,3 +63,23 @@ void fs_fdtab_foreach(void (*fn)(int fd, struct fs_conn *c, void *arg), void *ar
     }
   }
 }
+
+static uint64_t fs_fdtab_internal_bits[FS_FDTAB_INTERNAL_MAX / 64];
+
+void fs_fdtab_set_internal(int fd, bool on)
+{
+  if (fd < 0 || fd >= FS_FDTAB_INTERNAL_MAX)
+    return;
+  uint64_t bit = 1ull << (fd & 63);
+  if (on)
+    __atomic_fetch_or(&fs_fdtab_internal_bits[fd / 64], bit, __ATOMIC_RELEASE);
+  else
+    __atomic_fetch_and(&fs_fdtab_internal_bits[fd / 64], ~bit, __ATOMIC_RELEASE);
+}
+
+bool fs_fdtab_internal(int fd)
+{
+  if (fd < 0 || fd >= FS_FDTAB_INTERNAL_MAX)
+    return false;
+  return (__atomic_load_n(&fs_fdtab_internal_bits[fd / 64], __ATOMIC_ACQUIRE) >> (fd & 63)) & 1;
+}

@@ -54,4 +54,13 @@ void fs_fdtab_foreach(void (*fn)(int fd, struct fs_conn *c, void *arg), void *ar
 /* Highest fd ever installed + 1 (bounds foreach). */
 extern int fs_fdtab_hiwater;
 
+/* Descriptors libfabsock itself holds (wake eventfds, the agent's epoll and
+ * unix sockets, rdma event channels and device fds).  An application that
+ * closes "everything" (close() in a loop, closefrom, close_range) must not
+ * take them from under the library, which would then use numbers the
+ * application reuses.  Covers fds below FS_FDTAB_INTERNAL_MAX. */
+#define FS_FDTAB_INTERNAL_MAX 65536
+void fs_fdtab_set_internal(int fd, bool on);
+bool fs_fdtab_internal(int fd);
+
 #endif

@@ -112,15 +112,42 @@ static void fs_forget(int fd)
 
 FS_EXPORT int close(int fd)
 {
+  /* One of ours (see fs_fdtab_set_internal): the application never opened
+   * it, so closing it is a blanket close; it stays ours. */
+  if (__builtin_expect(fs_fdtab_internal(fd), 0))
+    return 0;
   fs_forget(fd);
   if (__builtin_expect(fs_ready_epoll_tracked(fd), 0))
     fs_ready_epoll_close(fd);
   return FS_REAL(close)(fd);
 }
 
+/* close_range over [lo, hi] minus the library's own descriptors. */
+static int fs_close_range_skip(unsigned lo, unsigned hi, int flags)
+{
+  unsigned cur = lo;
+  while (cur <= hi && cur < FS_FDTAB_INTERNAL_MAX) {
+    unsigned next = cur;
+    while (next <= hi && next < FS_FDTAB_INTERNAL_MAX && !fs_fdtab_internal((int)next))
+      next++;
+    if (next > cur && FS_REAL(close_range)(cur, next - 1, flags) < 0)
+      return -1;
+    if (next > hi || next >= FS_FDTAB_INTERNAL_MAX) {
+      cur = next;
+      break;
+    }
+    cur = next + 1; /* skip ours */
+  }
+  if (cur <= hi && cur >= FS_FDTAB_INTERNAL_MAX)
+    return FS_REAL(close_range)(cur, hi, flags);
+  return 0;
+}
+
 FS_EXPORT int close_range(unsigned lo, unsigned hi, int flags)
 {
-  int rc = FS_REAL(close_range)(lo, hi, flags);
+  if (lo > hi) /* the kernel's answer, untouched */
+    return FS_REAL(close_range)(lo, hi, flags);
+  int rc = fs_close_range_skip(lo, hi, flags);
   /* CLOSE_RANGE_CLOEXEC only marks fds; they are forgotten at exec. */
   if (rc == 0 && !(flags & CLOSE_RANGE_CLOEXEC)) {
     int saved = errno;
@@ -138,10 +165,11 @@ FS_EXPORT void closefrom(int lowfd)
   for (int fd = lowfd < 0 ? 0 : lowfd; fd < fs_fdtab_hiwater; fd++)
     fs_forget(fd);
   errno = saved;
-  if (FS_REAL(close_range)((unsigned)(lowfd < 0 ? 0 : lowfd), ~0U, 0) < 0) {
+  if (fs_close_range_skip((unsigned)(lowfd < 0 ? 0 : lowfd), ~0U, 0) < 0) {
     /* Old kernel: fall back like glibc does. */
     for (int fd = lowfd < 0 ? 0 : lowfd; fd < 65536; fd++)
-      FS_REAL(close)(fd);
+      if (!fs_fdtab_internal(fd))
+        FS_REAL(close)(fd);
   }
   errno = saved;
 }
@@ -180,6 +208,8 @@ FS_EXPORT int dup2(int fd, int nfd)
 {
   fs_dup_prepare(fd, nfd);
   int rc = FS_REAL(dup2)(fd, nfd);
+  if (rc >= 0 && fd != nfd)
+    fs_fdtab_set_internal(nfd, false); /* the application took that number over */
   if (rc >= 0 && fd != nfd && fs_fdtab_tracked(fd))
     fs_dup_track(fd, rc);
   return rc;
@@ -189,6 +219,8 @@ FS_EXPORT int dup3(int fd, int nfd, int flags)
 {
   fs_dup_prepare(fd, nfd);
   int rc = FS_REAL(dup3)(fd, nfd, flags);
+  if (rc >= 0)
+    fs_fdtab_set_internal(nfd, false); /* the application took that number over */
   if (rc >= 0 && fs_fdtab_tracked(fd))
     fs_dup_track(fd, rc);
   return rc;

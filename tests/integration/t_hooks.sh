@@ -3,7 +3,8 @@
 # both ends (client sends stream A, server verifies it and sends stream B
 # back; every send and receive call in turn, MSG_PEEK included).  Modes as
 # everywhere (lib.sh); "both" runs twice: on shm, and with
-# FABSOCK_TRANSPORT=tcp.  Plain runs the same transfers as the control:
+# FABSOCK_TRANSPORT=tcp (FABSOCK_IT_HOOKS_BOTH lists others: the rdma VM runs
+# "rdma").  Plain runs the same transfers as the control:
 # without the library nothing is closed and nothing is counted.
 #   dpi close   a dpi pattern (action=close) 4 MiB into the stream: the first
 #               preloaded end that receives it closes the connection: its
@@ -69,7 +70,7 @@ hk_run() {
   local tag=$1 spec=$2 s
   shift 2
   local env=(env "FABSOCK_HOOKS=$spec") base=$IT_TMP/$tag.$MODE.$VAR cx=() sx=()
-  [ "$MODE:$VAR" = both:tcp ] && env+=(FABSOCK_TRANSPORT=tcp)
+  [ "$MODE" = both ] && [ "$VAR" != shm ] && env+=(FABSOCK_TRANSPORT=$VAR)
   rm -f "$base".*
   [ -n "${HK_MID:-}" ] && cx+=(-W "$base.mid@$HK_MID")
   if [ "${HK_END:-0}" = 1 ]; then cx+=(-w "$base.endc"); sx+=(-w "$base.ends"); fi
@@ -338,7 +339,7 @@ hk_slow_open() {
 for MODE in $(it_modes); do
   case $MODE in
     plain) variants=none ;;
-    both) variants="shm tcp" ;;
+    both) variants=${FABSOCK_IT_HOOKS_BOTH:-shm tcp} ;;
     *) variants=tcp ;;
   esac
   for VAR in $variants; do

@@ -10,7 +10,9 @@
 # What that covers on rdma: threads sharing connections (mtclient), accept-then-fork
 # (forksrv: rdma connections are downgraded with REVERT before the fork), exec with an inherited
 # connection (execchild), a peer killed with SIGKILL mid-transfer (killpeer), half-close and
-# full duplex with checksums (duplex), closing everything at once (closeall).  (nbconnect and
+# full duplex with checksums (duplex), closing everything at once (closeall), and the inline
+# hooks (t_hooks with FABSOCK_IT_HOOKS_BOTH=rdma: dpi close, clean streams, frame counts and
+# oversized frames, every byte seen once and in order, on rdma).  (nbconnect and
 # errnos compare against 127.0.0.1 transcripts; t_rdma_fabsock covers non-blocking connect.)
 # Emulated rdma is slow (tens of MB/s): the per-program timeout is raised, not the work cut.
 #
@@ -31,5 +33,5 @@ fi
 here=$(cd "$(dirname "$0")" && pwd)
 export IT_HOST=$VM_IP FABSOCK_TRANSPORT=rdma FABSOCK_EXPECT_FABRIC=rdma \
   FABSOCK_IT_PROGS=$build/tests/progs top_builddir=$build FABSOCK_IT_SCRIPT_TIMEOUT=600 \
-  FABSOCK_IT_TIMEOUT=${FABSOCK_IT_TIMEOUT:-240}
-exec bash "$here/../integration/run.sh" ${FABSOCK_VM_IT_TESTS:-duplex mtclient forksrv execchild killpeer closeall}
+  FABSOCK_IT_TIMEOUT=${FABSOCK_IT_TIMEOUT:-240} FABSOCK_IT_HOOKS_BOTH=rdma
+exec bash "$here/../integration/run.sh" ${FABSOCK_VM_IT_TESTS:-duplex mtclient forksrv execchild killpeer closeall hooks}
