@@ -27,7 +27,7 @@
 #define FS_RDV_HOLD_MS 2000     /* how long a request waits for accept() */
 
 enum fs_rdv_kind { K_EVFD = 1, K_LISTENER, K_SRV, K_CLI, K_EXT };
-enum fs_rdv_job_kind { J_UPGRADE, J_RESEND, J_RDMA_LISTEN };
+enum fs_rdv_job_kind { J_UPGRADE, J_RESEND };
 enum fs_rdv_srv_state { S_WAIT_REQ, S_HELD, S_WAIT_ACK };
 
 struct fs_rdv_item {
@@ -141,9 +141,10 @@ static ssize_t fs_rdv_recvfds(int ufd, void *msg, size_t len, int *fds, int max,
     int got[8];
     memcpy(got, CMSG_DATA(cm), (size_t)n * sizeof(int));
     for (int i = 0; i < n; i++) {
-      if (*nfds < max)
+      if (*nfds < max) {
+        fs_fdtab_set_internal(got[i], true);
         fds[(*nfds)++] = got[i];
-      else {
+      } else {
         FS_REAL(close)(got[i]);
         *nfds = max + 1; /* too many: reported as a protocol error */
       }
@@ -151,7 +152,7 @@ static ssize_t fs_rdv_recvfds(int ufd, void *msg, size_t len, int *fds, int max,
   }
   if ((mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || (size_t)r > len) {
     for (int i = 0; i < *nfds && i < max; i++)
-      FS_REAL(close)(fds[i]);
+      fs_fdtab_set_internal(fds[i], false), FS_REAL(close)(fds[i]);
     *nfds = 0;
     return -EPROTO;
   }
@@ -192,6 +193,7 @@ int fs_rdv_diag(const struct sockaddr *local, const struct sockaddr *peer, uint3
   int nl = FS_REAL(socket)(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
   if (nl < 0)
     return -errno;
+  fs_fdtab_set_internal(nl, true);
   struct {
     struct nlmsghdr nlh;
     struct inet_diag_req_v2 r;
@@ -246,6 +248,7 @@ int fs_rdv_diag(const struct sockaddr *local, const struct sockaddr *peer, uint3
     }
   }
 out:
+  fs_fdtab_set_internal(nl, false);
   FS_REAL(close)(nl);
   return rc;
 }
@@ -404,7 +407,7 @@ static void fs_rdv_srv_event(struct fs_rdv_item *it)
   }
   it->uid = cr.uid;
   /* The tcp dup proved the client's identity; we keep only its addresses. */
-  FS_REAL(close)(it->fds[0]);
+  fs_fdtab_set_internal(it->fds[0], false), FS_REAL(close)(it->fds[0]);
   it->fds[0] = -1;
   it->state = S_HELD;
   fs_rdv_srv_try(it);
@@ -480,6 +483,7 @@ static void fs_rdv_cli_start(struct fs_conn *c)
     goto fail;
   /* Pass a dup of our own socket, checked to still be this connection. */
   dupfd = FS_REAL(fcntl)(c->fd, F_DUPFD_CLOEXEC, 0);
+  fs_fdtab_set_internal(dupfd, true);
   struct sockaddr_storage l, p;
   socklen_t ll = sizeof l, pl = sizeof p;
   if (dupfd < 0 || getsockname(dupfd, (struct sockaddr *)&l, &ll) < 0 ||
@@ -490,7 +494,9 @@ static void fs_rdv_cli_start(struct fs_conn *c)
     goto fail;
   }
   uint32_t ring = fs_shm_ring_size();
-  if (fs_shm_create(ring, c->wake_fd, &memfd, &ch) < 0) {
+  if (fs_shm_create(ring, c->wake_fd, &memfd, &ch) == 0)
+    fs_fdtab_set_internal(memfd, true);
+  else {
     reason = FS_REASON_RESOURCES;
     goto fail;
   }
@@ -500,8 +506,8 @@ static void fs_rdv_cli_start(struct fs_conn *c)
     reason = FS_REASON_NO_PEER;
     goto fail;
   }
-  FS_REAL(close)(dupfd);
-  FS_REAL(close)(memfd);
+  fs_fdtab_set_internal(dupfd, false), FS_REAL(close)(dupfd);
+  fs_fdtab_set_internal(memfd, false), FS_REAL(close)(memfd);
   struct fs_rdv_item *it = calloc(1, sizeof *it);
   if (!it) {
     reason = FS_REASON_RESOURCES;
@@ -522,9 +528,9 @@ fail:
   if (ch)
     fs_chan_detach(ch, false);
   if (dupfd >= 0)
-    FS_REAL(close)(dupfd);
+    fs_fdtab_set_internal(dupfd, false), FS_REAL(close)(dupfd);
   if (memfd >= 0)
-    FS_REAL(close)(memfd);
+    fs_fdtab_set_internal(memfd, false), FS_REAL(close)(memfd);
   if (ufd >= 0)
     FS_REAL(close)(ufd);
   fs_sock_upgrade_failed(c, reason);
@@ -556,7 +562,7 @@ static void fs_rdv_cli_event(struct fs_rdv_item *it)
     }
   }
   if (fds[0] >= 0)
-    FS_REAL(close)(fds[0]);
+    fs_fdtab_set_internal(fds[0], false), FS_REAL(close)(fds[0]);
   fs_sock_upgrade_failed(it->c, reason);
   fs_rdv_drop(it);
 }
@@ -648,10 +654,6 @@ static void *fs_rdv_main(void *arg)
         fs_sockio_resend_job(j->c);
         fs_conn_put(j->c);
         pthread_mutex_lock(&A.lock);
-      } else if (j->kind == J_RDMA_LISTEN) {
-        if (fs_conn_state(j->c) == FS_STATE_LISTEN)
-          fs_rdmacm_listen(j->c);
-        fs_conn_put(j->c);
       } else {
         fs_rdv_cli_start(j->c);
       }
@@ -825,7 +827,23 @@ void fs_rdv_resend(struct fs_conn *c)
 
 void fs_rdv_listen_rdma(struct fs_conn *c)
 {
-  fs_rdv_queue(c, J_RDMA_LISTEN);
+  /* At once, not queued: a client that connects right after listen()
+   * returns must find the rdma listener there, or it stays on TCP.  The
+   * device probe this may do costs once per process. */
+  pthread_mutex_lock(&A.lock);
+  if (fs_rdv_start() == 0)
+    fs_rdmacm_listen(c);
+  pthread_mutex_unlock(&A.lock);
+}
+
+void fs_rdv_pause(void)
+{
+  pthread_mutex_lock(&A.lock);
+}
+
+void fs_rdv_resume(void)
+{
+  pthread_mutex_unlock(&A.lock);
 }
 
 void fs_rdv_accepted(void)

@@ -72,8 +72,14 @@ void fs_rdv_upgrade(struct fs_conn *c);
 /* Run fs_sockio_resend_job(c) on the agent thread. */
 void fs_rdv_resend(struct fs_conn *c);
 
-/* Listening socket c: listen on the rdma fabric beside it (on the agent). */
+/* Listening socket c: listen on the rdma fabric beside it. */
 void fs_rdv_listen_rdma(struct fs_conn *c);
+
+/* Hold the agent between its batches (the application closes every fd:
+ * the agent must not open one meanwhile, e.g. for a rendezvous of a
+ * connection being closed).  Not from the agent thread. */
+void fs_rdv_pause(void);
+void fs_rdv_resume(void);
 
 /* Wake the agent (work was queued for it). */
 void fs_rdv_kick(void);

@@ -262,7 +262,7 @@ void fs_sock_listening(struct fs_conn *c, int fd)
     return;
 #ifdef HAVE_RDMA
   if (act.fabric != FS_FABRIC_SHM)
-    fs_rdv_listen_rdma(c); /* on the agent: probing for a device takes time */
+    fs_rdv_listen_rdma(c);
 #endif
   if (act.fabric != FS_FABRIC_RDMA)
     fs_rdv_listen(c, fd);

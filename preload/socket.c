@@ -7,6 +7,7 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include "core/rdv.h"
 #include "core/ready.h"
 #include "core/sock.h"
 #include "preload/boundary.h"
@@ -145,17 +146,21 @@ static int fs_close_range_skip(unsigned lo, unsigned hi, int flags)
 
 FS_EXPORT int close_range(unsigned lo, unsigned hi, int flags)
 {
-  if (lo > hi) /* the kernel's answer, untouched */
+  if (lo > hi || (flags & ~(CLOSE_RANGE_UNSHARE | CLOSE_RANGE_CLOEXEC))) /* the kernel's answer */
     return FS_REAL(close_range)(lo, hi, flags);
-  int rc = fs_close_range_skip(lo, hi, flags);
   /* CLOSE_RANGE_CLOEXEC only marks fds; they are forgotten at exec. */
-  if (rc == 0 && !(flags & CLOSE_RANGE_CLOEXEC)) {
+  if (!(flags & CLOSE_RANGE_CLOEXEC)) {
     int saved = errno;
     unsigned top = (unsigned)fs_fdtab_hiwater;
     for (unsigned fd = lo; fd < top && fd <= hi; fd++)
       fs_forget((int)fd);
     errno = saved;
   }
+  /* The agent must not open a descriptor while the application closes
+   * them all (it would take a number the application expects closed). */
+  fs_rdv_pause();
+  int rc = fs_close_range_skip(lo, hi, flags);
+  fs_rdv_resume();
   return rc;
 }
 
@@ -165,12 +170,14 @@ FS_EXPORT void closefrom(int lowfd)
   for (int fd = lowfd < 0 ? 0 : lowfd; fd < fs_fdtab_hiwater; fd++)
     fs_forget(fd);
   errno = saved;
+  fs_rdv_pause(); /* see close_range */
   if (fs_close_range_skip((unsigned)(lowfd < 0 ? 0 : lowfd), ~0U, 0) < 0) {
     /* Old kernel: fall back like glibc does. */
     for (int fd = lowfd < 0 ? 0 : lowfd; fd < 65536; fd++)
       if (!fs_fdtab_internal(fd))
         FS_REAL(close)(fd);
   }
+  fs_rdv_resume();
   errno = saved;
 }
 
