@@ -97,6 +97,22 @@ int fs_rdv_check_req(const struct fs_rdv_req *r, size_t len, int nfds)
 
 /* ---- small I/O helpers ------------------------------------------------ */
 
+/* The agent's short-lived descriptors live at FS_RDV_FD_BASE and up: an
+ * application closing every low descriptor (and checking they are gone)
+ * never meets one of ours in the numbers it just closed. */
+#define FS_RDV_FD_BASE 256
+static int fs_rdv_high(int fd)
+{
+  if (fd < 0 || fd >= FS_RDV_FD_BASE)
+    return fd;
+  int saved = errno;
+  int nfd = FS_REAL(fcntl)(fd, F_DUPFD_CLOEXEC, FS_RDV_FD_BASE);
+  if (nfd >= 0)
+    FS_REAL(close)(fd);
+  errno = saved;
+  return nfd >= 0 ? nfd : fd;
+}
+
 static int fs_rdv_sendfds(int ufd, const void *msg, size_t len, const int *fds, int nfds)
 {
   struct iovec iov = { (void *)msg, len };
@@ -142,6 +158,7 @@ static ssize_t fs_rdv_recvfds(int ufd, void *msg, size_t len, int *fds, int max,
     memcpy(got, CMSG_DATA(cm), (size_t)n * sizeof(int));
     for (int i = 0; i < n; i++) {
       if (*nfds < max) {
+        got[i] = fs_rdv_high(got[i]);
         fs_fdtab_set_internal(got[i], true);
         fds[(*nfds)++] = got[i];
       } else {
@@ -190,7 +207,7 @@ int fs_rdv_diag(const struct sockaddr *local, const struct sockaddr *peer, uint3
   peer = fs_addr_unmap(peer, &tp);
   if (local->sa_family != peer->sa_family)
     return -EINVAL;
-  int nl = FS_REAL(socket)(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+  int nl = fs_rdv_high(FS_REAL(socket)(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG));
   if (nl < 0)
     return -errno;
   fs_fdtab_set_internal(nl, true);
@@ -292,7 +309,7 @@ static void fs_rdv_drop(struct fs_rdv_item *it)
 
 static void fs_rdv_srv_new(struct fs_rdv_item *l)
 {
-  int ufd = FS_REAL(accept4)(l->ufd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  int ufd = fs_rdv_high(FS_REAL(accept4)(l->ufd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC));
   if (ufd < 0)
     return;
   if (A.npend >= FS_RDV_MAX_PEND) { /* a flood: refuse, the clients stay on TCP */
@@ -422,7 +439,7 @@ static int fs_rdv_cli_connect(struct fs_conn *c, uint32_t diag_uid, int *ufd_out
   const struct sockaddr *p4 = fs_addr_unmap(peer, &t);
   struct sockaddr_in6 any6 = { .sin6_family = AF_INET6, .sin6_port = htons(fs_addr_port(peer)) };
   const struct sockaddr *names[3] = { peer, peer, p4->sa_family == AF_INET ? (struct sockaddr *)&any6 : NULL };
-  int ufd = FS_REAL(socket)(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  int ufd = fs_rdv_high(FS_REAL(socket)(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (ufd < 0)
     return FS_REASON_RESOURCES;
   int reason = FS_REASON_NO_PEER;
@@ -482,7 +499,7 @@ static void fs_rdv_cli_start(struct fs_conn *c)
   if (reason)
     goto fail;
   /* Pass a dup of our own socket, checked to still be this connection. */
-  dupfd = FS_REAL(fcntl)(c->fd, F_DUPFD_CLOEXEC, 0);
+  dupfd = fs_rdv_high(FS_REAL(fcntl)(c->fd, F_DUPFD_CLOEXEC, 0));
   fs_fdtab_set_internal(dupfd, true);
   struct sockaddr_storage l, p;
   socklen_t ll = sizeof l, pl = sizeof p;
@@ -495,7 +512,7 @@ static void fs_rdv_cli_start(struct fs_conn *c)
   }
   uint32_t ring = fs_shm_ring_size();
   if (fs_shm_create(ring, c->wake_fd, &memfd, &ch) == 0)
-    fs_fdtab_set_internal(memfd, true);
+    fs_fdtab_set_internal(memfd = fs_rdv_high(memfd), true);
   else {
     reason = FS_REASON_RESOURCES;
     goto fail;

@@ -23,6 +23,9 @@ for t in "${tests[@]}"; do
   echo "# ---- $name"
   start=$SECONDS
   points=0 plan= st=
+  # A script may need longer than the default: a "# vm-timeout: N" line in it says so.
+  tl=$(sed -n 's/^# vm-timeout: \([0-9][0-9]*\)$/\1/p' "$t" | head -n 1)
+  [ -n "$tl" ] && [ "$tl" -gt "$limit" ] && tl_use=$tl || tl_use=$limit
   while IFS= read -r line; do
     case $line in
       "__guest_suite_exit "*) st=${line#__guest_suite_exit } ;;
@@ -35,10 +38,10 @@ for t in "${tests[@]}"; do
       "#"*) echo "$line" ;;
       *) echo "# $line" ;;
     esac
-  done < <(timeout -k 10 "$limit" bash "$t" 2>&1; echo "__guest_suite_exit $?")
+  done < <(timeout -k 10 "$tl_use" bash "$t" 2>&1; echo "__guest_suite_exit $?")
   echo "# $name: $((SECONDS - start))s"
   if [ "$st" = 124 ] || [ "$st" = 137 ]; then
-    n=$((n + 1)); echo "not ok $n - $name: timed out after ${limit}s"
+    n=$((n + 1)); echo "not ok $n - $name: timed out after ${tl_use}s"
   elif [ -z "$plan" ] || [ "$plan" != "$points" ]; then
     n=$((n + 1)); echo "not ok $n - $name: ran $points test points, planned ${plan:-none} (exit $st)"
   fi
