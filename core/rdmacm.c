@@ -1,6 +1,7 @@
 /* rdma connection management (protocol in core/rdmacm.h).  Everything but
- * fs_rdmacm_retire and fs_rdmacm_check_req runs on the agent thread with
- * the agent lock held, so the lists need no lock of their own. */
+ * fs_rdmacm_retire, fs_rdmacm_held and fs_rdmacm_check_req runs with the
+ * agent lock held (on the agent thread, or in listen()/close() through
+ * core/rdv.c), so the lists need no lock of their own. */
 #include <arpa/inet.h>
 #include <endian.h>
 #include <errno.h>

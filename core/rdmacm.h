@@ -63,7 +63,7 @@ bool fs_rdmacm_available(void);
 /* Agent thread: start an rdma upgrade of connecting end c.  0: under way
  * (c's reference is taken over); else a reason and c is untouched. */
 int fs_rdmacm_connect(struct fs_conn *c);
-/* Agent thread: listen beside listening socket c / stop (the rdma listener
+/* Agent lock held: listen beside listening socket c / stop (the rdma listener
  * stays, orphaned, for connections accepted from it; a new listen on the
  * same address adopts it). */
 void fs_rdmacm_listen(struct fs_conn *c);
