@@ -99,9 +99,9 @@ host_echo() {
 
 # ---- unmodified programs, both sides preloaded ---------------------------------------------------
 # Emulated, an upgrade (agent, route, CM handshake) and each `fabsock stat` take a while: sample
-# for up to 10 s, and let sockperf run long enough for that.
+# for up to 10 s, and let sockperf and iperf3 run long enough for that.
 probe_rdma() { stat_until "$T_WORK/st-$1" rdma 10 --peer "$VM_IP:$1"; }
-export SOCKPERF_TIME=${SOCKPERF_TIME:-8}
+export SOCKPERF_TIME=${SOCKPERF_TIME:-8} IPERF3_TIME=${IPERF3_TIME:-8}
 
 echo_pair
 if [ -n "${FABSOCK_VM_HOST_PLAIN:-}" ]; then host_echo plain "$FABSOCK_VM_HOST_PLAIN"
