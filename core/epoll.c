@@ -76,6 +76,18 @@ static void fs_ep_recheck_del(struct fs_ep *ep, struct fs_ep_ent *e)
   e->on_recheck = false;
 }
 
+/* Put fd (a connection's wake eventfd, or its fabric's event fd) in the
+ * kernel set, edge-triggered, tagged as e's wake (e | 1).  0 or -errno;
+ * errno is left alone. */
+static int fs_ep_add_wake(int epfd, int fd, struct fs_ep_ent *e)
+{
+  struct epoll_event wev = { .events = EPOLLIN | EPOLLET, .data.u64 = (uint64_t)(uintptr_t)e | 1 };
+  int saved = errno;
+  int rc = FS_REAL(epoll_ctl)(epfd, EPOLL_CTL_ADD, fd, &wev) == 0 ? 0 : -errno;
+  errno = saved;
+  return rc;
+}
+
 #define FS_EP_SPIN_MAX 200
 #define FS_EP_SPIN_MIN 2
 
@@ -335,8 +347,7 @@ int fs_ready_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
       break;
     }
     if (c->wake_fd >= 0) {
-      struct epoll_event wev = { .events = EPOLLIN | EPOLLET, .data.u64 = (uint64_t)(uintptr_t)e | 1 };
-      e->wake_reg = FS_REAL(epoll_ctl)(epfd, EPOLL_CTL_ADD, c->wake_fd, &wev) == 0;
+      e->wake_reg = fs_ep_add_wake(epfd, c->wake_fd, e) == 0;
       ep->any_fabric = true; /* it may move to a fabric: the safety net applies */
     }
     e->alive = true;
@@ -453,8 +464,7 @@ static void fs_ep_setup(struct fs_ep *ep, int epfd)
     if (e->c->connecting)
       fs_sock_check_connected(e->c, e->fd);
     if (e->c->wake_fd >= 0) {
-      struct epoll_event wev = { .events = EPOLLIN | EPOLLET, .data.u64 = (uint64_t)(uintptr_t)e | 1 };
-      e->wake_reg = FS_REAL(epoll_ctl)(epfd, EPOLL_CTL_ADD, e->c->wake_fd, &wev) == 0;
+      e->wake_reg = fs_ep_add_wake(epfd, e->c->wake_fd, e) == 0;
       ep->any_fabric = true;
     }
     if (e->wake_reg || (e->c->no_upgrade && !e->c->connecting)) {
@@ -473,11 +483,9 @@ static void fs_ep_reg_wait(struct fs_ep *ep, struct fs_ep_ent *e)
   struct fs_chan *ch = __atomic_load_n(&e->c->chan, __ATOMIC_ACQUIRE);
   if (!ch || ch->wait_fd < 0)
     return;
-  struct epoll_event wev = { .events = EPOLLIN | EPOLLET, .data.u64 = (uint64_t)(uintptr_t)e | 1 };
-  int saved = errno;
-  if (FS_REAL(epoll_ctl)(ep->epfd, EPOLL_CTL_ADD, ch->wait_fd, &wev) == 0 || errno == EEXIST)
+  int rc = fs_ep_add_wake(ep->epfd, ch->wait_fd, e);
+  if (rc == 0 || rc == -EEXIST)
     e->wait_fd = ch->wait_fd;
-  errno = saved;
 }
 
 /* Evaluate e (arming it if not ready) and report it.  Level-triggered

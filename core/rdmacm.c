@@ -574,10 +574,8 @@ void fs_rdmacm_after_fork_child(void)
   M.nheld = 0;
   M.nretired = 0;
   pthread_mutex_init(&M.rlock, NULL);
-  if (M.ec) {
-    fs_fdtab_set_internal(M.ec->fd, false);
-    FS_REAL(close)(M.ec->fd);
-  }
+  if (M.ec)
+    fs_fdtab_close_internal(M.ec->fd);
   M.ec = NULL;
   M.avail = -1;
 }

@@ -169,7 +169,7 @@ static ssize_t fs_rdv_recvfds(int ufd, void *msg, size_t len, int *fds, int max,
   }
   if ((mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || (size_t)r > len) {
     for (int i = 0; i < *nfds && i < max; i++)
-      fs_fdtab_set_internal(fds[i], false), FS_REAL(close)(fds[i]);
+      fs_fdtab_close_internal(fds[i]);
     *nfds = 0;
     return -EPROTO;
   }
@@ -181,8 +181,7 @@ static void fs_rdv_closefds(int *fds, int n)
 {
   for (int i = 0; i < n; i++)
     if (fds[i] >= 0) {
-      fs_fdtab_set_internal(fds[i], false); /* a peer eventfd a failed attach had marked */
-      FS_REAL(close)(fds[i]);
+      fs_fdtab_close_internal(fds[i]); /* received fds are marked ours (fs_rdv_recvfds) */
       fds[i] = -1;
     }
 }
@@ -265,8 +264,7 @@ int fs_rdv_diag(const struct sockaddr *local, const struct sockaddr *peer, uint3
     }
   }
 out:
-  fs_fdtab_set_internal(nl, false);
-  FS_REAL(close)(nl);
+  fs_fdtab_close_internal(nl);
   return rc;
 }
 
@@ -293,8 +291,7 @@ static void fs_rdv_drop(struct fs_rdv_item *it)
      * child still holds a copy of the socket, and the agent would then get
      * events for an item it has freed. */
     FS_REAL(epoll_ctl)(A.epfd, EPOLL_CTL_DEL, it->ufd, NULL);
-    fs_fdtab_set_internal(it->ufd, false);
-    FS_REAL(close)(it->ufd);
+    fs_fdtab_close_internal(it->ufd);
   }
   if (it->kind == K_SRV)
     fs_rdv_closefds(it->fds, 3);
@@ -424,7 +421,7 @@ static void fs_rdv_srv_event(struct fs_rdv_item *it)
   }
   it->uid = cr.uid;
   /* The tcp dup proved the client's identity; we keep only its addresses. */
-  fs_fdtab_set_internal(it->fds[0], false), FS_REAL(close)(it->fds[0]);
+  fs_fdtab_close_internal(it->fds[0]);
   it->fds[0] = -1;
   it->state = S_HELD;
   fs_rdv_srv_try(it);
@@ -523,8 +520,8 @@ static void fs_rdv_cli_start(struct fs_conn *c)
     reason = FS_REASON_NO_PEER;
     goto fail;
   }
-  fs_fdtab_set_internal(dupfd, false), FS_REAL(close)(dupfd);
-  fs_fdtab_set_internal(memfd, false), FS_REAL(close)(memfd);
+  fs_fdtab_close_internal(dupfd);
+  fs_fdtab_close_internal(memfd);
   struct fs_rdv_item *it = calloc(1, sizeof *it);
   if (!it) {
     reason = FS_REASON_RESOURCES;
@@ -545,9 +542,9 @@ fail:
   if (ch)
     fs_chan_detach(ch, false);
   if (dupfd >= 0)
-    fs_fdtab_set_internal(dupfd, false), FS_REAL(close)(dupfd);
+    fs_fdtab_close_internal(dupfd);
   if (memfd >= 0)
-    fs_fdtab_set_internal(memfd, false), FS_REAL(close)(memfd);
+    fs_fdtab_close_internal(memfd);
   if (ufd >= 0)
     FS_REAL(close)(ufd);
   fs_sock_upgrade_failed(c, reason);
@@ -579,7 +576,7 @@ static void fs_rdv_cli_event(struct fs_rdv_item *it)
     }
   }
   if (fds[0] >= 0)
-    fs_fdtab_set_internal(fds[0], false), FS_REAL(close)(fds[0]);
+    fs_fdtab_close_internal(fds[0]);
   fs_sock_upgrade_failed(it->c, reason);
   fs_rdv_drop(it);
 }
@@ -716,9 +713,9 @@ static int fs_rdv_start(void)
 fail:
   fs_log(FS_LOG_WARN, "cannot start the rendezvous agent; staying on TCP");
   if (A.epfd >= 0)
-    fs_fdtab_set_internal(A.epfd, false), FS_REAL(close)(A.epfd);
+    fs_fdtab_close_internal(A.epfd);
   if (A.evfd >= 0)
-    fs_fdtab_set_internal(A.evfd, false), FS_REAL(close)(A.evfd);
+    fs_fdtab_close_internal(A.evfd);
   A.epfd = A.evfd = -1;
   return -EAGAIN;
 }
@@ -908,10 +905,8 @@ void fs_rdv_after_fork(bool child)
   struct fs_rdv_item *it = A.items;
   while (it) {
     struct fs_rdv_item *next = it->next;
-    if (it->ufd >= 0) {
-      fs_fdtab_set_internal(it->ufd, false);
-      FS_REAL(close)(it->ufd);
-    }
+    if (it->ufd >= 0)
+      fs_fdtab_close_internal(it->ufd);
     if (it->kind == K_SRV)
       fs_rdv_closefds(it->fds, 3);
     if (it->ch) /* a mapping the child never attached: unmap only */
@@ -936,9 +931,9 @@ void fs_rdv_after_fork(bool child)
   A.npend = 0;
   fs_rdmacm_after_fork_child();
   if (A.epfd >= 0)
-    fs_fdtab_set_internal(A.epfd, false), FS_REAL(close)(A.epfd);
+    fs_fdtab_close_internal(A.epfd);
   if (A.evfd >= 0)
-    fs_fdtab_set_internal(A.evfd, false), FS_REAL(close)(A.evfd);
+    fs_fdtab_close_internal(A.evfd);
   A.epfd = A.evfd = -1;
   A.running = false;
   pthread_mutex_init(&A.qlock, NULL);

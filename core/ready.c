@@ -26,8 +26,12 @@ int fs_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const
       free(cs);
     return -ENOMEM;
   }
-  nfds_t kn = n;
+  nfds_t kn = n, nw = 0;
   int fabric = 0;
+  /* Wake eventfds go at n.., fabric event fds (rdma completion channels)
+   * meanwhile at 2n.., then right after the wake fds: they are cleared by
+   * the fabric's arm, never by read (see the drain below). */
+  struct pollfd *kw = k + 2 * (size_t)n;
   for (nfds_t i = 0; i < n; i++) {
     k[i] = fds[i];
     k[i].revents = 0;
@@ -44,6 +48,8 @@ int fs_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const
       if (c->tx_flow == FS_FLOW_FABRIC)
         k[i].events &= (short)~(POLLOUT | POLLWRNORM);
       k[i].events |= POLLRDHUP;
+      if (ch->wait_fd >= 0)
+        kw[nw++] = (struct pollfd){ ch->wait_fd, POLLIN, 0 };
     }
     if (c->wake_fd >= 0 && (ch || !c->no_upgrade)) {
       k[kn].fd = c->wake_fd;
@@ -52,18 +58,9 @@ int fs_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const
       kn++;
     }
   }
-  /* Fabric event fds (rdma completion channels) go last: they are cleared
-   * by the fabric's arm, never by read (see the drain below). */
   nfds_t kwake = kn;
-  for (nfds_t i = 0; i < n; i++) {
-    struct fs_chan *ch = cs[i] ? fs_sockio_chan(cs[i]) : NULL;
-    if (ch && ch->wait_fd >= 0) {
-      k[kn].fd = ch->wait_fd;
-      k[kn].events = POLLIN;
-      k[kn].revents = 0;
-      kn++;
-    }
-  }
+  memmove(k + kn, kw, nw * sizeof *k);
+  kn += nw;
   uint64_t deadline = fs_clock_deadline(ts);
   int rc;
   for (int pass = 0;; pass++) {

@@ -18,10 +18,8 @@ static void fs_shm_release(struct fs_chan *ch)
 {
   munmap(ch->map, ch->map_len);
   /* my_efd belongs to the connection; the peer's is ours to close. */
-  if (ch->peer_efd >= 0) {
-    fs_fdtab_set_internal(ch->peer_efd, false);
-    FS_REAL(close)(ch->peer_efd);
-  }
+  if (ch->peer_efd >= 0)
+    fs_fdtab_close_internal(ch->peer_efd);
   free(ch);
 }
 

@@ -41,8 +41,7 @@ static void fs_sock_release(struct fs_conn *c)
     c->hooks = NULL;
   }
   if (c->wake_fd >= 0) {
-    fs_fdtab_set_internal(c->wake_fd, false);
-    FS_REAL(close)(c->wake_fd);
+    fs_fdtab_close_internal(c->wake_fd);
     c->wake_fd = -1;
   }
 }

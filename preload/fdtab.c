@@ -2,6 +2,7 @@
 
 #include "core/sock.h"
 #include "preload/fdtab.h"
+#include "preload/real.h"
 
 struct fs_conn *fs_fdtab_slots[FS_FDTAB_SIZE];
 int fs_fdtab_hiwater;
@@ -82,4 +83,10 @@ bool fs_fdtab_internal(int fd)
   if (fd < 0 || fd >= FS_FDTAB_INTERNAL_MAX)
     return false;
   return (__atomic_load_n(&fs_fdtab_internal_bits[fd / 64], __ATOMIC_ACQUIRE) >> (fd & 63)) & 1;
+}
+
+void fs_fdtab_close_internal(int fd)
+{
+  fs_fdtab_set_internal(fd, false);
+  FS_REAL(close)(fd);
 }

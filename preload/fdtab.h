@@ -62,5 +62,7 @@ extern int fs_fdtab_hiwater;
 #define FS_FDTAB_INTERNAL_MAX 65536
 void fs_fdtab_set_internal(int fd, bool on);
 bool fs_fdtab_internal(int fd);
+/* Close one of the library's descriptors (and forget that it was ours). */
+void fs_fdtab_close_internal(int fd);
 
 #endif
