@@ -31,5 +31,11 @@ if [ "$rc" -ne 0 ] && [ "$fail" -eq 0 ]; then
   tail -20 "$build/hook-pkgconfig.log"
 fi
 echo "# known open bugs (TAP TODO): $todo"
+# The failures again, last: a CI log is often read from its end.
+if [ "$fail" -gt 0 ]; then
+  echo "# failed points:"
+  grep '^not ok ' "$build/all-tap.txt" | grep -v '# TODO' | sed 's/^/#   /' || true
+  [ "$rc" -eq 0 ] || echo "#   (a harness exited non-zero: make check, check-hook-pkgconfig or check-vm)"
+fi
 echo "$pass passed, $fail failed"
 [ "$rc" -eq 0 ] && [ "$fail" -eq 0 ]

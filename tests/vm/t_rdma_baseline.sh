@@ -34,6 +34,7 @@ fi
 if [ ! -f "$RSOCKET_LIB" ]; then
   t_skip "rsocket runs" "$RSOCKET_LIB not installed (librdmacm1)"
 else
+  T_QUIET_WHY=1
   sockperf_run rsocket "LD_PRELOAD=$RSOCKET_LIB" 11112 "$RS_TIMEOUT"
   t_ok "rsocket sockperf ping-pong over $VM_IP: $out${res:+, $res}"
   rs_summary+=("sockperf=$out")
@@ -59,6 +60,7 @@ else
   else
     t_skip "rsocket client to a host without RDMA" "FABSOCK_VM_HOST_PLAIN not set (run through run.sh)"
   fi
+  T_QUIET_WHY=
   t_diag "rsocket summary: $(IFS=';'; echo "${rs_summary[*]}")"
 fi
 
