@@ -1,5 +1,7 @@
 /* Pointer classification and pinned staging for GPU buffers (see gpu.h). */
 #include <errno.h>
+#include <stddef.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +20,7 @@ enum { FS_GPU_ST_ABSENT = 0, FS_GPU_ST_PRESENT = 1, FS_GPU_ST_OFF = 2 };
 
 static int fs_gpu_state;           /* FS_GPU_ST_* */
 static int64_t fs_gpu_next_probe; /* coarse ms; 0 = probe at the next call */
+static unsigned long long fs_gpu_adds; /* the loader's load count at the last probe; 0 = none yet */
 static bool fs_gpu_driver_live;    /* the driver answered a query: it is initialised */
 static pthread_once_t fs_gpu_atfork_once = PTHREAD_ONCE_INIT;
 
@@ -36,6 +39,7 @@ static void fs_gpu_atfork_child(void)
   } else {
     __atomic_store_n(&fs_gpu_state, FS_GPU_ST_ABSENT, __ATOMIC_RELAXED);
     __atomic_store_n(&fs_gpu_next_probe, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&fs_gpu_adds, 0, __ATOMIC_RELAXED);
   }
   fs_gpu_pool_child();
   fs_gpu_primary_child();
@@ -54,6 +58,21 @@ static int64_t fs_gpu_now_ms(void)
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+static int fs_gpu_adds_cb(struct dl_phdr_info *info, size_t size, void *arg)
+{
+  if (size >= offsetof(struct dl_phdr_info, dlpi_adds) + sizeof info->dlpi_adds)
+    *(unsigned long long *)arg = info->dlpi_adds;
+  return 1; /* the count is the same in every entry: the first will do */
+}
+
+/* How many objects the dynamic loader has loaded so far (0: unknown). */
+static unsigned long long fs_gpu_load_count(void)
+{
+  unsigned long long adds = 0;
+  dl_iterate_phdr(fs_gpu_adds_cb, &adds);
+  return adds;
+}
+
 /* Slow path of fs_gpu_maybe_device: probe the loader, rate-limited. */
 static bool fs_gpu_probe(void)
 {
@@ -67,6 +86,16 @@ static bool fs_gpu_probe(void)
   if (!__atomic_compare_exchange_n(&fs_gpu_next_probe, &next, now + FS_GPU_RECHECK_MS, false,
                                    __ATOMIC_RELAXED, __ATOMIC_RELAXED))
     goto out;
+  /* dlopen(RTLD_NOLOAD) of a name that is not loaded searches the library
+   * path (several failed opens: ~1 ms on a network root file system, seen
+   * at every send of a busy server).  The driver can only have appeared if
+   * the loader loaded something since the last probe, which its load
+   * counter tells without a system call. */
+  unsigned long long adds = fs_gpu_load_count();
+  if (adds != 0 && adds == __atomic_load_n(&fs_gpu_adds, __ATOMIC_RELAXED))
+    goto out;
+  __atomic_store_n(&fs_gpu_adds, adds, __ATOMIC_RELAXED);
+  FS_GPU_COUNT(driver_probes, 1);
   if (fs_cuda_disabled()) {
     __atomic_store_n(&fs_gpu_state, FS_GPU_ST_OFF, __ATOMIC_RELEASE);
   } else if (fs_cuda_in_process()) {
@@ -93,6 +122,7 @@ bool fs_gpu_maybe_device(const void *p)
 
 void fs_gpu_note_efault(void)
 {
+  __atomic_store_n(&fs_gpu_adds, 0, __ATOMIC_RELAXED);
   __atomic_store_n(&fs_gpu_next_probe, 0, __ATOMIC_RELAXED);
 }
 
@@ -666,4 +696,5 @@ void fs_gpu_get_stats(struct fs_gpu_stats *out)
   out->pinned_buffers = __atomic_load_n(&fs_gpu_st.pinned_buffers, __ATOMIC_RELAXED);
   out->pinned_bytes = __atomic_load_n(&fs_gpu_st.pinned_bytes, __ATOMIC_RELAXED);
   out->unpinned_fallbacks = __atomic_load_n(&fs_gpu_st.unpinned_fallbacks, __ATOMIC_RELAXED);
+  out->driver_probes = __atomic_load_n(&fs_gpu_st.driver_probes, __ATOMIC_RELAXED);
 }

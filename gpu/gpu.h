@@ -6,7 +6,9 @@
  *  - fs_gpu_maybe_device() answers from one cached word.  Until the driver is
  *    seen in the process it re-probes with dlopen(RTLD_NOLOAD), which never maps
  *    anything, at most once per FS_GPU_RECHECK_MS (coarse monotonic clock) and at
- *    once after fs_gpu_note_efault().  The rate limit cannot hide real device
+ *    once after fs_gpu_note_efault(); and only when the loader has loaded
+ *    something since the last probe (its load counter, dl_iterate_phdr), since a
+ *    NOLOAD miss searches the library path with system calls.  The rate limit cannot hide real device
  *    memory: loading the driver, cuInit and a first allocation take far longer
  *    than the window.  Once the driver is seen, the answer stays "maybe" (it is
  *    never unloaded: we keep a reference).
@@ -72,6 +74,7 @@ struct fs_gpu_stats {
   uint64_t staged_out_bytes, staged_in_bytes;
   uint64_t pinned_buffers, pinned_bytes; /* staging pool size */
   uint64_t unpinned_fallbacks;           /* pool exhausted: a malloc'd buffer was used */
+  uint64_t driver_probes;                /* dlopen(RTLD_NOLOAD) looks for the driver */
 };
 
 #ifdef HAVE_CUDA

@@ -258,6 +258,32 @@ START_TEST(test_detect_after_load)
 }
 END_TEST
 
+/* The driver is looked for (a NOLOAD dlopen: file system calls) only when
+ * the loader has loaded something since the last look. */
+START_TEST(test_probe_only_after_load)
+{
+  setenv("FABSOCK_CUDA_LIB", fake_path, 1);
+  char buf[16];
+  struct fs_gpu_stats st;
+  struct timespec ts = { 0, 10 * 1000 * 1000 };
+  ck_assert(!fs_gpu_maybe_device(buf));
+  fs_gpu_get_stats(&st);
+  uint64_t probes = st.driver_probes;
+  ck_assert_uint_ge(probes, 1);
+  for (int i = 0; i < 3; i++) {
+    nanosleep(&ts, NULL); /* past the rate limit each time */
+    ck_assert(!fs_gpu_maybe_device(buf));
+  }
+  fs_gpu_get_stats(&st);
+  ck_assert_uint_eq(st.driver_probes, probes);
+  app_load(true);
+  nanosleep(&ts, NULL);
+  ck_assert(fs_gpu_maybe_device(buf));
+  fs_gpu_get_stats(&st);
+  ck_assert_uint_eq(st.driver_probes, probes + 1);
+}
+END_TEST
+
 START_TEST(test_detect_on_efault)
 {
   setenv("FABSOCK_CUDA_LIB", fake_path, 1);
@@ -768,6 +794,7 @@ int main(void)
     tcase_add_test(tc, test_fake_not_loaded_is_not_loaded);
     tcase_add_test(tc, test_disabled);
     tcase_add_test(tc, test_detect_after_load);
+    tcase_add_test(tc, test_probe_only_after_load);
     tcase_add_test(tc, test_detect_on_efault);
     tcase_add_test(tc, test_not_initialized);
     tcase_add_test(tc, test_incomplete_driver);
