@@ -91,6 +91,15 @@ void fs_ring_pop(struct fs_ring *r);
 /* DATA bytes readable before the first control record (FIONREAD). */
 size_t fs_ring_readable(const struct fs_ring *r);
 
+/* Consumer, while waiting: load the record header at head along with tail.
+ * The producer writes both; loading both in one iteration fetches both
+ * cache lines at once, instead of the data only after tail said so. */
+static inline void fs_ring_touch_head(const struct fs_ring *r)
+{
+  uint64_t head = __atomic_load_n(&r->ctl->head, __ATOMIC_RELAXED);
+  (void)__atomic_load_n((const uint32_t *)(r->data + (head & (r->size - 1))), __ATOMIC_RELAXED);
+}
+
 static inline bool fs_ring_empty(const struct fs_ring *r)
 {
   return fs_ring_load(&r->ctl->tail) == __atomic_load_n(&r->ctl->head, __ATOMIC_RELAXED);

@@ -244,6 +244,7 @@ static void fs_sockio_adapt(struct fs_conn *c, uint64_t t0)
 static bool fs_cond_rx(struct fs_chan *ch, void *arg)
 {
   (void)arg;
+  fs_ring_touch_head(&ch->rx);
   return fs_chan_rx_ready(ch) || fs_chan_peer_closed(ch) ||
          __atomic_load_n(&ch->peer->rx_revert, __ATOMIC_RELAXED);
 }
