@@ -73,13 +73,14 @@ struct fs_cm_item {
 
 static struct {
   int avail;                    /* -1 not probed, 0 no, 1 yes */
+  bool fork_lost;               /* a child of a process that had set rdma up */
   struct rdma_event_channel *ec;
   struct fs_cm_item *items;
   int nheld;                    /* atomic */
   pthread_mutex_t rlock;        /* retired */
   struct fs_rdma **retired;
   size_t nretired, capretired;
-} M = { -1, NULL, NULL, 0, PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0 };
+} M = { -1, false, NULL, NULL, 0, PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0 };
 
 static void fs_cm_event(void);
 
@@ -577,6 +578,21 @@ void fs_rdmacm_after_fork_child(void)
   if (M.ec)
     fs_fdtab_close_internal(M.ec->fd);
   M.ec = NULL;
-  M.avail = -1;
+  /* librdmacm opened the verbs devices in the parent and keeps them in its
+   * own globals; the child shares those contexts, whose write() commands
+   * the kernel refuses to another process (EACCES: the file's credentials
+   * are the parent's), and whose registrations pin the parent's memory.
+   * So a child of a process that had set rdma up does without it (shm and
+   * tcp still work); one forked before that probes afresh. */
+  if (M.avail == 1) {
+    M.avail = 0;
+    M.fork_lost = true;
+    fs_log(FS_LOG_INFO, "forked after rdma was set up in the parent: this process uses shm or tcp, not rdma");
+  }
+}
+
+bool fs_rdmacm_fork_lost(void)
+{
+  return M.fork_lost;
 }
 #endif

@@ -76,9 +76,13 @@ int fs_rdmacm_next_timeout(void);
 bool fs_rdmacm_held(void);
 /* Any thread: a channel is no longer used; the agent tears it down. */
 void fs_rdmacm_retire(struct fs_rdma *r);
-/* In a forked child: forget the parent's ids without touching them. */
+/* In a forked child: forget the parent's ids without touching them; rdma
+ * stays off in a child of a process that had set it up. */
 void fs_rdmacm_after_fork_child(void);
+/* Is rdma off because of that? */
+bool fs_rdmacm_fork_lost(void);
 #else
+static inline bool fs_rdmacm_fork_lost(void) { return false; }
 static inline bool fs_rdmacm_available(void) { return false; }
 static inline int fs_rdmacm_connect(struct fs_conn *c) { (void)c; return 1; }
 static inline void fs_rdmacm_listen(struct fs_conn *c) { (void)c; }

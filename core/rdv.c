@@ -476,7 +476,9 @@ static void fs_rdv_cli_start(struct fs_conn *c)
   if (rc == -ENOENT && c->policy.fabric != FS_FABRIC_SHM) {
     /* Another host (or rdma asked for): the rdma fabric, if this host has one. */
     if (!fs_rdmacm_available()) {
-      reason = c->policy.fabric == FS_FABRIC_RDMA ? FS_REASON_NO_DEVICE : FS_REASON_REMOTE_HOST;
+      reason = fs_rdmacm_fork_lost()                   ? FS_REASON_FORK
+               : c->policy.fabric == FS_FABRIC_RDMA ? FS_REASON_NO_DEVICE
+                                                    : FS_REASON_REMOTE_HOST;
       goto fail;
     }
     reason = fs_rdmacm_connect(c);

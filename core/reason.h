@@ -19,7 +19,7 @@
   X(VERSION,     "version")         /* peer speaks an unknown wire version */ \
   X(TIMEOUT,     "timeout")         /* the fabric did not come up in time */ \
   X(RESOURCES,   "resources")       /* out of memory, fds, registrations */ \
-  X(FORK,        "fork")            /* downgraded before fork */ \
+  X(FORK,        "fork")            /* downgraded before fork; or a child of an rdma process */ \
   X(EXEC,        "exec")            /* downgraded before exec */ \
   X(FD_PASSED,   "fd-passed")       /* sent to another process with SCM_RIGHTS */ \
   X(SOCKOPT,     "sockopt")         /* an option the fabric cannot honour (e.g. OOB) */ \
