@@ -27,17 +27,23 @@ struct fs_ep;
 struct fs_ep_ent {
   uint32_t magic;
   bool alive, oneshot_fired, edge_pending, out_masked, wake_reg;
+  bool parked;               /* DELeted, wake fds kept in the kernel set (ep->parked) */
   struct fs_ep *ep;
   int fd;
   struct fs_conn *c;
   uint32_t events;           /* the application's */
   epoll_data_t data;         /* the application's */
-  struct fs_ep_ent *next;    /* in ep->ents, or the free list */
+  struct fs_ep_ent *next;    /* in ep->ents, ep->parked, or the free list */
   struct fs_ep_ent *cnext;   /* in the connection's list (c->ep_ents) */
   struct fs_ep_ent *rnext;   /* in ep->recheck */
   bool on_recheck;           /* look at it in the next epoll_wait */
   bool needs_setup;          /* its wake fd is not in the kernel set yet */
   int wait_fd;               /* its fabric's event fd in the kernel set, or -1 */
+  /* EPOLLET on a fabric: the rx ring's tail and the tx ring's head at the
+   * last report.  A wake or a re-check is an edge only if one moved since
+   * (new data, new room) or the kernel reported something; edge_pending
+   * (ADD, MOD) reports the state as it is. */
+  uint64_t et_rx_tail, et_tx_head;
 };
 
 struct fs_ep {
@@ -53,6 +59,14 @@ struct fs_ep {
    * modified, or the kernel woke us for it; every other fabric entry is
    * armed, so its peer's next publish raises its wake fd. */
   struct fs_ep_ent *recheck;
+  /* Entries the application DELeted whose wake fds are still in the kernel
+   * set.  Event loops (libevent, ae, libuv) DEL and ADD the same fd as their
+   * interest changes, often at every request; kept registrations make the
+   * re-ADD cost one system call, as on plain TCP, instead of three.  A
+   * parked entry is dropped for good at its first wake event, at close of
+   * its fd or of the epoll fd, or when its fd number comes back as another
+   * connection. */
+  struct fs_ep_ent *parked;
 };
 
 static void fs_ep_recheck_add(struct fs_ep *ep, struct fs_ep_ent *e)
@@ -207,7 +221,8 @@ static void fs_ep_unlink(struct fs_ep_ent *e)
   fs_ep_recheck_del(e->ep, e);
   if (e->needs_setup)
     e->ep->nsetup--;
-  e->ep->nents--;
+  if (!e->parked)
+    e->ep->nents--;
   pthread_mutex_lock(&c->lock);
   for (struct fs_ep_ent **pp = (struct fs_ep_ent **)&c->ep_ents; *pp; pp = &(*pp)->cnext)
     if (*pp == e) {
@@ -224,6 +239,31 @@ static void fs_ep_unlink(struct fs_ep_ent *e)
   fs_ep_ent_free(e);
 }
 
+static bool fs_ep_list_remove(struct fs_ep_ent **pp, struct fs_ep_ent *e)
+{
+  for (; *pp; pp = &(*pp)->next)
+    if (*pp == e) {
+      *pp = e->next;
+      return true;
+    }
+  return false;
+}
+
+/* DEL of an entry with wake fds in the kernel set (ep->lock held, e out of
+ * ep->ents, its fd out of the kernel set): keep it for a re-ADD. */
+static void fs_ep_park(struct fs_ep *ep, struct fs_ep_ent *e)
+{
+  fs_ep_recheck_del(ep, e);
+  if (e->needs_setup) {
+    e->needs_setup = false;
+    ep->nsetup--;
+  }
+  ep->nents--;
+  e->parked = true;
+  e->next = ep->parked;
+  ep->parked = e;
+}
+
 void fs_ready_epoll_forget_conn(struct fs_conn *c)
 {
   for (;;) {
@@ -234,15 +274,10 @@ void fs_ready_epoll_forget_conn(struct fs_conn *c)
     if (!e)
       return;
     pthread_mutex_lock(&ep->lock);
-    bool found = false;
-    for (struct fs_ep_ent **pp = &ep->ents; *pp; pp = &(*pp)->next)
-      if (*pp == e) {
-        *pp = e->next;
-        found = true;
-        break;
-      }
+    bool found = fs_ep_list_remove(e->parked ? &ep->parked : &ep->ents, e);
     if (found) {
-      FS_REAL(epoll_ctl)(ep->epfd, EPOLL_CTL_DEL, e->fd, NULL);
+      if (!e->parked)
+        FS_REAL(epoll_ctl)(ep->epfd, EPOLL_CTL_DEL, e->fd, NULL);
       fs_ep_unlink(e);
     }
     pthread_mutex_unlock(&ep->lock);
@@ -284,7 +319,9 @@ static struct fs_ep *fs_ep_get(int epfd, bool create)
 /* Kernel event mask for the TCP fd: a fabric tx is never asked of TCP. */
 static uint32_t fs_ep_kernel_events(struct fs_ep_ent *e)
 {
-  uint32_t ev = e->events | EPOLLRDHUP;
+  /* RDHUP tells us of a peer's death on TCP; the kernel refuses it beside
+   * EPOLLEXCLUSIVE, where IN (the EOF) has to do. */
+  uint32_t ev = e->events & EPOLLEXCLUSIVE ? e->events : e->events | EPOLLRDHUP;
   struct fs_chan *ch = fs_sockio_chan(e->c);
   e->out_masked = false;
   if (ch && e->c->tx_flow == FS_FLOW_FABRIC) {
@@ -298,6 +335,39 @@ static int fs_ep_kmod(int epfd, struct fs_ep_ent *e, uint32_t events)
 {
   struct epoll_event kev = { .events = events, .data.u64 = (uint64_t)(uintptr_t)e };
   return FS_REAL(epoll_ctl)(epfd, EPOLL_CTL_MOD, e->fd, &kev) < 0 ? -errno : 0;
+}
+
+/* ADD of fd: its parked entry for the same connection comes back (ep->lock
+ * held).  0, -errno from the kernel, or -ENOENT: none, make a new one. */
+static int fs_ep_revive(struct fs_ep *ep, int epfd, int fd, struct fs_conn *c, struct epoll_event *ev)
+{
+  struct fs_ep_ent *e = ep->parked;
+  while (e && e->fd != fd)
+    e = e->next;
+  if (!e)
+    return -ENOENT;
+  fs_ep_list_remove(&ep->parked, e);
+  if (e->c != c) { /* the number was closed behind our back and reused */
+    fs_ep_unlink(e);
+    return -ENOENT;
+  }
+  e->events = ev->events;
+  e->data = ev->data;
+  e->oneshot_fired = false;
+  e->edge_pending = true;
+  e->parked = false;
+  struct epoll_event kev = { .events = fs_ep_kernel_events(e), .data.u64 = (uint64_t)(uintptr_t)e };
+  if (FS_REAL(epoll_ctl)(epfd, EPOLL_CTL_ADD, fd, &kev) < 0) {
+    int rc = -errno;
+    e->parked = true; /* fs_ep_unlink: not counted */
+    fs_ep_unlink(e);
+    return rc;
+  }
+  e->next = ep->ents;
+  ep->ents = e;
+  ep->nents++;
+  fs_ep_recheck_add(ep, e); /* whatever happened while parked */
+  return 0;
 }
 
 int fs_ready_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
@@ -325,6 +395,9 @@ int fs_ready_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
       rc = -EEXIST;
       break;
     }
+    if (ep->parked && (rc = fs_ep_revive(ep, epfd, fd, c, ev)) != -ENOENT)
+      break;
+    rc = 0;
     e = fs_ep_ent_new();
     if (!e) {
       rc = -ENOMEM;
@@ -370,13 +443,22 @@ int fs_ready_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
       rc = FS_REAL(epoll_ctl)(epfd, op, fd, ev) < 0 ? -errno : -ENOENT;
       break;
     }
+  {
+    /* The kernel first: a MOD it refuses (EPOLLEXCLUSIVE) changes nothing. */
+    uint32_t old = e->events;
     e->events = ev->events;
+    rc = fs_ep_kmod(epfd, e, fs_ep_kernel_events(e));
+    if (rc < 0) {
+      e->events = old;
+      fs_ep_kernel_events(e); /* out_masked as before */
+      break;
+    }
     e->data = ev->data;
     e->oneshot_fired = false;
     e->edge_pending = true;
     fs_ep_recheck_add(ep, e);
-    rc = fs_ep_kmod(epfd, e, fs_ep_kernel_events(e));
     break;
+  }
   case EPOLL_CTL_DEL:
     if (!e) {
       rc = FS_REAL(epoll_ctl)(epfd, op, fd, ev) < 0 ? -errno : -ENOENT;
@@ -384,7 +466,10 @@ int fs_ready_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
     }
     *pp = e->next;
     rc = FS_REAL(epoll_ctl)(epfd, EPOLL_CTL_DEL, fd, NULL) < 0 ? -errno : 0;
-    fs_ep_unlink(e);
+    if (rc == 0 && e->wake_reg)
+      fs_ep_park(ep, e);
+    else
+      fs_ep_unlink(e);
     break;
   default:
     rc = -EINVAL;
@@ -402,13 +487,19 @@ void fs_ready_epoll_close(int epfd)
   if (!ep)
     return;
   pthread_mutex_lock(&ep->lock);
-  struct fs_ep_ent *e = ep->ents;
-  ep->ents = NULL;
-  while (e) {
-    struct fs_ep_ent *n = e->next;
-    e->wake_reg = false; /* the kernel set dies with the fd */
-    fs_ep_unlink(e);
-    e = n;
+  for (int l = 0; l < 2; l++) {
+    struct fs_ep_ent *e = l ? ep->parked : ep->ents;
+    if (l)
+      ep->parked = NULL;
+    else
+      ep->ents = NULL;
+    while (e) {
+      struct fs_ep_ent *n = e->next;
+      e->wake_reg = false; /* the kernel set dies with the fd */
+      e->wait_fd = -1;
+      fs_ep_unlink(e);
+      e = n;
+    }
   }
   pthread_mutex_unlock(&ep->lock);
   /* ep itself is not freed: a thread may still be in epoll_wait on it. */
@@ -506,6 +597,18 @@ static int fs_ep_report(struct fs_ep *ep, int epfd, struct fs_ep_ent *e, uint32_
   if (masked != e->out_masked)
     fs_ep_kmod(epfd, e, fs_ep_kernel_events(e));
   uint32_t r = fs_ep_eval(e, kernel, true);
+  struct fs_chan *ch = (e->events & EPOLLET) ? __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE) : NULL;
+  uint64_t rx_tail = 0, tx_head = 0;
+  if (ch) {
+    rx_tail = fs_ring_load(&ch->rx.ctl->tail);
+    tx_head = fs_ring_load(&ch->tx.ctl->head);
+    /* Like the kernel, an edge reports the whole current mask.  Room made
+     * by the peer's reading counts as an edge even when we were writable
+     * (the kernel only counts it after a full buffer): a spurious edge costs
+     * an EAGAIN, a missed one a hang. */
+    if (!e->edge_pending && !kernel && rx_tail == e->et_rx_tail && tx_head == e->et_tx_head)
+      r = 0;
+  }
   if (!r)
     return n;
   if (n >= max) {
@@ -513,6 +616,10 @@ static int fs_ep_report(struct fs_ep *ep, int epfd, struct fs_ep_ent *e, uint32_
     return n;
   }
   e->edge_pending = false;
+  if (ch) {
+    e->et_rx_tail = rx_tail;
+    e->et_tx_head = tx_head;
+  }
   n = fs_ep_emit(out, src, n, e, r);
   if (e->events & EPOLLONESHOT) {
     e->oneshot_fired = true;
@@ -612,6 +719,11 @@ int fs_ready_epoll_wait(int epfd, struct epoll_event *out, int max, const struct
       if (!e) {
         src[n] = NULL;
         out[n++] = kst[i];
+        continue;
+      }
+      if (e->parked) { /* news for an fd nobody waits on here: forget it */
+        fs_ep_list_remove(&ep->parked, e);
+        fs_ep_unlink(e);
         continue;
       }
       bool wake = kst[i].data.u64 & 1;
