@@ -227,3 +227,21 @@ size_t fs_ring_readable(const struct fs_ring *r)
     head += FS_RING_HDR + FS_ALIGN8((uint64_t)(hdr[0] >> 8) + hdr[1]);
   }
 }
+
+bool fs_ring_eof_queued(const struct fs_ring *r)
+{
+  uint64_t head = __atomic_load_n(&r->ctl->head, __ATOMIC_RELAXED);
+  uint64_t tail = fs_ring_load(&r->ctl->tail);
+  for (int i = 0; i < FS_RING_EOF_SCAN; i++) {
+    uint32_t hdr[2];
+    if (fs_ring_hdr(r, head, tail, hdr) <= 0)
+      return false;
+    uint32_t type = hdr[0] & 0xff;
+    if (type == FS_REC_EOF)
+      return true;
+    if (type != FS_REC_DATA)
+      return false; /* the stream goes on elsewhere (SWITCH, REVERT) */
+    head += FS_RING_HDR + FS_ALIGN8((uint64_t)(hdr[0] >> 8) + hdr[1]);
+  }
+  return false;
+}

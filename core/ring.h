@@ -91,6 +91,12 @@ void fs_ring_pop(struct fs_ring *r);
 /* DATA bytes readable before the first control record (FIONREAD). */
 size_t fs_ring_readable(const struct fs_ring *r);
 
+/* Is an EOF record queued behind the DATA records at head?  (The kernel
+ * reports EPOLLRDHUP once the FIN arrived, before the data ahead of it is
+ * read.)  Looks at FS_RING_EOF_SCAN records at most: false beyond. */
+#define FS_RING_EOF_SCAN 64
+bool fs_ring_eof_queued(const struct fs_ring *r);
+
 /* Consumer, while waiting: load the record header at head along with tail.
  * The producer writes both; loading both in one iteration fetches both
  * cache lines at once, instead of the data only after tail said so. */

@@ -811,7 +811,7 @@ short fs_sockio_ready(struct fs_conn *c, struct fs_chan *ch, short want, short k
       r |= POLLIN | POLLRDNORM;
     else if (kernel & (POLLIN | POLLRDHUP))
       r |= POLLIN | POLLRDNORM | (kernel & POLLRDHUP); /* TCP closed first: the peer died */
-    if (closed && fs_ring_readable(&ch->rx) == 0)
+    if ((closed && fs_ring_readable(&ch->rx) == 0) || ((want & POLLRDHUP) && fs_ring_eof_queued(&ch->rx)))
       r |= POLLRDHUP;
     break;
   default:
