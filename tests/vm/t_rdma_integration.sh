@@ -13,7 +13,8 @@
 # full duplex with checksums (duplex), closing everything at once (closeall), and the inline
 # hooks (t_hooks with FABSOCK_IT_HOOKS_BOTH=rdma: dpi close, clean streams, frame counts and
 # oversized frames, every byte seen once and in order, on rdma).  (nbconnect and
-# errnos compare against 127.0.0.1 transcripts; t_rdma_fabsock covers non-blocking connect.)
+# errnos compare against 127.0.0.1 transcripts; t_rdma_fabsock covers non-blocking connect), and
+# epoll semantics on an rdma connection (epollsem: its completion channel in the epoll set).
 # Emulated rdma is slow (tens of MB/s): the per-program timeout is raised, not the work cut.
 #
 # Environment: FABSOCK_LIB, FABSOCK_BIN (make check-vm); FABSOCK_VM_IT_TESTS (default above).
@@ -36,4 +37,4 @@ export IT_HOST=$VM_IP FABSOCK_TRANSPORT=rdma FABSOCK_EXPECT_FABRIC=rdma \
   FABSOCK_IT_PROGS=$build/tests/progs top_builddir=$build FABSOCK_IT_SCRIPT_TIMEOUT=600 \
   FABSOCK_IT_TIMEOUT=${FABSOCK_IT_TIMEOUT:-240} FABSOCK_IT_HOOKS_BOTH=rdma \
   FABSOCK_IT_CLOSEALL_KNOWN="open bug: an rdma upgrade in flight opens verbs/rdma_cm descriptors on the agent thread, which can take a low number the application just closed"
-exec bash "$here/../integration/run.sh" ${FABSOCK_VM_IT_TESTS:-duplex mtclient forksrv execchild killpeer closeall hooks}
+exec bash "$here/../integration/run.sh" ${FABSOCK_VM_IT_TESTS:-duplex mtclient forksrv execchild killpeer closeall epollsem hooks}
