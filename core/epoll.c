@@ -34,6 +34,7 @@ struct fs_ep_ent {
   uint32_t events;           /* the application's */
   epoll_data_t data;         /* the application's */
   struct fs_ep_ent *next;    /* in ep->ents, ep->parked, or the free list */
+  struct fs_ep_ent *prev;    /* in ep->ents or ep->parked: O(1) removal */
   struct fs_ep_ent *cnext;   /* in the connection's list (c->ep_ents) */
   struct fs_ep_ent *rnext;   /* in ep->recheck */
   bool on_recheck;           /* look at it in the next epoll_wait */
@@ -239,14 +240,39 @@ static void fs_ep_unlink(struct fs_ep_ent *e)
   fs_ep_ent_free(e);
 }
 
-static bool fs_ep_list_remove(struct fs_ep_ent **pp, struct fs_ep_ent *e)
+/* ep->ents and ep->parked are doubly linked: a server with thousands of
+ * connections must not walk them at every epoll_ctl. */
+static void fs_ep_list_push(struct fs_ep_ent **head, struct fs_ep_ent *e)
 {
-  for (; *pp; pp = &(*pp)->next)
-    if (*pp == e) {
-      *pp = e->next;
-      return true;
-    }
-  return false;
+  e->prev = NULL;
+  e->next = *head;
+  if (*head)
+    (*head)->prev = e;
+  *head = e;
+}
+
+static void fs_ep_list_del(struct fs_ep_ent **head, struct fs_ep_ent *e)
+{
+  if (e->prev)
+    e->prev->next = e->next;
+  else
+    *head = e->next;
+  if (e->next)
+    e->next->prev = e->prev;
+  e->next = e->prev = NULL;
+}
+
+/* The entry of (ep, fd) for connection c, live or parked (ep->lock held):
+ * found through c's own short list, not by walking ep's. */
+static struct fs_ep_ent *fs_ep_find(struct fs_ep *ep, struct fs_conn *c, int fd, bool parked)
+{
+  struct fs_ep_ent *e;
+  pthread_mutex_lock(&c->lock);
+  for (e = c->ep_ents; e; e = e->cnext)
+    if (e->ep == ep && e->fd == fd && e->parked == parked && e->alive)
+      break;
+  pthread_mutex_unlock(&c->lock);
+  return e;
 }
 
 /* DEL of an entry with wake fds in the kernel set (ep->lock held, e out of
@@ -260,8 +286,7 @@ static void fs_ep_park(struct fs_ep *ep, struct fs_ep_ent *e)
   }
   ep->nents--;
   e->parked = true;
-  e->next = ep->parked;
-  ep->parked = e;
+  fs_ep_list_push(&ep->parked, e);
 }
 
 void fs_ready_epoll_forget_conn(struct fs_conn *c)
@@ -274,8 +299,10 @@ void fs_ready_epoll_forget_conn(struct fs_conn *c)
     if (!e)
       return;
     pthread_mutex_lock(&ep->lock);
-    bool found = fs_ep_list_remove(e->parked ? &ep->parked : &ep->ents, e);
+    /* Still ours?  (A DEL or close may have dropped it meanwhile.) */
+    bool found = e->alive && e->ep == ep && e->c == c;
     if (found) {
+      fs_ep_list_del(e->parked ? &ep->parked : &ep->ents, e);
       if (!e->parked)
         FS_REAL(epoll_ctl)(ep->epfd, EPOLL_CTL_DEL, e->fd, NULL);
       fs_ep_unlink(e);
@@ -341,16 +368,10 @@ static int fs_ep_kmod(int epfd, struct fs_ep_ent *e, uint32_t events)
  * held).  0, -errno from the kernel, or -ENOENT: none, make a new one. */
 static int fs_ep_revive(struct fs_ep *ep, int epfd, int fd, struct fs_conn *c, struct epoll_event *ev)
 {
-  struct fs_ep_ent *e = ep->parked;
-  while (e && e->fd != fd)
-    e = e->next;
+  struct fs_ep_ent *e = fs_ep_find(ep, c, fd, true);
   if (!e)
     return -ENOENT;
-  fs_ep_list_remove(&ep->parked, e);
-  if (e->c != c) { /* the number was closed behind our back and reused */
-    fs_ep_unlink(e);
-    return -ENOENT;
-  }
+  fs_ep_list_del(&ep->parked, e);
   e->events = ev->events;
   e->data = ev->data;
   e->oneshot_fired = false;
@@ -363,8 +384,7 @@ static int fs_ep_revive(struct fs_ep *ep, int epfd, int fd, struct fs_conn *c, s
     fs_ep_unlink(e);
     return rc;
   }
-  e->next = ep->ents;
-  ep->ents = e;
+  fs_ep_list_push(&ep->ents, e);
   ep->nents++;
   fs_ep_recheck_add(ep, e); /* whatever happened while parked */
   return 0;
@@ -383,11 +403,7 @@ int fs_ready_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
     return r < 0 ? -errno : 0;
   }
   pthread_mutex_lock(&ep->lock);
-  struct fs_ep_ent *e = ep->ents, **pp = &ep->ents;
-  while (e && e->fd != fd) {
-    pp = &e->next;
-    e = e->next;
-  }
+  struct fs_ep_ent *e = fs_ep_find(ep, c, fd, false);
   int rc = 0;
   switch (op) {
   case EPOLL_CTL_ADD: {
@@ -424,8 +440,7 @@ int fs_ready_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
       ep->any_fabric = true; /* it may move to a fabric: the safety net applies */
     }
     e->alive = true;
-    e->next = ep->ents;
-    ep->ents = e;
+    fs_ep_list_push(&ep->ents, e);
     ep->nents++;
     fs_ep_recheck_add(ep, e);
     if (!e->wake_reg && !c->no_upgrade) {
@@ -464,7 +479,7 @@ int fs_ready_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
       rc = FS_REAL(epoll_ctl)(epfd, op, fd, ev) < 0 ? -errno : -ENOENT;
       break;
     }
-    *pp = e->next;
+    fs_ep_list_del(&ep->ents, e);
     rc = FS_REAL(epoll_ctl)(epfd, EPOLL_CTL_DEL, fd, NULL) < 0 ? -errno : 0;
     if (rc == 0 && e->wake_reg)
       fs_ep_park(ep, e);
@@ -722,7 +737,7 @@ int fs_ready_epoll_wait(int epfd, struct epoll_event *out, int max, const struct
         continue;
       }
       if (e->parked) { /* news for an fd nobody waits on here: forget it */
-        fs_ep_list_remove(&ep->parked, e);
+        fs_ep_list_del(&ep->parked, e);
         fs_ep_unlink(e);
         continue;
       }
