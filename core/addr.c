@@ -47,6 +47,19 @@ uint16_t fs_addr_port(const struct sockaddr *a)
   return 0;
 }
 
+void fs_addr_set_port(struct sockaddr *a, uint16_t port)
+{
+  if (a->sa_family == AF_INET)
+    ((struct sockaddr_in *)a)->sin_port = htons(port);
+  else if (a->sa_family == AF_INET6)
+    ((struct sockaddr_in6 *)a)->sin6_port = htons(port);
+}
+
+size_t fs_addr_len(const struct sockaddr *a)
+{
+  return a->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+}
+
 bool fs_addr_is_any(const struct sockaddr *a)
 {
   if (a->sa_family == AF_INET)

@@ -13,6 +13,12 @@ bool fs_addr_eq(const struct sockaddr *a, const struct sockaddr *b);
 /* Port in host order (0 for unknown families). */
 uint16_t fs_addr_port(const struct sockaddr *a);
 
+/* Set the port (host order); no-op for unknown families. */
+void fs_addr_set_port(struct sockaddr *a, uint16_t port);
+
+/* sizeof the family's sockaddr (IPv4 or IPv6: the only ones we track). */
+size_t fs_addr_len(const struct sockaddr *a);
+
 /* If a is IPv4-mapped IPv6, write the IPv4 form into out and return it. */
 const struct sockaddr *fs_addr_unmap(const struct sockaddr *a, struct sockaddr_storage *out);
 

@@ -191,12 +191,9 @@ int fs_rdmacm_connect(struct fs_conn *c)
   struct sockaddr_storage src, dst;
   const struct sockaddr *s = fs_addr_unmap((struct sockaddr *)&c->local, &src);
   const struct sockaddr *d = fs_addr_unmap((struct sockaddr *)&c->peer, &dst);
-  memmove(&src, s, s->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6));
-  memmove(&dst, d, d->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6));
-  if (src.ss_family == AF_INET)
-    ((struct sockaddr_in *)&src)->sin_port = 0;
-  else
-    ((struct sockaddr_in6 *)&src)->sin6_port = 0;
+  memmove(&src, s, fs_addr_len(s));
+  memmove(&dst, d, fs_addr_len(d));
+  fs_addr_set_port((struct sockaddr *)&src, 0);
   int reason = 0;
   if (rdma_create_id(M.ec, &it->id, it, RDMA_PS_TCP) != 0)
     reason = FS_REASON_RESOURCES;
@@ -283,7 +280,7 @@ void fs_rdmacm_listen(struct fs_conn *c)
   struct fs_cm_item *it = fs_cm_new(CM_LISTENER);
   if (!it)
     return;
-  memcpy(&it->bound, a, a->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6));
+  memcpy(&it->bound, a, fs_addr_len(a));
   if (rdma_create_id(M.ec, &it->id, it, RDMA_PS_TCP) != 0 || rdma_bind_addr(it->id, (struct sockaddr *)&it->bound) != 0 ||
       rdma_listen(it->id, 128) != 0) {
     char s[64];
@@ -377,14 +374,9 @@ static void fs_cm_srv_request(struct fs_cm_item *l, struct rdma_cm_id *id, const
   /* The TCP connection it names: the client's address and TCP port, our
    * address and the listening port. */
   struct sockaddr *pa = rdma_get_peer_addr(id), *la = rdma_get_local_addr(id);
-  size_t pl = pa->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
-  size_t ll = la->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
-  memcpy(&it->tp, pa, pl);
-  memcpy(&it->tl, la, ll);
-  if (it->tp.ss_family == AF_INET)
-    ((struct sockaddr_in *)&it->tp)->sin_port = htons(it->req.port);
-  else
-    ((struct sockaddr_in6 *)&it->tp)->sin6_port = htons(it->req.port);
+  memcpy(&it->tp, pa, fs_addr_len(pa));
+  memcpy(&it->tl, la, fs_addr_len(la));
+  fs_addr_set_port((struct sockaddr *)&it->tp, it->req.port);
   it->held = true;
   __atomic_fetch_add(&M.nheld, 1, __ATOMIC_RELAXED);
   it->deadline = fs_clock_ns() + (uint64_t)FS_RDMACM_HOLD_MS * 1000000u;
