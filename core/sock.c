@@ -412,12 +412,7 @@ static void fs_sock_fork_fix(int fd, struct fs_conn *c, void *arg)
   if (ch && fs_rdma_of(ch)) { /* downgraded before the fork, unless a thread was inside a call */
     if (pid == 0) {
       fs_rdma_forget(ch);
-      c->reverted = c->no_upgrade = true; /* the child has TCP only */
-      if (c->tx_flow == FS_FLOW_FABRIC)
-        c->tx_flow = FS_FLOW_TCP;
-      if (c->rx_flow == FS_FLOW_FABRIC)
-        c->rx_flow = FS_FLOW_TCP;
-      fs_conn_set_state(c, FS_STATE_TCP, FS_REASON_FORK);
+      fs_sockio_tcp_for_good(c, FS_REASON_FORK); /* the child has TCP only */
     }
     return;
   }

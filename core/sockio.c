@@ -256,6 +256,19 @@ static bool fs_cond_tx(struct fs_chan *ch, void *arg)
          __atomic_load_n(&ch->peer->rx_revert, __ATOMIC_RELAXED);
 }
 
+void fs_sockio_tcp_for_good(struct fs_conn *c, int reason)
+{
+  c->reverted = true;
+  c->no_upgrade = true;
+  if (c->tx_flow != FS_FLOW_EOF)
+    c->tx_flow = FS_FLOW_TCP;
+  if (c->rx_flow != FS_FLOW_EOF)
+    c->rx_flow = FS_FLOW_TCP;
+  fs_conn_set_state(c, FS_STATE_TCP, reason);
+  if (c->stat)
+    c->stat->fabric = FS_FABRIC_TCP;
+}
+
 struct fs_chan *fs_sockio_chan(struct fs_conn *c)
 {
   struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
@@ -265,26 +278,14 @@ struct fs_chan *fs_sockio_chan(struct fs_conn *c)
   /* Another process sharing this end since fork downgraded it (it exec'd
    * or passed the fd on): the stream continues on TCP for us too. */
   if (__builtin_expect(__atomic_load_n(&ch->me->reverted, __ATOMIC_ACQUIRE), 0)) {
-    c->reverted = true;
-    c->no_upgrade = true;
-    if (c->tx_flow != FS_FLOW_EOF)
-      c->tx_flow = FS_FLOW_TCP;
-    if (c->rx_flow != FS_FLOW_EOF)
-      c->rx_flow = FS_FLOW_TCP;
-    fs_conn_set_state(c, FS_STATE_TCP, FS_REASON_EXEC);
-    if (c->stat)
-      c->stat->fabric = FS_FABRIC_TCP;
+    fs_sockio_tcp_for_good(c, FS_REASON_EXEC);
     return NULL;
   }
   /* The peer gave the channel up without ever attaching it (its attach
    * lost a race with close or fork): it never left TCP, and neither do we. */
   if (__builtin_expect(fs_chan_peer_closed(ch), 0) && !__atomic_load_n(&ch->peer->attached, __ATOMIC_ACQUIRE) &&
       c->tx_flow == FS_FLOW_TCP && c->rx_flow == FS_FLOW_TCP) {
-    c->reverted = true;
-    c->no_upgrade = true;
-    fs_conn_set_state(c, FS_STATE_TCP, FS_REASON_REJECTED);
-    if (c->stat)
-      c->stat->fabric = FS_FABRIC_TCP;
+    fs_sockio_tcp_for_good(c, FS_REASON_REJECTED);
     return NULL;
   }
   return ch;

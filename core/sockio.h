@@ -14,6 +14,11 @@
  * "is this connection on a fabric" asks this. */
 struct fs_chan *fs_sockio_chan(struct fs_conn *c);
 
+/* c stays on TCP for good: no channel used again, no upgrade; directions not
+ * at EOF read and write TCP; state tcp with reason, fabric tcp in the stats.
+ * (The caller has settled what the fabric still held.) */
+void fs_sockio_tcp_for_good(struct fs_conn *c, int reason);
+
 /* With c->txlock held: if c has a channel and its tx is still on TCP, write
  * SWITCH(tcp_tx) and move tx to the fabric. */
 void fs_sockio_switch_tx(struct fs_conn *c, struct fs_chan *ch);
