@@ -113,6 +113,15 @@ static int fs_rdv_high(int fd)
   return nfd >= 0 ? nfd : fd;
 }
 
+/* A descriptor the agent keeps for a while: moved high and marked ours
+ * (closed later with fs_fdtab_close_internal). */
+static int fs_rdv_own(int fd)
+{
+  fd = fs_rdv_high(fd);
+  fs_fdtab_set_internal(fd, true);
+  return fd;
+}
+
 static int fs_rdv_sendfds(int ufd, const void *msg, size_t len, const int *fds, int nfds)
 {
   struct iovec iov = { (void *)msg, len };
@@ -158,8 +167,7 @@ static ssize_t fs_rdv_recvfds(int ufd, void *msg, size_t len, int *fds, int max,
     memcpy(got, CMSG_DATA(cm), (size_t)n * sizeof(int));
     for (int i = 0; i < n; i++) {
       if (*nfds < max) {
-        got[i] = fs_rdv_high(got[i]);
-        fs_fdtab_set_internal(got[i], true);
+        got[i] = fs_rdv_own(got[i]);
         fds[(*nfds)++] = got[i];
       } else {
         FS_REAL(close)(got[i]);
@@ -206,10 +214,9 @@ int fs_rdv_diag(const struct sockaddr *local, const struct sockaddr *peer, uint3
   peer = fs_addr_unmap(peer, &tp);
   if (local->sa_family != peer->sa_family)
     return -EINVAL;
-  int nl = fs_rdv_high(FS_REAL(socket)(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG));
+  int nl = fs_rdv_own(FS_REAL(socket)(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG));
   if (nl < 0)
     return -errno;
-  fs_fdtab_set_internal(nl, true);
   struct {
     struct nlmsghdr nlh;
     struct inet_diag_req_v2 r;
@@ -498,8 +505,7 @@ static void fs_rdv_cli_start(struct fs_conn *c)
   if (reason)
     goto fail;
   /* Pass a dup of our own socket, checked to still be this connection. */
-  dupfd = fs_rdv_high(FS_REAL(fcntl)(c->fd, F_DUPFD_CLOEXEC, 0));
-  fs_fdtab_set_internal(dupfd, true);
+  dupfd = fs_rdv_own(FS_REAL(fcntl)(c->fd, F_DUPFD_CLOEXEC, 0));
   struct sockaddr_storage l, p;
   socklen_t ll = sizeof l, pl = sizeof p;
   if (dupfd < 0 || getsockname(dupfd, (struct sockaddr *)&l, &ll) < 0 ||
@@ -511,7 +517,7 @@ static void fs_rdv_cli_start(struct fs_conn *c)
   }
   uint32_t ring = fs_shm_ring_size();
   if (fs_shm_create(ring, c->wake_fd, &memfd, &ch) == 0)
-    fs_fdtab_set_internal(memfd = fs_rdv_high(memfd), true);
+    memfd = fs_rdv_own(memfd);
   else {
     reason = FS_REASON_RESOURCES;
     goto fail;
