@@ -3,24 +3,16 @@
 
     fabsock stat --json | fabric_check.py PORT|PID:FD FABRIC
 
-Input format (tools/fabsock):
-  {"processes":[{"pid":N,"program":"..","connections":[{"fd":N,"state":"..",
-    "fabric":"shm","local":"127.0.0.1:5000","peer":"127.0.0.1:40000",
-    "tx_bytes":N,"rx_bytes":N,"reason":"none",...}]}]}
+Input format: see stat_json.py.
 PORT selects every connection whose local or peer port is PORT (both ends of
 a loopback connection when both processes run libfabsock); PID:FD selects one.
 Listening sockets are ignored.  Prints one line; exit 0 when at least one
 connection matched and all report FABRIC, 1 when one reports something else,
 2 when none matched or the input is not valid JSON.
 """
-import json
 import sys
 
-
-def port_of(addr):
-    if not isinstance(addr, str) or ":" not in addr:
-        return None
-    return addr.rsplit(":", 1)[1]
+from stat_json import connections, read_doc
 
 
 def main():
@@ -28,24 +20,10 @@ def main():
         print("usage: fabric_check.py PORT|PID:FD FABRIC")
         return 2
     key, want = sys.argv[1], sys.argv[2]
-    raw = sys.stdin.read()
-    try:
-        doc = json.loads(raw)
-    except ValueError as e:
-        print("not JSON (%s): %s" % (e, raw.strip()[:200].replace("\n", " ")))
+    doc = read_doc()
+    if doc is None:
         return 2
-    pid_fd = key.split(":") if ":" in key else None
-    found = []
-    for proc in doc.get("processes", []):
-        for c in proc.get("connections", []):
-            if c.get("listening") is True or str(c.get("state", "")).lower() in ("listen", "listening"):
-                continue
-            if pid_fd:
-                if str(proc.get("pid")) != pid_fd[0] or str(c.get("fd")) != pid_fd[1]:
-                    continue
-            elif key not in (port_of(c.get("local")), port_of(c.get("peer"))):
-                continue
-            found.append((proc, c))
+    found = list(connections(doc, key))
     if not found:
         print("no connection on %s in fabsock stat (%d processes)" % (key, len(doc.get("processes", []))))
         return 2

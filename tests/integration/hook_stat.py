@@ -12,40 +12,26 @@ are ignored), as KEY=VALUE words the shell can pick apart:
 Exit 0 when at least one connection matched, 1 when none did, 2 when the
 input is not JSON.
 """
-import json
 import sys
 
-
-def port_of(addr):
-    if not isinstance(addr, str) or ":" not in addr:
-        return None
-    return addr.rsplit(":", 1)[1]
+from stat_json import connections, read_doc
 
 
 def main():
     if len(sys.argv) != 2:
         print("usage: hook_stat.py PORT")
         return 2
-    port = sys.argv[1]
-    raw = sys.stdin.read()
-    try:
-        doc = json.loads(raw)
-    except ValueError as e:
-        print("not JSON (%s): %s" % (e, raw.strip()[:200].replace("\n", " ")))
+    doc = read_doc()
+    if doc is None:
         return 2
     n = 0
-    for proc in doc.get("processes", []):
-        for c in proc.get("connections", []):
-            if c.get("listening") is True or c.get("state") == "listen":
-                continue
-            if port not in (port_of(c.get("local")), port_of(c.get("peer"))):
-                continue
-            n += 1
-            print("pid=%s fd=%s dir=%s fabric=%s state=%s reason=%s tx_bytes=%s rx_bytes=%s "
-                  "tx_msgs=%s rx_msgs=%s fabric_tx=%s fabric_rx=%s" % (
-                      proc.get("pid"), c.get("fd"), c.get("dir"), c.get("fabric"), c.get("state"),
-                      c.get("reason"), c.get("tx_bytes"), c.get("rx_bytes"), c.get("tx_msgs"),
-                      c.get("rx_msgs"), c.get("fabric_tx_bytes"), c.get("fabric_rx_bytes")))
+    for proc, c in connections(doc, sys.argv[1]):
+        n += 1
+        print("pid=%s fd=%s dir=%s fabric=%s state=%s reason=%s tx_bytes=%s rx_bytes=%s "
+              "tx_msgs=%s rx_msgs=%s fabric_tx=%s fabric_rx=%s" % (
+                  proc.get("pid"), c.get("fd"), c.get("dir"), c.get("fabric"), c.get("state"),
+                  c.get("reason"), c.get("tx_bytes"), c.get("rx_bytes"), c.get("tx_msgs"),
+                  c.get("rx_msgs"), c.get("fabric_tx_bytes"), c.get("fabric_rx_bytes")))
     return 0 if n else 1
 
 
