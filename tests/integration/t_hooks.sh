@@ -58,6 +58,18 @@ hk_stat() {
 # hk_conn SNAPSHOT connect|accept: that end's line of a hk_stat snapshot.
 hk_conn() { grep -m1 "dir=$2 " <<<"$1"; }
 why() { WHY="${WHY:+$WHY; }$*"; }
+# hk_digest_of DIR connect|accept WHO: the digest hook_digest wrote for that end
+# of the HK_STAT_END snapshot, as " key=value ..." in DIGEST; 1 (and a why)
+# when the end or its digest is missing.
+hk_digest_of() {
+  local l f
+  DIGEST=
+  l=$(hk_conn "$HK_STAT_END" "$2")
+  [ -n "$l" ] || { why "$3 not in fabsock stat"; return 1; }
+  f=$1/digest.$(kv " $l" pid).$(kv " $l" fd)
+  [ -s "$f" ] || { why "$3: hook wrote no digest ($f)"; return 1; }
+  DIGEST=" $(cat "$f")"
+}
 
 # hk_run TAG SPEC HOOKIO_ARGS...: one transfer, both ends preloaded per MODE
 # with FABSOCK_HOOKS=SPEC (plus FABSOCK_TRANSPORT=tcp in [both,tcp]).  Sets
@@ -262,17 +274,14 @@ hk_digest() {
   WHY=
   HK_END=$([ "$MODE" != plain ] && echo 1) hk_run digest "$DIGEST_SO:$dd" -n 16M
   hk_ended_ok
-  local d who line l f n=0
+  local d who line f n=0
   for d in connect accept; do
     who=client line=$CLI
     [ $d = accept ] && who=server line=$SRV
     preloaded $who || continue
     n=$((n + 1))
-    l=$(hk_conn "$HK_STAT_END" $d)
-    [ -n "$l" ] || { why "$who not in fabsock stat"; continue; }
-    f=$dd/digest.$(kv " $l" pid).$(kv " $l" fd)
-    [ -s "$f" ] || { why "$who: hook wrote no digest ($f)"; continue; }
-    f=" $(cat "$f")"
+    hk_digest_of "$dd" $d "$who" || continue
+    f=$DIGEST
     [ "$(kv "$f" send_bytes)" = "$(kv "$line" tx)" ] && [ "$(kv "$f" send_crc)" = "$(kv "$line" tx_crc)" ] ||
       why "$who send: hook saw $(kv "$f" send_bytes) B crc $(kv "$f" send_crc), sent $(kv "$line" tx) B crc $(kv "$line" tx_crc)"
     [ "$(kv "$f" recv_bytes)" = "$(kv "$line" rx)" ] && [ "$(kv "$f" recv_crc)" = "$(kv "$line" rx_crc)" ] ||
@@ -297,15 +306,12 @@ hk_digest_mt() {
   HK_END=$([ "$MODE" != plain ] && echo 1) hk_run digestmt "$DIGEST_SO:$dd" -n 32M -M
   [ "$HK_RC" = 0 ] && [ "$SRV_STATUS" = "exited with status 0" ] || why "client exit $HK_RC, server $SRV_STATUS: $CLI / $SRV"
   [ "$(kv "$SRV" rx)" = 33554432 ] && [ "$(kv "$SRV" rx_end)" = eof ] || why "server received $(kv "$SRV" rx) B, $(kv "$SRV" rx_end)"
-  local d l f want
+  local d f want
   want=$(kv "$SRV" rx_crc)
   for d in connect accept; do
     preloaded "$([ $d = connect ] && echo client || echo server)" || continue
-    l=$(hk_conn "$HK_STAT_END" $d)
-    [ -n "$l" ] || { why "$d end not in fabsock stat"; continue; }
-    f=$dd/digest.$(kv " $l" pid).$(kv " $l" fd)
-    [ -s "$f" ] || { why "$d end: hook wrote no digest"; continue; }
-    f=" $(cat "$f")"
+    hk_digest_of "$dd" $d "$d end" || continue
+    f=$DIGEST
     if [ $d = connect ]; then
       [ "$(kv "$f" send_bytes)" = 33554432 ] && [ "$(kv "$f" send_crc)" = "$want" ] ||
         why "client hook saw $(kv "$f" send_bytes) B crc $(kv "$f" send_crc), the server received crc $want"
