@@ -100,7 +100,16 @@ hk_run() {
   local cpid=$BG_PID
   CLI_LOG=$BG_LOG
   if [ -n "${HK_MID:-}" ]; then
-    wait_file "$base.mid.ready" "$cpid" 30 && HK_STAT_MID=$(hk_stat)
+    # The upgrade is asynchronous (an emulated rdma one can take seconds):
+    # at the pause, give it up to 10 s to show every end on $VAR, as
+    # expect_fabric does; hk_fabric then checks the snapshot.
+    if wait_file "$base.mid.ready" "$cpid" 30; then
+      for _ in $(seq 50); do
+        HK_STAT_MID=$(hk_stat)
+        [ -n "$HK_STAT_MID" ] && ! grep -qv " fabric=$VAR " <<<"$HK_STAT_MID" && break
+        sleep 0.2
+      done
+    fi
     touch "$base.mid"
   fi
   if [ "${HK_HOOKWAIT:-0}" = 1 ]; then
