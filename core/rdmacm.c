@@ -5,12 +5,15 @@
 #include <arpa/inet.h>
 #include <endian.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <stddef.h>
 #include <string.h>
 
+#include "core/hmac.h"
 #include "core/rdmacm.h"
 #include "core/reason.h"
 
-int fs_rdmacm_check_req(const void *data, size_t len, struct fs_rdmacm_msg *out)
+int fs_rdmacm_check_req(const void *data, size_t len, struct fs_rdmacm_msg *out, bool *has_mac)
 {
   struct fs_rdmacm_msg m;
   if (!data || len < sizeof m)
@@ -20,7 +23,9 @@ int fs_rdmacm_check_req(const void *data, size_t len, struct fs_rdmacm_msg *out)
     return FS_REASON_PROTOCOL;
   if (m.version != 1)
     return FS_REASON_VERSION;
-  if (m.ring_log2 < FS_RDMACM_RING_LOG2_MIN || m.ring_log2 > FS_RDMACM_RING_LOG2_MAX || m.flags != 0 ||
+  uint32_t flags = ntohl(m.flags);
+  if (m.ring_log2 < FS_RDMACM_RING_LOG2_MIN || m.ring_log2 > FS_RDMACM_RING_LOG2_MAX ||
+      (flags & ~FS_RDMACM_F_MAC) != 0 || ((flags & FS_RDMACM_F_MAC) && len < sizeof(struct fs_rdmacm_wire)) ||
       m.port == 0 || m.rkey == 0)
     return FS_REASON_PROTOCOL;
   out->magic = ntohl(m.magic);
@@ -29,7 +34,85 @@ int fs_rdmacm_check_req(const void *data, size_t len, struct fs_rdmacm_msg *out)
   out->port = ntohs(m.port);
   out->addr = be64toh(m.addr);
   out->rkey = ntohl(m.rkey);
-  out->flags = 0;
+  out->flags = flags;
+  *has_mac = (flags & FS_RDMACM_F_MAC) != 0;
+  return 0;
+}
+
+/* One end of the TCP connection as the MAC covers it: 16-byte IP (IPv4
+ * mapped, so an AF_INET and a v4-mapped AF_INET6 view agree), port. */
+static void fs_rdmacm_mac_addr(struct fs_hmac *h, const struct sockaddr *sa)
+{
+  uint8_t b[18] = { 0 };
+  if (sa && sa->sa_family == AF_INET) {
+    const struct sockaddr_in *s4 = (const struct sockaddr_in *)sa;
+    b[10] = b[11] = 0xff;
+    memcpy(b + 12, &s4->sin_addr, 4);
+    memcpy(b + 16, &s4->sin_port, 2);
+  } else if (sa && sa->sa_family == AF_INET6) {
+    const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)sa;
+    memcpy(b, &s6->sin6_addr, 16);
+    memcpy(b + 16, &s6->sin6_port, 2);
+  }
+  fs_hmac_update(h, b, sizeof b);
+}
+
+static void fs_rdmacm_mac(const struct fs_rdmacm_wire *w, const uint8_t key[32], const struct sockaddr *client,
+                          const struct sockaddr *server, const uint8_t *bind, uint8_t out[FS_RDMACM_MAC_LEN])
+{
+  static const char label[17] = "fabsock-rdmacm-v1";
+  struct fs_hmac h;
+  uint8_t d[FS_HMAC_LEN];
+  fs_hmac_init(&h, key, FS_HMAC_LEN);
+  fs_hmac_update(&h, label, sizeof label);
+  fs_hmac_update(&h, w, offsetof(struct fs_rdmacm_wire, a.mac));
+  fs_rdmacm_mac_addr(&h, client);
+  fs_rdmacm_mac_addr(&h, server);
+  if (bind)
+    fs_hmac_update(&h, bind, FS_RDMACM_MAC_LEN);
+  fs_hmac_final(&h, d);
+  memcpy(out, d, FS_RDMACM_MAC_LEN);
+  memset(&h, 0, sizeof h);
+}
+
+void fs_rdmacm_seal(struct fs_rdmacm_wire *w, const uint8_t key[32], const struct sockaddr *client,
+                    const struct sockaddr *server, const uint8_t *bind, uint64_t now_ms)
+{
+  w->m.flags = htonl(ntohl(w->m.flags) | FS_RDMACM_F_MAC);
+  w->a.time_ms = htobe64(now_ms);
+  fs_rdmacm_mac(w, key, client, server, bind, w->a.mac);
+}
+
+int fs_rdmacm_verify(const void *data, size_t len, const uint8_t key[32], const struct sockaddr *client,
+                     const struct sockaddr *server, const uint8_t *bind, uint64_t now_ms,
+                     struct fs_rdmacm_seen *seen)
+{
+  struct fs_rdmacm_wire w;
+  uint8_t mac[FS_RDMACM_MAC_LEN];
+  if (!data || len < sizeof w)
+    return FS_REASON_AUTH;
+  memcpy(&w, data, sizeof w);
+  if (!(ntohl(w.m.flags) & FS_RDMACM_F_MAC))
+    return FS_REASON_AUTH;
+  fs_rdmacm_mac(&w, key, client, server, bind, mac);
+  if (!fs_hmac_equal(mac, w.a.mac, sizeof mac))
+    return FS_REASON_AUTH;
+  if (bind)
+    return 0; /* an accept answers our own fresh request */
+  uint64_t t = be64toh(w.a.time_ms);
+  if ((t > now_ms ? t - now_ms : now_ms - t) > FS_RDMACM_AUTH_WINDOW_MS)
+    return FS_REASON_AUTH;
+  if (!seen)
+    return 0;
+  size_t slot = 0;
+  for (size_t i = 0; i < FS_RDMACM_SEEN; i++) {
+    if (seen->time_ms[i] && fs_hmac_equal(seen->mac[i], mac, sizeof mac))
+      return FS_REASON_AUTH; /* a replay */
+    if (seen->time_ms[i] < seen->time_ms[slot])
+      slot = i; /* the oldest (or an empty one) makes room */
+  }
+  memcpy(seen->mac[slot], mac, sizeof mac);
+  seen->time_ms[slot] = t ? t : 1;
   return 0;
 }
 
@@ -37,6 +120,7 @@ int fs_rdmacm_check_req(const void *data, size_t len, struct fs_rdmacm_msg *out)
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <infiniband/verbs.h>
@@ -66,6 +150,8 @@ struct fs_cm_item {
   uint64_t deadline;            /* ns; 0 = none */
   uint32_t ring;
   struct fs_rdmacm_msg req;     /* SRV: the request */
+  bool req_mac;                 /* SRV: it carried an authenticator */
+  struct fs_rdmacm_wire raw;    /* SRV: the request as received; CLI: as sent */
   struct sockaddr_storage tl, tp; /* SRV: the TCP connection it names (local, peer) */
   struct sockaddr_storage bound;  /* LISTENER */
   struct fs_cm_item *next;
@@ -80,7 +166,15 @@ static struct {
   pthread_mutex_t rlock;        /* retired */
   struct fs_rdma **retired;
   size_t nretired, capretired;
-} M = { -1, false, NULL, NULL, 0, PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0 };
+  struct fs_rdmacm_seen seen;   /* authenticated requests taken */
+} M = { -1, false, NULL, NULL, 0, PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, { { { 0 } }, { 0 } } };
+
+static uint64_t fs_cm_wall_ms(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
 
 static void fs_cm_event(void);
 
@@ -224,9 +318,15 @@ static void fs_cm_cli_route(struct fs_cm_item *it)
   uint64_t addr;
   uint32_t rkey;
   fs_rdma_local(it->r, &addr, &rkey);
-  struct fs_rdmacm_msg m = { htonl(FS_RDMACM_MAGIC_REQ), 1, fs_cm_log2(it->ring),
-                             htons(fs_addr_port((struct sockaddr *)&it->c->local)), htobe64(addr), htonl(rkey), 0 };
-  struct rdma_conn_param p = { .private_data = &m, .private_data_len = sizeof m, .retry_count = 7, .rnr_retry_count = 7 };
+  struct fs_rdmacm_wire *w = &it->raw;
+  struct fs_conn *c = it->c;
+  memset(w, 0, sizeof *w);
+  w->m = (struct fs_rdmacm_msg){ htonl(FS_RDMACM_MAGIC_REQ), 1, fs_cm_log2(it->ring),
+                                 htons(fs_addr_port((struct sockaddr *)&c->local)), htobe64(addr), htonl(rkey), 0 };
+  if (c->policy.has_key)
+    fs_rdmacm_seal(w, c->policy.key, (struct sockaddr *)&c->local, (struct sockaddr *)&c->peer, NULL, fs_cm_wall_ms());
+  struct rdma_conn_param p = { .private_data = w, .private_data_len = c->policy.has_key ? sizeof *w : sizeof w->m,
+                               .retry_count = 7, .rnr_retry_count = 7 };
   if (rdma_connect(it->id, &p) != 0)
     fs_cm_cli_fail(it, FS_REASON_NO_PEER);
 }
@@ -241,6 +341,13 @@ static void fs_cm_cli_established(struct fs_cm_item *it, const uint8_t *pd, size
   memcpy(&m, pd, sizeof m);
   if (ntohl(m.magic) != FS_RDMACM_MAGIC_ACC || m.version != 1 || m.ring_log2 != fs_cm_log2(it->ring) || !m.rkey) {
     fs_cm_cli_fail(it, m.version != 1 ? FS_REASON_VERSION : FS_REASON_PROTOCOL);
+    return;
+  }
+  struct fs_conn *c = it->c;
+  if (c->policy.has_key && fs_rdmacm_verify(pd, len, c->policy.key, (struct sockaddr *)&c->local,
+                                            (struct sockaddr *)&c->peer, it->raw.a.mac, 0, NULL) != 0) {
+    fs_log(FS_LOG_INFO, "fd %d: the rdma peer did not prove our rdma_key: stays on tcp", c->fd);
+    fs_cm_cli_fail(it, FS_REASON_AUTH); /* the disconnect leaves the peer on tcp too */
     return;
   }
   fs_rdma_set_peer(it->r, be64toh(m.addr), ntohl(m.rkey));
@@ -325,6 +432,11 @@ static bool fs_cm_srv_try(struct fs_cm_item *it)
     __atomic_fetch_sub(&M.nheld, 1, __ATOMIC_RELAXED);
   }
   int status = fs_sock_may_attach(c, geteuid());
+  if (status == 0 && c->policy.has_key)
+    status = fs_rdmacm_verify(&it->raw, it->req_mac ? sizeof it->raw : 0, c->policy.key, (struct sockaddr *)&c->peer,
+                              (struct sockaddr *)&c->local, NULL, fs_cm_wall_ms(), &M.seen);
+  if (status == FS_REASON_AUTH)
+    fs_sock_refused(c, status);
   if (status == 0) {
     int rc = fs_rdma_new(it->id, it->ring, 1, c->wake_fd, &it->r);
     if (rc < 0) {
@@ -343,9 +455,15 @@ static bool fs_cm_srv_try(struct fs_cm_item *it)
   uint64_t addr;
   uint32_t rkey;
   fs_rdma_local(it->r, &addr, &rkey);
-  struct fs_rdmacm_msg m = { htonl(FS_RDMACM_MAGIC_ACC), 1, it->req.ring_log2,
-                             htons(fs_addr_port((struct sockaddr *)&it->tl)), htobe64(addr), htonl(rkey), 0 };
-  struct rdma_conn_param p = { .private_data = &m, .private_data_len = sizeof m, .retry_count = 7, .rnr_retry_count = 7 };
+  struct fs_rdmacm_wire w;
+  memset(&w, 0, sizeof w);
+  w.m = (struct fs_rdmacm_msg){ htonl(FS_RDMACM_MAGIC_ACC), 1, it->req.ring_log2,
+                                htons(fs_addr_port((struct sockaddr *)&it->tl)), htobe64(addr), htonl(rkey), 0 };
+  if (c->policy.has_key)
+    fs_rdmacm_seal(&w, c->policy.key, (struct sockaddr *)&c->peer, (struct sockaddr *)&c->local, it->raw.a.mac,
+                   fs_cm_wall_ms());
+  struct rdma_conn_param p = { .private_data = &w, .private_data_len = c->policy.has_key ? sizeof w : sizeof w.m,
+                               .retry_count = 7, .rnr_retry_count = 7 };
   it->c = c;
   it->deadline = fs_clock_ns() + (uint64_t)FS_RDMACM_SETUP_MS * 1000000u;
   if (rdma_accept(it->id, &p) != 0)
@@ -363,7 +481,9 @@ static void fs_cm_srv_request(struct fs_cm_item *l, struct rdma_cm_id *id, const
   it->id = id;
   id->context = it;
   it->listener = l;
-  int reason = fs_rdmacm_check_req(pd, len, &it->req);
+  int reason = fs_rdmacm_check_req(pd, len, &it->req, &it->req_mac);
+  if (!reason)
+    memcpy(&it->raw, pd, it->req_mac ? sizeof it->raw : sizeof it->raw.m);
   if (reason) {
     fs_log(FS_LOG_INFO, "rdma connect request refused: %s", fs_reason_name(reason));
     fs_cm_reject(it, reason);

@@ -4,12 +4,28 @@
  * Beside every eligible TCP listen, an rdma_cm listener on the same address
  * and port.  A connecting end that wants rdma resolves a route from its TCP
  * local address to its TCP peer and connects with this private data
- * (wire format v1, 24 bytes, multi-byte fields in network order; it fits
- * the 56 bytes RoCE leaves a connect request):
+ * (wire format v1, multi-byte fields in network order; 24 bytes, or 48 with
+ * the authenticator; it fits the 56 bytes RoCE leaves a connect request):
  *
  *   u32 magic ("FSRC" request, "FSRA" accept) | u8 version 1 | u8 ring log2
  *   (16..24) | u16 TCP port (request: the client's; accept: the server's) |
- *   u64 address of the sender's region | u32 its rkey | u32 flags (0)
+ *   u64 address of the sender's region | u32 its rkey | u32 flags
+ *   [flags bit 0 (FS_RDMACM_F_MAC), no other bit defined:
+ *    u64 sender's wall clock, ms since 1970 | 16 bytes of MAC]
+ *
+ * The MAC (policy rdma_key=FILE: a pre-shared key) is HMAC-SHA-256 under the
+ * key, truncated to 16 bytes, over
+ *   "fabsock-rdmacm-v1" (17 bytes) | the message's first 32 bytes (all of the
+ *   above but the MAC) | client IP (16 bytes, IPv4 as ::ffff:a.b.c.d) |
+ *   client TCP port (2) | server IP (16) | server TCP port (2) |
+ *   [accept only: the request's 16-byte MAC]
+ * so a message is bound to the one TCP connection both ends see, an accept
+ * to the request it answers, and a request to a time: the accepting end
+ * takes it only within FS_RDMACM_AUTH_WINDOW_MS of its own clock and only
+ * once (it remembers the MACs it accepted for that long).  An end with a
+ * key refuses a peer message without a valid MAC (reason "auth"); an end
+ * without one ignores a MAC.  Addresses are the ones the TCP connection
+ * has at both ends, which an rdma path never translates.
  *
  * A refusal carries   u32 magic "FSRJ" | u8 version 1 | u8 reason | u16 0
  * (reason: enum fs_reason).  The accepting end matches the request to the
@@ -23,6 +39,7 @@
 #define FS_CORE_RDMACM_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "core/conn.h"
@@ -33,6 +50,10 @@
 #define FS_RDMACM_HOLD_MS 2000
 #define FS_RDMACM_RING_LOG2_MIN 16
 #define FS_RDMACM_RING_LOG2_MAX 24
+#define FS_RDMACM_F_MAC 1u
+#define FS_RDMACM_MAC_LEN 16
+#define FS_RDMACM_AUTH_WINDOW_MS 30000
+#define FS_RDMACM_SEEN 256  /* MACs remembered against replay */
 
 struct fs_rdmacm_msg {
   uint32_t magic;
@@ -44,6 +65,23 @@ struct fs_rdmacm_msg {
   uint32_t flags;
 } __attribute__((packed));
 
+/* What follows a message whose flags have FS_RDMACM_F_MAC. */
+struct fs_rdmacm_auth {
+  uint64_t time_ms;
+  uint8_t mac[FS_RDMACM_MAC_LEN];
+} __attribute__((packed));
+
+struct fs_rdmacm_wire {
+  struct fs_rdmacm_msg m;
+  struct fs_rdmacm_auth a;
+} __attribute__((packed));
+
+/* Accepted requests' MACs, newest times last in no order (a replay cache). */
+struct fs_rdmacm_seen {
+  uint8_t mac[FS_RDMACM_SEEN][FS_RDMACM_MAC_LEN];
+  uint64_t time_ms[FS_RDMACM_SEEN];
+};
+
 struct fs_rdmacm_rej {
   uint32_t magic;
   uint8_t version;
@@ -54,8 +92,25 @@ struct fs_rdmacm_rej {
 struct fs_rdma;
 
 /* Check a received connect request (network order as received); 0 or a
- * reason (enum fs_reason).  Pure: for the fuzzer and unit tests. */
-int fs_rdmacm_check_req(const void *data, size_t len, struct fs_rdmacm_msg *out);
+ * reason (enum fs_reason).  *out in host order; *has_mac says whether the
+ * authenticator follows (then it is in the raw data, for fs_rdmacm_verify).
+ * Pure: for the fuzzer and unit tests. */
+int fs_rdmacm_check_req(const void *data, size_t len, struct fs_rdmacm_msg *out, bool *has_mac);
+
+struct sockaddr;
+/* Fill w's authenticator (w->m in network order, flags with
+ * FS_RDMACM_F_MAC): time now_ms, MAC over the TCP connection (client,
+ * server: its two ends) and, for an accept, bind = the request's MAC. */
+void fs_rdmacm_seal(struct fs_rdmacm_wire *w, const uint8_t key[32], const struct sockaddr *client,
+                    const struct sockaddr *server, const uint8_t *bind, uint64_t now_ms);
+
+/* 0 if the len bytes at data are a message with a MAC made with key for
+ * that connection (and bind), else FS_REASON_AUTH.  A request (bind NULL)
+ * must also be within FS_RDMACM_AUTH_WINDOW_MS of now_ms, and not in seen
+ * (NULL: no replay check); a request that passes is added to seen. */
+int fs_rdmacm_verify(const void *data, size_t len, const uint8_t key[32], const struct sockaddr *client,
+                     const struct sockaddr *server, const uint8_t *bind, uint64_t now_ms,
+                     struct fs_rdmacm_seen *seen);
 
 #ifdef HAVE_RDMA
 /* Agent thread: a verbs device exists and rdma_cm works (probed once). */

@@ -25,7 +25,8 @@
   X(SOCKOPT,     "sockopt")         /* an option the fabric cannot honour (e.g. OOB) */ \
   X(HOOK,        "hook")            /* a hook closed the connection */ \
   X(ERROR,       "error")           /* an unexpected internal error (logged) */ \
-  X(INHERITED,   "inherited")       /* fd inherited from exec: plain TCP */
+  X(INHERITED,   "inherited")       /* fd inherited from exec: plain TCP */ \
+  X(AUTH,        "auth")            /* rdma_key: the peer did not prove the same key */
 
 enum fs_reason {
 #define FS_REASON_X_ENUM(id, str) FS_REASON_##id,

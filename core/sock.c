@@ -341,6 +341,14 @@ void fs_sock_upgrade_failed(struct fs_conn *c, int reason)
   fs_log(FS_LOG_DEBUG, "fd %d stays on tcp: %s", c->fd, fs_reason_name(reason));
 }
 
+void fs_sock_refused(struct fs_conn *c, int reason)
+{
+  pthread_mutex_lock(&c->lock);
+  if (!c->chan && !c->no_upgrade)
+    fs_conn_set_state(c, fs_conn_state(c), reason);
+  pthread_mutex_unlock(&c->lock);
+}
+
 void fs_sock_last_close(struct fs_conn *c)
 {
   pthread_mutex_lock(&c->lock);

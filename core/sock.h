@@ -90,6 +90,10 @@ bool fs_sock_may_upgrade(struct fs_conn *c);
 /* Put ch on c (0), or -ESTALE if c can no longer take it (caller drops ch). */
 int fs_sock_attach(struct fs_conn *c, struct fs_chan *ch);
 void fs_sock_upgrade_failed(struct fs_conn *c, int reason);
+/* A peer's rendezvous for accepted c was refused for reason: stat shows it,
+ * but c may still take a later valid one (a forged request must not cost
+ * the real one). */
+void fs_sock_refused(struct fs_conn *c, int reason);
 /* The connection's fd count reached zero (from close or a stale entry). */
 void fs_sock_last_close(struct fs_conn *c);
 

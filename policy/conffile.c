@@ -72,6 +72,62 @@ static int fs_conffile_read(const char *path, bool must_exist, struct fs_policy 
   return rc;
 }
 
+int fs_conffile_key(const char *value, bool *has_key, uint8_t key[FS_HMAC_LEN], char *why, size_t whylen)
+{
+  if (strcmp(value, "none") == 0) {
+    *has_key = false;
+    memset(key, 0, FS_HMAC_LEN);
+    return 0;
+  }
+  if (value[0] != '/') {
+    snprintf(why, whylen, "expected none or an absolute path");
+    return -EINVAL;
+  }
+  int fd = open(value, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) {
+    int e = errno;
+    snprintf(why, whylen, "%s", strerror(e));
+    return -e;
+  }
+  struct stat st;
+  const char *bad = NULL;
+  if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+    bad = "not a regular file";
+  else if (st.st_mode & (S_IRWXG | S_IRWXO))
+    bad = "group or others may read or write it (chmod 600)";
+  else if (st.st_size > FS_CONFFILE_KEY_MAX)
+    bad = "larger than 4096 bytes";
+  if (bad) {
+    FS_REAL(close)(fd);
+    snprintf(why, whylen, "%s", bad);
+    return -EINVAL;
+  }
+  FILE *f = fdopen(fd, "r");
+  if (f == NULL) {
+    FS_REAL(close)(fd);
+    snprintf(why, whylen, "out of memory");
+    return -ENOMEM;
+  }
+  uint8_t buf[FS_CONFFILE_KEY_MAX + 1];
+  size_t n = fread(buf, 1, sizeof buf, f);
+  bool err = ferror(f) != 0;
+  fclose(f);
+  while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ' || buf[n - 1] == '\t'))
+    n--;
+  if (err || n < FS_CONFFILE_KEY_MIN || n > FS_CONFFILE_KEY_MAX) {
+    memset(buf, 0, sizeof buf);
+    snprintf(why, whylen, "%s", err ? "read error" : n < FS_CONFFILE_KEY_MIN ? "a key needs at least 16 bytes" : "larger than 4096 bytes");
+    return -EINVAL;
+  }
+  struct fs_hmac_sha s;
+  fs_hmac_sha_init(&s);
+  fs_hmac_sha_update(&s, buf, n);
+  fs_hmac_sha_final(&s, key);
+  memset(buf, 0, sizeof buf);
+  *has_key = true;
+  return 0;
+}
+
 int fs_conffile_load(const char *(*get)(const char *name), struct fs_policy **out, char *err,
                      size_t errlen)
 {

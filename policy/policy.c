@@ -9,6 +9,7 @@
  *   match keys:  program=GLOB dir=connect|accept|any local=SPEC remote=SPEC
  *   action keys: fabric=auto|rdma|shm|tcp upgrade=BYTES|never
  *                spin=adaptive|busy|US timeout=MS uid=same|any hooks=SPEC
+ *                rdma_key=FILE|none
  *
  * A VALUE is a bare word, or "double quoted" (\" and \\ escapes) to hold
  * spaces.  Lines are at most 4096 bytes, rules 10000.  Reading the file:
@@ -32,9 +33,10 @@
 
 /* Keys, in the order of the man page.  The first four are match keys. */
 enum { K_PROGRAM, K_DIR, K_LOCAL, K_REMOTE, K_FABRIC, K_UPGRADE, K_SPIN, K_TIMEOUT, K_UID,
-       K_HOOKS, K_COUNT };
+       K_HOOKS, K_RDMA_KEY, K_COUNT };
 static const char *const fs_policy_keys[K_COUNT] = {
   "program", "dir", "local", "remote", "fabric", "upgrade", "spin", "timeout", "uid", "hooks",
+  "rdma_key",
 };
 #define K_MATCH_MASK ((1u << K_PROGRAM) | (1u << K_DIR) | (1u << K_LOCAL) | (1u << K_REMOTE))
 
@@ -50,6 +52,8 @@ struct fs_policy_rule {
   bool any_uid;
   uint32_t timeout_ms;
   const char *hooks;               /* in the arena (not a 512-byte array per rule) */
+  bool has_key;
+  uint8_t key[FS_HMAC_LEN];
 };
 
 /* Strings and port lists live in a few big blocks freed together, so the
@@ -276,6 +280,9 @@ static int fs_policy_value(struct fs_policy_parser *c, int key, struct fs_policy
     rc = fs_value_hooks(c->val, c->vlen, NULL, why, sizeof why);
     break;
   }
+  case K_RDMA_KEY:
+    rc = fs_conffile_key(c->val, &r->has_key, r->key, why, sizeof why);
+    break;
   }
   if (rc < 0)
     return fs_policy_fail(c, "%s: bad value '%s': %s", fs_policy_keys[key],
@@ -302,6 +309,10 @@ static void fs_policy_overlay(struct fs_policy_action *a, const struct fs_policy
   if (r->set & (1u << K_HOOKS)) {
     size_t n = strlen(r->hooks); /* < FS_POLICY_HOOKS_MAX, checked at parse */
     memcpy(a->hooks, r->hooks, n + 1);
+  }
+  if (r->set & (1u << K_RDMA_KEY)) {
+    a->has_key = r->has_key;
+    memcpy(a->key, r->key, sizeof a->key);
   }
 }
 
@@ -485,6 +496,8 @@ int fs_policy_apply_env(struct fs_policy *p, const char *(*get)(const char *name
       return fs_policy_envfail(err, errlen, "FABSOCK_ANY_UID", v, why);
     a.any_uid = b;
   }
+  if (FS_ENV("FABSOCK_RDMA_KEY_FILE") && fs_conffile_key(v, &a.has_key, a.key, why, sizeof why) < 0)
+    return fs_policy_envfail(err, errlen, "FABSOCK_RDMA_KEY_FILE", v, why);
 #undef FS_ENV
   /* An empty FABSOCK_HOOKS means "no hooks", overriding the file's default. */
   v = get("FABSOCK_HOOKS");

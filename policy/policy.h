@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "core/hmac.h"
+
 enum fs_fabric { FS_FABRIC_AUTO = 0, FS_FABRIC_RDMA, FS_FABRIC_SHM, FS_FABRIC_TCP };
 /* Values are part of the stat file format: append only. */
 
@@ -30,6 +32,8 @@ struct fs_policy_action {
   bool busy_poll;          /* never sleep: spin until data (latency over CPU) */
   uint32_t timeout_ms;     /* bound on a fabric set-up attempt */
   bool any_uid;            /* shm: accept peers of another uid */
+  bool has_key;            /* rdma: authenticate the rendezvous with key */
+  uint8_t key[FS_HMAC_LEN];/* SHA-256 of the key file (rdma_key=FILE) */
   char hooks[FS_POLICY_HOOKS_MAX]; /* hook spec, FABSOCK_HOOKS syntax; "" = none */
 };
 

@@ -6,6 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/hmac.h"
 #include "policy/policy.h"
 
 /* ---- helpers ---------------------------------------------------------- */
@@ -499,6 +503,100 @@ START_TEST(env_errors)
 }
 END_TEST
 
+/* ---- rdma_key --------------------------------------------------------- */
+
+static char keydir[] = "/tmp/check_policy_key.XXXXXX";
+
+static const char *keyfile(const char *name, const char *text, mode_t mode)
+{
+  static char path[8][128];
+  static int n;
+  char *f = path[n++ % 8];
+  snprintf(f, sizeof path[0], "%s/%s", keydir, name);
+  FILE *o = fopen(f, "w");
+  ck_assert_ptr_nonnull(o);
+  fputs(text, o);
+  fclose(o);
+  ck_assert_int_eq(chmod(f, mode), 0);
+  return f;
+}
+
+START_TEST(rdma_key)
+{
+  ck_assert_ptr_nonnull(mkdtemp(keydir));
+  const char *good = keyfile("good", "0123456789abcdef-secret\n", 0600);
+  const char *same = keyfile("same", "0123456789abcdef-secret \r\n\n", 0400);
+  const char *other = keyfile("other", "0123456789abcdef-secreT\n", 0600);
+  const char *open_to_group = keyfile("group", "0123456789abcdef-secret\n", 0640);
+  const char *shorty = keyfile("short", "0123456789abcde\n", 0600);
+  char text[512];
+
+  /* the key is the SHA-256 of the file less its trailing white space */
+  uint8_t want[FS_HMAC_LEN];
+  struct fs_hmac_sha s;
+  fs_hmac_sha_init(&s);
+  fs_hmac_sha_update(&s, "0123456789abcdef-secret", 23);
+  fs_hmac_sha_final(&s, want);
+  snprintf(text, sizeof text, "default rdma_key=%s\nrule remote=10.0.0.0/8 rdma_key=none\nrule remote=10.1.0.0/16 rdma_key=%s\n"
+           "rule remote=192.168.0.0/16 rdma_key=%s\n", good, other, same);
+  struct fs_policy *p = parse_ok(text);
+  const struct fs_policy_action *a = m(p, "x", 1, NULL, 0, "172.16.0.1", 80);
+  ck_assert(a->has_key);
+  ck_assert_mem_eq(a->key, want, FS_HMAC_LEN);
+  a = m(p, "x", 1, NULL, 0, "10.1.0.1", 80); /* first match: none */
+  ck_assert(!a->has_key);
+  a = m(p, "x", 1, NULL, 0, "192.168.1.1", 80);
+  ck_assert(a->has_key);
+  ck_assert_mem_eq(a->key, want, FS_HMAC_LEN);
+  fs_policy_free(p);
+  snprintf(text, sizeof text, "rule rdma_key=%s\n", other);
+  p = parse_ok(text);
+  a = m(p, "x", 1, NULL, 0, "192.168.1.1", 80);
+  ck_assert(a->has_key);
+  ck_assert(memcmp(a->key, want, FS_HMAC_LEN) != 0);
+  fs_policy_free(p);
+
+  /* bad key files are config errors: the process stays on tcp (fabsock.conf(5)) */
+  struct { const char *path, *why; } bad[] = {
+    { open_to_group, "group or others may read or write it (chmod 600)" },
+    { shorty, "a key needs at least 16 bytes" },
+    { "relative/key", "expected none or an absolute path" },
+    { "/nonexistent/fabsock.key", "No such file or directory" },
+    { "/tmp", "not a regular file" },
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char err[512];
+    snprintf(text, sizeof text, "default rdma_key=%s\n", bad[i].path);
+    snprintf(err, sizeof err, "t.conf:1: rdma_key: bad value '%s': %s", bad[i].path, bad[i].why);
+    parse_err(text, err);
+  }
+
+  /* FABSOCK_RDMA_KEY_FILE sets the default */
+  p = parse_ok("");
+  const char *kv[] = { "FABSOCK_RDMA_KEY_FILE", good, NULL };
+  env_set(kv);
+  ck_assert_int_eq(fs_policy_apply_env(p, env_get, errbuf, sizeof errbuf), 0);
+  a = m(p, "x", 2, NULL, 0, NULL, 0);
+  ck_assert(a->has_key);
+  ck_assert_mem_eq(a->key, want, FS_HMAC_LEN);
+  fs_policy_free(p);
+  p = parse_ok("");
+  const char *kv2[] = { "FABSOCK_RDMA_KEY_FILE", shorty, NULL };
+  env_set(kv2);
+  ck_assert_int_eq(fs_policy_apply_env(p, env_get, errbuf, sizeof errbuf), -EINVAL);
+  snprintf(text, sizeof text, "FABSOCK_RDMA_KEY_FILE: bad value '%s': a key needs at least 16 bytes", shorty);
+  ck_assert_str_eq(errbuf, text);
+  ck_assert(!m(p, "x", 2, NULL, 0, NULL, 0)->has_key);
+  fs_policy_free(p);
+  const char *names[] = { "good", "same", "other", "group", "short" };
+  for (size_t i = 0; i < 5; i++) {
+    snprintf(text, sizeof text, "%s/%s", keydir, names[i]);
+    unlink(text);
+  }
+  rmdir(keydir);
+}
+END_TEST
+
 START_TEST(fabric_names)
 {
   ck_assert_str_eq(fs_fabric_name(FS_FABRIC_AUTO), "auto");
@@ -586,6 +684,7 @@ int main(void)
   tcase_add_test(tc, env_overrides);
   tcase_add_test(tc, env_transport_forces);
   tcase_add_test(tc, env_errors);
+  tcase_add_test(tc, rdma_key);
   suite_add_tcase(s, tc);
   tc = tcase_create("hostile");
   tcase_add_test(tc, hostile_random);

@@ -4,6 +4,8 @@
  * The live fabric needs a verbs device: tests/vm runs it over Soft-RoCE. */
 #include <arpa/inet.h>
 #include <check.h>
+#include <netinet/in.h>
+#include <stdbool.h>
 #include <endian.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,41 +23,46 @@ static struct fs_rdmacm_msg good(void)
 START_TEST(t_req_good)
 {
   struct fs_rdmacm_msg m = good(), out;
+  bool mac = true;
   ck_assert_int_eq(sizeof m, 24); /* the wire size: fits RoCE's 56 bytes */
-  ck_assert_int_eq(fs_rdmacm_check_req(&m, sizeof m, &out), 0);
+  ck_assert_int_eq(fs_rdmacm_check_req(&m, sizeof m, &out, &mac), 0);
   ck_assert_uint_eq(out.port, 40000);
   ck_assert_uint_eq(out.ring_log2, 18);
   ck_assert(out.addr == 0x7f0012345000ull);
   ck_assert_uint_eq(out.rkey, 0x1234);
+  ck_assert(!mac);
   /* trailing bytes (a longer private data area) are ignored */
   uint8_t big[56] = { 0 };
   memcpy(big, &m, sizeof m);
-  ck_assert_int_eq(fs_rdmacm_check_req(big, sizeof big, &out), 0);
+  ck_assert_int_eq(fs_rdmacm_check_req(big, sizeof big, &out, &mac), 0);
 }
 END_TEST
 
 START_TEST(t_req_hostile)
 {
   struct fs_rdmacm_msg m, out;
-  ck_assert_int_eq(fs_rdmacm_check_req(NULL, 0, &out), FS_REASON_PROTOCOL);
+  bool mac;
+  ck_assert_int_eq(fs_rdmacm_check_req(NULL, 0, &out, &mac), FS_REASON_PROTOCOL);
   m = good();
-  ck_assert_int_eq(fs_rdmacm_check_req(&m, sizeof m - 1, &out), FS_REASON_PROTOCOL);
+  ck_assert_int_eq(fs_rdmacm_check_req(&m, sizeof m - 1, &out, &mac), FS_REASON_PROTOCOL);
   m = good(), m.magic = htonl(FS_RDMACM_MAGIC_ACC);
-  ck_assert_int_eq(fs_rdmacm_check_req(&m, sizeof m, &out), FS_REASON_PROTOCOL);
+  ck_assert_int_eq(fs_rdmacm_check_req(&m, sizeof m, &out, &mac), FS_REASON_PROTOCOL);
   m = good(), m.version = 2;
-  ck_assert_int_eq(fs_rdmacm_check_req(&m, sizeof m, &out), FS_REASON_VERSION);
+  ck_assert_int_eq(fs_rdmacm_check_req(&m, sizeof m, &out, &mac), FS_REASON_VERSION);
   m = good(), m.ring_log2 = 15;
-  ck_assert_int_eq(fs_rdmacm_check_req(&m, sizeof m, &out), FS_REASON_PROTOCOL);
+  ck_assert_int_eq(fs_rdmacm_check_req(&m, sizeof m, &out, &mac), FS_REASON_PROTOCOL);
   m = good(), m.ring_log2 = 25;
-  ck_assert_int_eq(fs_rdmacm_check_req(&m, sizeof m, &out), FS_REASON_PROTOCOL);
+  ck_assert_int_eq(fs_rdmacm_check_req(&m, sizeof m, &out, &mac), FS_REASON_PROTOCOL);
   m = good(), m.ring_log2 = 255;
-  ck_assert_int_eq(fs_rdmacm_check_req(&m, sizeof m, &out), FS_REASON_PROTOCOL);
+  ck_assert_int_eq(fs_rdmacm_check_req(&m, sizeof m, &out, &mac), FS_REASON_PROTOCOL);
   m = good(), m.port = 0;
-  ck_assert_int_eq(fs_rdmacm_check_req(&m, sizeof m, &out), FS_REASON_PROTOCOL);
+  ck_assert_int_eq(fs_rdmacm_check_req(&m, sizeof m, &out, &mac), FS_REASON_PROTOCOL);
   m = good(), m.rkey = 0;
-  ck_assert_int_eq(fs_rdmacm_check_req(&m, sizeof m, &out), FS_REASON_PROTOCOL);
-  m = good(), m.flags = htonl(1);
-  ck_assert_int_eq(fs_rdmacm_check_req(&m, sizeof m, &out), FS_REASON_PROTOCOL);
+  ck_assert_int_eq(fs_rdmacm_check_req(&m, sizeof m, &out, &mac), FS_REASON_PROTOCOL);
+  m = good(), m.flags = htonl(1); /* a MAC announced, not there */
+  ck_assert_int_eq(fs_rdmacm_check_req(&m, sizeof m, &out, &mac), FS_REASON_PROTOCOL);
+  m = good(), m.flags = htonl(2); /* no such flag */
+  ck_assert_int_eq(fs_rdmacm_check_req(&m, sizeof m, &out, &mac), FS_REASON_PROTOCOL);
   /* random garbage: always a reason, never a crash */
   srand(7);
   for (int i = 0; i < 100000; i++) {
@@ -64,7 +71,7 @@ START_TEST(t_req_hostile)
       b[j] = (uint8_t)rand();
     if (i & 1)
       memcpy(b, &(uint32_t){ htonl(FS_RDMACM_MAGIC_REQ) }, 4);
-    int r = fs_rdmacm_check_req(b, (size_t)(rand() % 25), &out);
+    int r = fs_rdmacm_check_req(b, (size_t)(rand() % 25), &out, &mac);
     if (r == 0) { /* only a well-formed request passes */
       ck_assert(out.ring_log2 >= FS_RDMACM_RING_LOG2_MIN && out.ring_log2 <= FS_RDMACM_RING_LOG2_MAX);
       ck_assert(out.port != 0 && out.rkey != 0);
@@ -89,6 +96,104 @@ START_TEST(t_unwrap)
 }
 END_TEST
 
+/* ---- the pre-shared-key authenticator ----------------------------------- */
+
+static struct sockaddr_in v4(const char *ip, int port)
+{
+  struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+  inet_pton(AF_INET, ip, &a.sin_addr);
+  return a;
+}
+
+static const uint8_t key1[32] = { 1, 2, 3 }, key2[32] = { 1, 2, 4 };
+#define T0 1795000000000ull /* a wall clock in ms */
+
+START_TEST(t_auth)
+{
+  struct sockaddr_in cli = v4("10.0.2.15", 40000), srv = v4("10.0.2.15", 5201), other = v4("10.0.2.16", 40000);
+  struct sockaddr *c = (struct sockaddr *)&cli, *s = (struct sockaddr *)&srv;
+  struct fs_rdmacm_wire w = { .m = good() }, acc;
+  ck_assert_int_eq(sizeof w, 48); /* fits RoCE's 56 bytes */
+  fs_rdmacm_seal(&w, key1, c, s, NULL, T0);
+  struct fs_rdmacm_msg out;
+  bool mac = false;
+  ck_assert_int_eq(fs_rdmacm_check_req(&w, sizeof w, &out, &mac), 0);
+  ck_assert(mac);
+  ck_assert_uint_eq(out.flags, FS_RDMACM_F_MAC);
+  ck_assert_int_eq(fs_rdmacm_check_req(&w, sizeof w - 1, &out, &mac), FS_REASON_PROTOCOL);
+
+  /* the right key, connection and time */
+  ck_assert_int_eq(fs_rdmacm_verify(&w, sizeof w, key1, c, s, NULL, T0 + 29999, NULL), 0);
+  ck_assert_int_eq(fs_rdmacm_verify(&w, sizeof w, key1, c, s, NULL, T0 - 30000, NULL), 0);
+  /* an IPv4 address seen through a dual-stack socket is the same address */
+  struct sockaddr_in6 c6 = { .sin6_family = AF_INET6, .sin6_port = htons(40000) };
+  inet_pton(AF_INET6, "::ffff:10.0.2.15", &c6.sin6_addr);
+  ck_assert_int_eq(fs_rdmacm_verify(&w, sizeof w, key1, (struct sockaddr *)&c6, s, NULL, T0, NULL), 0);
+  /* anything else is refused */
+  ck_assert_int_eq(fs_rdmacm_verify(&w, sizeof w, key2, c, s, NULL, T0, NULL), FS_REASON_AUTH);
+  ck_assert_int_eq(fs_rdmacm_verify(&w, sizeof w, key1, (struct sockaddr *)&other, s, NULL, T0, NULL), FS_REASON_AUTH);
+  ck_assert_int_eq(fs_rdmacm_verify(&w, sizeof w, key1, s, c, NULL, T0, NULL), FS_REASON_AUTH); /* ends swapped */
+  ck_assert_int_eq(fs_rdmacm_verify(&w, sizeof w, key1, c, s, NULL, T0 + 30001, NULL), FS_REASON_AUTH);
+  ck_assert_int_eq(fs_rdmacm_verify(&w, sizeof w, key1, c, s, NULL, T0 - 30001, NULL), FS_REASON_AUTH);
+  ck_assert_int_eq(fs_rdmacm_verify(&w, sizeof w - 1, key1, c, s, NULL, T0, NULL), FS_REASON_AUTH);
+  ck_assert_int_eq(fs_rdmacm_verify(&w, 0, key1, c, s, NULL, T0, NULL), FS_REASON_AUTH);
+  ck_assert_int_eq(fs_rdmacm_verify(NULL, 48, key1, c, s, NULL, T0, NULL), FS_REASON_AUTH);
+  /* every bit of the message counts */
+  for (size_t i = 0; i < sizeof w; i++)
+    for (int b = 0; b < 8; b++) {
+      struct fs_rdmacm_wire x = w;
+      ((uint8_t *)&x)[i] ^= (uint8_t)(1u << b);
+      ck_assert_msg(fs_rdmacm_verify(&x, sizeof x, key1, c, s, NULL, T0, NULL) == FS_REASON_AUTH, "byte %zu bit %d", i, b);
+    }
+  /* without the flag there is no MAC to check */
+  struct fs_rdmacm_wire plain = { .m = good() };
+  ck_assert_int_eq(fs_rdmacm_verify(&plain, sizeof plain, key1, c, s, NULL, T0, NULL), FS_REASON_AUTH);
+
+  /* the accept is bound to the request it answers */
+  acc = (struct fs_rdmacm_wire){ .m = good() };
+  acc.m.magic = htonl(FS_RDMACM_MAGIC_ACC);
+  fs_rdmacm_seal(&acc, key1, c, s, w.a.mac, T0 + 5);
+  ck_assert_int_eq(fs_rdmacm_verify(&acc, sizeof acc, key1, c, s, w.a.mac, 0, NULL), 0); /* no clock check */
+  uint8_t wrong[FS_RDMACM_MAC_LEN];
+  memcpy(wrong, w.a.mac, sizeof wrong);
+  wrong[0] ^= 1;
+  ck_assert_int_eq(fs_rdmacm_verify(&acc, sizeof acc, key1, c, s, wrong, 0, NULL), FS_REASON_AUTH);
+  ck_assert_int_eq(fs_rdmacm_verify(&acc, sizeof acc, key1, c, s, NULL, T0, NULL), FS_REASON_AUTH);
+  ck_assert_int_eq(fs_rdmacm_verify(&w, sizeof w, key1, c, s, w.a.mac, 0, NULL), FS_REASON_AUTH);
+}
+END_TEST
+
+START_TEST(t_auth_replay)
+{
+  static struct fs_rdmacm_seen seen;
+  struct sockaddr_in cli = v4("10.0.2.15", 40000), srv = v4("10.0.2.15", 5201);
+  struct sockaddr *c = (struct sockaddr *)&cli, *s = (struct sockaddr *)&srv;
+  struct fs_rdmacm_wire w = { .m = good() };
+  fs_rdmacm_seal(&w, key1, c, s, NULL, T0);
+  ck_assert_int_eq(fs_rdmacm_verify(&w, sizeof w, key1, c, s, NULL, T0, &seen), 0);
+  ck_assert_int_eq(fs_rdmacm_verify(&w, sizeof w, key1, c, s, NULL, T0 + 1, &seen), FS_REASON_AUTH);
+  /* the same connection a moment later is a new request */
+  struct fs_rdmacm_wire w2 = { .m = good() };
+  fs_rdmacm_seal(&w2, key1, c, s, NULL, T0 + 1);
+  ck_assert_int_eq(fs_rdmacm_verify(&w2, sizeof w2, key1, c, s, NULL, T0 + 1, &seen), 0);
+  /* a refused request is not remembered */
+  struct fs_rdmacm_wire w3 = { .m = good() };
+  fs_rdmacm_seal(&w3, key2, c, s, NULL, T0 + 2);
+  ck_assert_int_eq(fs_rdmacm_verify(&w3, sizeof w3, key1, c, s, NULL, T0 + 2, &seen), FS_REASON_AUTH);
+  ck_assert_int_eq(fs_rdmacm_verify(&w3, sizeof w3, key2, c, s, NULL, T0 + 2, &seen), 0);
+  /* a full cache makes room by forgetting the oldest */
+  for (unsigned i = 0; i < FS_RDMACM_SEEN; i++) {
+    struct fs_rdmacm_wire x = { .m = good() };
+    fs_rdmacm_seal(&x, key1, c, s, NULL, T0 + 10 + i);
+    ck_assert_int_eq(fs_rdmacm_verify(&x, sizeof x, key1, c, s, NULL, T0 + 10 + i, &seen), 0);
+  }
+  ck_assert_int_eq(fs_rdmacm_verify(&w, sizeof w, key1, c, s, NULL, T0 + 1000, &seen), 0);
+  struct fs_rdmacm_wire last = { .m = good() };
+  fs_rdmacm_seal(&last, key1, c, s, NULL, T0 + 9 + FS_RDMACM_SEEN);
+  ck_assert_int_eq(fs_rdmacm_verify(&last, sizeof last, key1, c, s, NULL, T0 + 1000, &seen), FS_REASON_AUTH);
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("rdma");
@@ -96,6 +201,8 @@ int main(void)
   tcase_add_test(tc, t_req_good);
   tcase_add_test(tc, t_req_hostile);
   tcase_add_test(tc, t_unwrap);
+  tcase_add_test(tc, t_auth);
+  tcase_add_test(tc, t_auth_replay);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -6,6 +6,8 @@
 #  - a preloaded guest client to a plain server on this machine (10.0.2.2, no RDMA) and to a
 #    preloaded one: bytes identical, the connection stays tcp, and no delay beyond a plain run;
 #    and redis-cli (an event loop: non-blocking connect) to the plain one answers (rsocket hangs);
+#  - rdma_key (a pre-shared key): both ends with the same key go rdma; different keys, a key at
+#    one end only: bytes identical, the connection stays tcp with reason "auth";
 #  - sockperf, iperf3 and redis with both sides preloaded (FABSOCK_TRANSPORT=rdma): same
 #    correctness checks as the plain baseline, and their connections went rdma.
 #
@@ -69,6 +71,53 @@ echo_pair() {
   stop "$srv"
 }
 
+# ---- the rdma rendezvous under a pre-shared key (FABSOCK_RDMA_KEY_FILE) ----------------------
+# echo_auth PORT SERVER_KEY CLIENT_KEY WANT: WANT rdma (both ends) or auth (the client stays tcp
+# with reason auth).  A key is a file name under $T_WORK/keys, or "-" for none.
+mkdir -p "$T_WORK/keys"
+printf 'correct horse battery staple\n' > "$T_WORK/keys/a"
+printf 'correct horse battery stable\n' > "$T_WORK/keys/b"
+chmod 600 "$T_WORK/keys/a" "$T_WORK/keys/b"
+keyenv() { [ "$1" = - ] || echo "FABSOCK_RDMA_KEY_FILE=$T_WORK/keys/$1"; }
+echo_auth() {
+  local port=$1 sk=$2 ck=$3 want=$4 c st i what="server key $2, client key $3"
+  if ! start_server "auth-$port" "$pre_rdma $(keyenv "$sk")" "$port" "$PYTHON" "$VMTOOL" echo-server \
+      --bind "$VM_IP" --port "$port"; then
+    t_fail "echo server under libfabsock ($what): $out"
+    return
+  fi
+  touch "$T_WORK/hold"
+  rm -f "$T_WORK/ready"
+  timeout -k 5 120 env $pre_rdma $(keyenv "$ck") "$PYTHON" "$VMTOOL" echo-client "$VM_IP:$port" \
+    --bytes $((1 << 20)) --chunk 32768 --ready-file "$T_WORK/ready" --hold-file "$T_WORK/hold" \
+    > "$T_WORK/auth-$port" 2>&1 &
+  c=$!
+  : > "$T_WORK/st-auth-c"
+  if wait_file "$T_WORK/ready" 60 $c; then
+    for i in $(seq 20); do   # the upgrade, or its refusal, is asynchronous: up to 10 s
+      fabsock_stat "$T_WORK/st-auth-c" --peer "$VM_IP:$port"
+      if [ "$want" = rdma ]; then all_on "$T_WORK/st-auth-c" rdma && break
+      else awk '$6 == "auth" { f = 1 } END { exit !f }' "$T_WORK/st-auth-c" && break; fi
+      sleep 0.5
+    done
+    fabsock_stat "$T_WORK/st-auth-s" --local "$VM_IP:$port"
+  fi
+  rm -f "$T_WORK/hold"
+  wait $c
+  st=$?
+  grep -q '"ok": true' "$T_WORK/auth-$port"
+  t_check $? "echo with $what: identical bytes"
+  [ $st = 0 ] || t_diag "client exit $st: $(tail -n 3 "$T_WORK/auth-$port")"
+  seen=$(went rdma "$T_WORK/st-auth-c" "$T_WORK/st-auth-s")
+  if [ "$want" = rdma ]; then
+    t_check $? "$what: the connection went rdma at both ends: $seen (client; server)" "$todo"
+  else
+    awk '$5 == "tcp" && $6 == "auth" { f = 1 } END { exit !f }' "$T_WORK/st-auth-c"
+    t_check $? "$what: the client stays tcp with reason auth: $seen (client; server)" "$todo"
+  fi
+  stop "$srv"
+}
+
 # ---- a preloaded guest client to a server on this machine (no RDMA there) ------------------
 # host_echo NAME ADDR [--nonblock-connect]
 host_echo() {
@@ -104,6 +153,10 @@ probe_rdma() { stat_until "$T_WORK/st-$1" rdma 10 --peer "$VM_IP:$1"; }
 export SOCKPERF_TIME=${SOCKPERF_TIME:-8} IPERF3_TIME=${IPERF3_TIME:-8}
 
 echo_pair
+echo_auth 15010 a a rdma
+echo_auth 15011 a b auth
+echo_auth 15012 a - auth
+echo_auth 15013 - a auth
 if [ -n "${FABSOCK_VM_HOST_PLAIN:-}" ]; then host_echo plain "$FABSOCK_VM_HOST_PLAIN"
 else t_skip "preloaded client to a plain host server" "FABSOCK_VM_HOST_PLAIN not set (run through run.sh)"; fi
 if [ -n "${FABSOCK_VM_HOST_FABSOCK:-}" ]; then host_echo preloaded "$FABSOCK_VM_HOST_FABSOCK" --nonblock-connect
