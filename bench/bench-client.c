@@ -4,6 +4,7 @@
 #include "bench/bench-proto.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <pthread.h>
 #include <signal.h>
@@ -46,11 +47,14 @@ static int dial(struct target *t) {
   int first = atomic_load(&t->good), e = ECONNREFUSED;
   for (int k = 0; k < t->n; k++) {
     int i = (first + k) % t->n;
-    int fd = socket(t->ss[i].ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    /* No SOCK_CLOEXEC in the type: rsocket's preload takes only a bare
+     * SOCK_STREAM and silently falls back to kernel TCP for anything else. */
+    int fd = socket(t->ss[i].ss_family, SOCK_STREAM, 0);
     if (fd < 0) {
       e = errno;
       continue;
     }
+    (void)fcntl(fd, F_SETFD, FD_CLOEXEC); /* best effort (rsocket has no F_SETFD) */
     nodelay(fd);
     if (connect(fd, (const struct sockaddr *)&t->ss[i], t->sl[i]) == 0) {
       if (i != first) atomic_store(&t->good, i);

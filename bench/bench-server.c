@@ -213,11 +213,14 @@ static int listen_on(const struct bench_opts *o) {
   }
   int fd = -1, err = 0;
   for (ai = res; ai; ai = ai->ai_next) {
-    fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    /* A bare SOCK_STREAM, as in bench-client.c's dial(), so rsocket's
+     * preload puts it on RDMA instead of falling back to kernel TCP. */
+    fd = socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol);
     if (fd < 0) {
       err = errno;
       continue;
     }
+    (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 1024) == 0) break;
@@ -261,9 +264,11 @@ int bench_server(const struct bench_opts *o) {
     }
     if (p[1].revents || (o->ctl_fd >= 0 && p[2].revents)) break;
     if (p[0].revents) {
-      int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-      if (fd >= 0) serve_accepted(fd, o->verbose);
-      else if (errno != EINTR && errno != EAGAIN && errno != ECONNABORTED)
+      int fd = accept(lfd, NULL, NULL); /* rsocket's preload has no accept4 */
+      if (fd >= 0) {
+        (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
+        serve_accepted(fd, o->verbose);
+      } else if (errno != EINTR && errno != EAGAIN && errno != ECONNABORTED)
         fprintf(stderr, "fabsock-bench server: accept: %s\n", strerror(errno));
     }
   }

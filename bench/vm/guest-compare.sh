@@ -31,14 +31,27 @@ probe_fabric() {
     fabrics_seen+=("$(fabrics "$T_WORK/fab-$1")")
 }
 
-# fabsock_bench_run LABEL ENV PORT TIMEOUT: sets out, fb_p50 fb_p99 fb_mbps.
+# rxe_sent: packets rxe0 has sent so far (empty without the counter).
+rxe_sent() {
+  rdma statistic show link rxe0/1 2> /dev/null | tr ' ' '\n' | awk 'p { print; exit } $1 == "sent_pkts" { p = 1 }'
+}
+
+# fabsock_bench_run LABEL ENV PORT TIMEOUT [NEED_RXE]: sets out, fb_p50 fb_p99 fb_mbps.  With
+# NEED_RXE, a run during which rxe0 sent no packet fails: rsocket's preload silently hands any
+# socket it cannot take (e.g. SOCK_STREAM|SOCK_CLOEXEC, accept4) to the kernel, and those
+# figures are kernel TCP's, not rsocket's.
 fabsock_bench_run() {
-  local label=$1 envs=$2 port=$3 to=$4 log=$T_WORK/fb-$1
+  local label=$1 envs=$2 port=$3 to=$4 need_rxe=${5:-} log=$T_WORK/fb-$1 p0 p1
   fb_p50= fb_p99= fb_mbps=
   start_server "fb-$label" "$envs" "$port" "$fb" server --bind "$VM_IP" --port "$port" || return
+  p0=$(rxe_sent)
   client "$log.out" "$to" "$port" "$envs" "$fb" client "$VM_IP:$port" --tests pingpong,stream \
     --sizes 64 --msg 64k --pp-time 2 --time 2 --json "$log.json"
+  p1=$(rxe_sent)
   outcome $st "$log.out" "$to"
+  if [ $st = 0 ] && [ -n "$need_rxe" ] && [ -n "$p0" ] && [ "$p0" = "$p1" ]; then
+    st=1 out="fails (no rxe packets: it ran on kernel TCP)"
+  fi
   if [ $st = 0 ]; then
     read -r fb_p50 fb_p99 fb_mbps <<< "$("$PYTHON" -c '
 import json, sys
@@ -73,7 +86,7 @@ measure() {
   fbs="not built" ; fb_p50= fb_p99= fb_mbps=
   if [ -n "$fb" ]; then
     echo "# $name: fabsock-bench" >&2
-    fabsock_bench_run "$name" "$envs" $((base + 2)) "$to"
+    fabsock_bench_run "$name" "$envs" $((base + 2)) "$to" "$([ "$fabric" = "rdma (rsocket)" ] && echo 1)"
     fbs=$out
   fi
   if [ "$fabric" = stat ]; then
