@@ -509,11 +509,14 @@ int fs_rdma_new(struct rdma_cm_id *id, uint32_t size, int side, int my_efd, stru
   step = "completion channel";
   if (!(r->cc = ibv_create_comp_channel(id->verbs)))
     goto fail;
+  /* Out of the application's low numbers (this is the agent thread), before
+   * a CQ names the channel to the kernel: libibverbs only ever uses the
+   * number it finds in the (public) struct. */
+  r->cc->fd = fs_fdtab_move_high(r->cc->fd);
   step = "cq";
   if (!(r->rcq = ibv_create_cq(id->verbs, FS_RDMA_RQ, r, r->cc, 0)) ||
       !(r->scq = ibv_create_cq(id->verbs, FS_RDMA_SQ, r, NULL, 0)))
     goto fail;
-  fs_fdtab_set_internal(r->cc->fd, true);
   step = "fcntl";
   int fl = FS_REAL(fcntl)(r->cc->fd, F_GETFL, 0);
   if (fl < 0 || FS_REAL(fcntl)(r->cc->fd, F_SETFL, fl | O_NONBLOCK) < 0)

@@ -167,7 +167,8 @@ static struct {
   struct fs_rdma **retired;
   size_t nretired, capretired;
   struct fs_rdmacm_seen seen;   /* authenticated requests taken */
-} M = { -1, false, NULL, NULL, 0, PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, { { { 0 } }, { 0 } } };
+  struct ibv_context **devs;    /* librdmacm's devices, held open */
+} M = { -1, false, NULL, NULL, 0, PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, { { { 0 } }, { 0 } }, NULL };
 
 static uint64_t fs_cm_wall_ms(void)
 {
@@ -191,11 +192,25 @@ bool fs_rdmacm_available(void)
     fs_log(FS_LOG_DEBUG, "no rdma device: remote peers stay on tcp");
     return false;
   }
+  /* librdmacm opens a device (two fds) the first time an id needs it, at a
+   * time only the network decides: open them all now, and move them out of
+   * the application's low numbers (this thread runs beside the application,
+   * which may be closing everything).  Nothing has used them yet, and
+   * libibverbs and its providers only ever use the numbers in the (public)
+   * context, so renumbering them is safe here.  The list is never freed:
+   * it holds librdmacm's reference on each device, without which it closes
+   * the device and opens it again, at a low number, when an id needs it. */
+  M.devs = rdma_get_devices(&n);
+  for (int i = 0; M.devs && i < n; i++) {
+    M.devs[i]->cmd_fd = fs_fdtab_move_high(M.devs[i]->cmd_fd);
+    M.devs[i]->async_fd = fs_fdtab_move_high(M.devs[i]->async_fd);
+  }
   M.ec = rdma_create_event_channel();
   if (!M.ec) {
     fs_log(FS_LOG_INFO, "rdma_cm unavailable (%s): remote peers stay on tcp", strerror(errno));
     return false;
   }
+  M.ec->fd = fs_fdtab_move_high(M.ec->fd); /* no id uses it yet */
   int fl = FS_REAL(fcntl)(M.ec->fd, F_GETFL, 0);
   if (fl < 0 || FS_REAL(fcntl)(M.ec->fd, F_SETFL, fl | O_NONBLOCK) < 0 || fs_rdv_watch_fd(M.ec->fd, fs_cm_event) < 0) {
     rdma_destroy_event_channel(M.ec);

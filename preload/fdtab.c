@@ -1,4 +1,6 @@
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/resource.h>
 
 #include "core/sock.h"
 #include "preload/fdtab.h"
@@ -83,6 +85,26 @@ bool fs_fdtab_internal(int fd)
   if (fd < 0 || fd >= FS_FDTAB_INTERNAL_MAX)
     return false;
   return (__atomic_load_n(&fs_fdtab_internal_bits[fd / 64], __ATOMIC_ACQUIRE) >> (fd & 63)) & 1;
+}
+
+int fs_fdtab_move_high(int fd)
+{
+  struct rlimit rl;
+  unsigned long lim = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? (unsigned long)rl.rlim_cur
+                                                                                          : 1024;
+  unsigned long base = lim / 4 * 3; /* where core/sock.c stops accelerating */
+  if (base > FS_FDTAB_INTERNAL_MAX * 3ul / 4)
+    base = FS_FDTAB_INTERNAL_MAX * 3ul / 4;
+  if (fd >= 0 && (unsigned long)fd < base) {
+    int hi = FS_REAL(fcntl)(fd, F_DUPFD_CLOEXEC, (int)base);
+    if (hi >= 0) {
+      fs_fdtab_set_internal(hi, true);
+      FS_REAL(close)(fd);
+      return hi;
+    }
+  }
+  fs_fdtab_set_internal(fd, true);
+  return fd;
 }
 
 void fs_fdtab_close_internal(int fd)

@@ -111,7 +111,17 @@ int main(int argc, char **argv)
     }
     close(a);
   } else if (r >= 0 || errno != EBADF) {
-    printf("FAIL %s: fd A still open after closing everything\n", mode);
+    char path[64], what[256];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", a);
+    ssize_t n = readlink(path, what, sizeof what - 1);
+    what[n > 0 ? n : 0] = '\0';
+    printf("FAIL %s: fd A (%d) still open after closing everything: now %s\n", mode, a, n > 0 ? what : "?");
+    for (int fd = 0; fd < 1024; fd++) { /* what else is open, for the diagnosis */
+      snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+      n = readlink(path, what, sizeof what - 1);
+      if (n > 0)
+        fprintf(stderr, "  fd %d: %.*s\n", fd, (int)n, what);
+    }
     return 1;
   }
 

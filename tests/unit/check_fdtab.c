@@ -2,8 +2,11 @@
  * replacement of stale entries, and lock-free readers racing closers. */
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -124,6 +127,38 @@ START_TEST(t_race_readers_closers)
 }
 END_TEST
 
+START_TEST(t_move_high)
+{
+  struct rlimit rl;
+  ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+  rl.rlim_cur = 1024; /* the usual soft limit: the top quarter starts at 768 */
+  ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+  int fd = eventfd(0, 0);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_lt(fd, 768);
+  int hi = fs_fdtab_move_high(fd);
+  ck_assert_int_ge(hi, 768);
+  ck_assert_int_lt(hi, 1024);
+  ck_assert(fs_fdtab_internal(hi));
+  ck_assert(!fs_fdtab_internal(fd));
+  ck_assert_int_eq(fcntl(fd, F_GETFD), -1); /* the low number is free again */
+  ck_assert_int_eq(errno, EBADF);
+  ck_assert_int_eq(fcntl(hi, F_GETFD), FD_CLOEXEC);
+  ck_assert_int_eq(write(hi, &(uint64_t){ 1 }, 8), 8); /* the same eventfd */
+  fs_fdtab_close_internal(hi);
+  ck_assert(!fs_fdtab_internal(hi));
+  /* no room up there (limit 16): the fd stays where it is, marked */
+  rl.rlim_cur = 16;
+  ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+  fd = eventfd(0, 0);
+  ck_assert_int_ge(fd, 0);
+  int same = fs_fdtab_move_high(fd);
+  ck_assert(same == fd || same >= 12);
+  ck_assert(fs_fdtab_internal(same));
+  fs_fdtab_close_internal(same);
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("fdtab");
@@ -134,6 +169,7 @@ int main(void)
   tcase_add_test(tc, t_stale_replaced);
   tcase_add_test(tc, t_foreach);
   tcase_add_test(tc, t_race_readers_closers);
+  tcase_add_test(tc, t_move_high);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
