@@ -22,7 +22,10 @@
  * so a message is bound to the one TCP connection both ends see, an accept
  * to the request it answers, and a request to a time: the accepting end
  * takes it only within FS_RDMACM_AUTH_WINDOW_MS of its own clock and only
- * once (it remembers the MACs it accepted for that long).  An end with a
+ * once (it remembers the last FS_RDMACM_SEEN MACs it accepted; beyond that
+ * many upgrades in the window the oldest are forgotten, and a replay of one
+ * still needs its TCP connection accepted and not yet upgraded, which a
+ * used 4-tuple is not).  An end with a
  * key refuses a peer message without a valid MAC (reason "auth"); an end
  * without one ignores a MAC.  Addresses are the ones the TCP connection
  * has at both ends, which an rdma path never translates.
