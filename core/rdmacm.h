@@ -23,11 +23,11 @@
  * to the request it answers, and a request to a time: the accepting end
  * takes it only within FS_RDMACM_AUTH_WINDOW_MS of its own clock and only
  * once (it remembers the last FS_RDMACM_SEEN MACs it accepted; beyond that
- * many upgrades in the window the oldest are forgotten, and a replay of one
- * still needs its TCP connection accepted and not yet upgraded, which a
- * used 4-tuple is not).  An end with a
- * key refuses a peer message without a valid MAC (reason "auth"); an end
- * without one ignores a MAC.  Addresses are the ones the TCP connection
+ * many upgrades in the window the oldest are forgotten; a replay of one
+ * then still needs a TCP connection with the same 4-tuple accepted and not
+ * yet upgraded, i.e. the client port reused within the window).  An end
+ * with a key refuses a peer message without a valid MAC (reason "auth");
+ * an end without one ignores a MAC.  Addresses are the ones the TCP connection
  * has at both ends, which an rdma path never translates.
  *
  * A refusal carries   u32 magic "FSRJ" | u8 version 1 | u8 reason | u16 0
