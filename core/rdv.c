@@ -97,31 +97,6 @@ int fs_rdv_check_req(const struct fs_rdv_req *r, size_t len, int nfds)
 
 /* ---- small I/O helpers ------------------------------------------------ */
 
-/* The agent's short-lived descriptors live at FS_RDV_FD_BASE and up: an
- * application closing every low descriptor (and checking they are gone)
- * never meets one of ours in the numbers it just closed. */
-#define FS_RDV_FD_BASE 256
-static int fs_rdv_high(int fd)
-{
-  if (fd < 0 || fd >= FS_RDV_FD_BASE)
-    return fd;
-  int saved = errno;
-  int nfd = FS_REAL(fcntl)(fd, F_DUPFD_CLOEXEC, FS_RDV_FD_BASE);
-  if (nfd >= 0)
-    FS_REAL(close)(fd);
-  errno = saved;
-  return nfd >= 0 ? nfd : fd;
-}
-
-/* A descriptor the agent keeps for a while: moved high and marked ours
- * (closed later with fs_fdtab_close_internal). */
-static int fs_rdv_own(int fd)
-{
-  fd = fs_rdv_high(fd);
-  fs_fdtab_set_internal(fd, true);
-  return fd;
-}
-
 static int fs_rdv_sendfds(int ufd, const void *msg, size_t len, const int *fds, int nfds)
 {
   struct iovec iov = { (void *)msg, len };
@@ -167,7 +142,7 @@ static ssize_t fs_rdv_recvfds(int ufd, void *msg, size_t len, int *fds, int max,
     memcpy(got, CMSG_DATA(cm), (size_t)n * sizeof(int));
     for (int i = 0; i < n; i++) {
       if (*nfds < max) {
-        got[i] = fs_rdv_own(got[i]);
+        got[i] = fs_fdtab_move_high(got[i]);
         fds[(*nfds)++] = got[i];
       } else {
         FS_REAL(close)(got[i]);
@@ -214,7 +189,7 @@ int fs_rdv_diag(const struct sockaddr *local, const struct sockaddr *peer, uint3
   peer = fs_addr_unmap(peer, &tp);
   if (local->sa_family != peer->sa_family)
     return -EINVAL;
-  int nl = fs_rdv_own(FS_REAL(socket)(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG));
+  int nl = fs_fdtab_move_high(FS_REAL(socket)(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG));
   if (nl < 0)
     return -errno;
   struct {
@@ -313,7 +288,7 @@ static void fs_rdv_drop(struct fs_rdv_item *it)
 
 static void fs_rdv_srv_new(struct fs_rdv_item *l)
 {
-  int ufd = fs_rdv_high(FS_REAL(accept4)(l->ufd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC));
+  int ufd = fs_fdtab_high(FS_REAL(accept4)(l->ufd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC));
   if (ufd < 0)
     return;
   if (A.npend >= FS_RDV_MAX_PEND) { /* a flood: refuse, the clients stay on TCP */
@@ -443,7 +418,7 @@ static int fs_rdv_cli_connect(struct fs_conn *c, uint32_t diag_uid, int *ufd_out
   const struct sockaddr *p4 = fs_addr_unmap(peer, &t);
   struct sockaddr_in6 any6 = { .sin6_family = AF_INET6, .sin6_port = htons(fs_addr_port(peer)) };
   const struct sockaddr *names[3] = { peer, peer, p4->sa_family == AF_INET ? (struct sockaddr *)&any6 : NULL };
-  int ufd = fs_rdv_high(FS_REAL(socket)(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  int ufd = fs_fdtab_high(FS_REAL(socket)(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (ufd < 0)
     return FS_REASON_RESOURCES;
   int reason = FS_REASON_NO_PEER;
@@ -505,7 +480,7 @@ static void fs_rdv_cli_start(struct fs_conn *c)
   if (reason)
     goto fail;
   /* Pass a dup of our own socket, checked to still be this connection. */
-  dupfd = fs_rdv_own(FS_REAL(fcntl)(c->fd, F_DUPFD_CLOEXEC, 0));
+  dupfd = fs_fdtab_move_high(FS_REAL(fcntl)(c->fd, F_DUPFD_CLOEXEC, 0));
   struct sockaddr_storage l, p;
   socklen_t ll = sizeof l, pl = sizeof p;
   if (dupfd < 0 || getsockname(dupfd, (struct sockaddr *)&l, &ll) < 0 ||
@@ -517,7 +492,7 @@ static void fs_rdv_cli_start(struct fs_conn *c)
   }
   uint32_t ring = fs_shm_ring_size();
   if (fs_shm_create(ring, c->wake_fd, &memfd, &ch) == 0)
-    memfd = fs_rdv_own(memfd);
+    memfd = fs_fdtab_move_high(memfd);
   else {
     reason = FS_REASON_RESOURCES;
     goto fail;

@@ -87,8 +87,9 @@ bool fs_fdtab_internal(int fd)
   return (__atomic_load_n(&fs_fdtab_internal_bits[fd / 64], __ATOMIC_ACQUIRE) >> (fd & 63)) & 1;
 }
 
-int fs_fdtab_move_high(int fd)
+int fs_fdtab_high(int fd)
 {
+  int saved = errno;
   struct rlimit rl;
   unsigned long lim = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? (unsigned long)rl.rlim_cur
                                                                                           : 1024;
@@ -98,11 +99,17 @@ int fs_fdtab_move_high(int fd)
   if (fd >= 0 && (unsigned long)fd < base) {
     int hi = FS_REAL(fcntl)(fd, F_DUPFD_CLOEXEC, (int)base);
     if (hi >= 0) {
-      fs_fdtab_set_internal(hi, true);
       FS_REAL(close)(fd);
-      return hi;
+      fd = hi;
     }
   }
+  errno = saved;
+  return fd;
+}
+
+int fs_fdtab_move_high(int fd)
+{
+  fd = fs_fdtab_high(fd);
   fs_fdtab_set_internal(fd, true);
   return fd;
 }

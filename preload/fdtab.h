@@ -65,12 +65,15 @@ bool fs_fdtab_internal(int fd);
 /* Close one of the library's descriptors (and forget that it was ours). */
 void fs_fdtab_close_internal(int fd);
 /* A descriptor the library just created in the background (the agent
- * thread), moved to the top quarter of RLIMIT_NOFILE (close-on-exec) and
- * marked ours.  An application hands out the lowest free numbers and may
- * be closing "everything" in another thread that very moment; a library fd
- * at a number it just closed would look like its own fd still open, and
- * take the number its next open() expects.  Returns the fd to use (the
- * same one, marked, if there is no room up there). */
+ * thread), moved to the top quarter of RLIMIT_NOFILE (close-on-exec; errno
+ * kept).  An application hands out the lowest free numbers and may be
+ * closing "everything" in another thread that very moment; a library fd at
+ * a number it just closed would look like its own fd still open, and take
+ * the number its next open() expects.  Returns the fd to use (the same one
+ * if there is no room up there, or fd < 0). */
+int fs_fdtab_high(int fd);
+/* fs_fdtab_high, and the fd is marked ours (one the library keeps: closed
+ * with fs_fdtab_close_internal). */
 int fs_fdtab_move_high(int fd);
 
 #endif
