@@ -16,48 +16,57 @@
 #define SYSCONFDIR "/etc"
 #endif
 
+/* Open path as a regular file of at most max bytes, for stdio.  NULL on
+ * failure, with -errno in *rc and why ("No such file or directory", "not a
+ * regular file", too_big, "out of memory"). */
+static FILE *fs_conffile_open(const char *path, off_t max, const char *too_big, struct stat *st, int *rc, char *why,
+                              size_t whylen)
+{
+  /* O_NONBLOCK: a FIFO must not hang the application in open. */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) {
+    *rc = -errno;
+    snprintf(why, whylen, "%s", strerror(-*rc));
+    return NULL;
+  }
+  if (fstat(fd, st) < 0)
+    st->st_mode = 0;
+  FILE *f = NULL;
+  if (!S_ISREG(st->st_mode) || st->st_size > max) {
+    snprintf(why, whylen, "%s", !S_ISREG(st->st_mode) ? "not a regular file" : too_big);
+    *rc = -EINVAL;
+  } else if ((f = fdopen(fd, "r")) == NULL) {
+    snprintf(why, whylen, "out of memory");
+    *rc = -ENOMEM;
+  }
+  if (f == NULL)
+    FS_REAL(close)(fd);
+  return f;
+}
+
 /* Parse the file at path into *out.  A missing file is an empty config
  * unless must_exist. */
 static int fs_conffile_read(const char *path, bool must_exist, struct fs_policy **out, char *err,
                             size_t errlen)
 {
   struct stat st;
-  char *buf;
-  FILE *f;
-  size_t n, cap;
-  int rc, fd;
-
-  /* O_NONBLOCK: a FIFO must not hang the application in open. */
-  fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-  if (fd < 0) {
-    int e = errno;
-    if (e == ENOENT && !must_exist)
-      return fs_policy_parse("", 0, path, out, err, errlen);
-    snprintf(err, errlen, "%s: %s", path, strerror(e));
-    return -e;
-  }
-  if (fstat(fd, &st) < 0)
-    st.st_mode = 0;
-  if (!S_ISREG(st.st_mode) || st.st_size > (off_t)FS_CONFFILE_MAX) {
-    snprintf(err, errlen, "%s: %s", path,
-             !S_ISREG(st.st_mode) ? "not a regular file" : "larger than 1 MiB");
-    FS_REAL(close)(fd);
-    return -EINVAL;
-  }
-  f = fdopen(fd, "r");
+  char why[128];
+  int rc;
+  FILE *f = fs_conffile_open(path, (off_t)FS_CONFFILE_MAX, "larger than 1 MiB", &st, &rc, why, sizeof why);
   if (f == NULL) {
-    FS_REAL(close)(fd);
-    snprintf(err, errlen, "%s: out of memory", path);
-    return -ENOMEM;
+    if (rc == -ENOENT && !must_exist)
+      return fs_policy_parse("", 0, path, out, err, errlen);
+    snprintf(err, errlen, "%s: %s", path, why);
+    return rc;
   }
-  cap = (size_t)st.st_size + 1; /* one more to see the file growing past its size */
-  buf = malloc(cap);
+  size_t cap = (size_t)st.st_size + 1; /* one more to see the file growing past its size */
+  char *buf = malloc(cap);
   if (buf == NULL) {
     fclose(f);
     snprintf(err, errlen, "%s: out of memory", path);
     return -ENOMEM;
   }
-  n = fread(buf, 1, cap, f);
+  size_t n = fread(buf, 1, cap, f);
   if (ferror(f)) {
     snprintf(err, errlen, "%s: read error", path);
     rc = -EIO;
@@ -83,30 +92,15 @@ int fs_conffile_key(const char *value, bool *has_key, uint8_t key[FS_HMAC_LEN], 
     snprintf(why, whylen, "expected none or an absolute path");
     return -EINVAL;
   }
-  int fd = open(value, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-  if (fd < 0) {
-    int e = errno;
-    snprintf(why, whylen, "%s", strerror(e));
-    return -e;
-  }
   struct stat st;
-  const char *bad = NULL;
-  if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
-    bad = "not a regular file";
-  else if (st.st_mode & (S_IRWXG | S_IRWXO))
-    bad = "group or others may read or write it (chmod 600)";
-  else if (st.st_size > FS_CONFFILE_KEY_MAX)
-    bad = "larger than 4096 bytes";
-  if (bad) {
-    FS_REAL(close)(fd);
-    snprintf(why, whylen, "%s", bad);
+  int rc;
+  FILE *f = fs_conffile_open(value, FS_CONFFILE_KEY_MAX, "larger than 4096 bytes", &st, &rc, why, whylen);
+  if (f == NULL)
+    return rc;
+  if (st.st_mode & (S_IRWXG | S_IRWXO)) {
+    fclose(f);
+    snprintf(why, whylen, "group or others may read or write it (chmod 600)");
     return -EINVAL;
-  }
-  FILE *f = fdopen(fd, "r");
-  if (f == NULL) {
-    FS_REAL(close)(fd);
-    snprintf(why, whylen, "out of memory");
-    return -ENOMEM;
   }
   uint8_t buf[FS_CONFFILE_KEY_MAX + 1];
   size_t n = fread(buf, 1, sizeof buf, f);
