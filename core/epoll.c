@@ -502,20 +502,15 @@ void fs_ready_epoll_close(int epfd)
   if (!ep)
     return;
   pthread_mutex_lock(&ep->lock);
-  for (int l = 0; l < 2; l++) {
-    struct fs_ep_ent *e = l ? ep->parked : ep->ents;
-    if (l)
-      ep->parked = NULL;
-    else
-      ep->ents = NULL;
-    while (e) {
-      struct fs_ep_ent *n = e->next;
+  struct fs_ep_ent *lists[2] = { ep->ents, ep->parked };
+  ep->ents = ep->parked = NULL;
+  for (int l = 0; l < 2; l++)
+    for (struct fs_ep_ent *e = lists[l], *n; e; e = n) {
+      n = e->next;
       e->wake_reg = false; /* the kernel set dies with the fd */
       e->wait_fd = -1;
       fs_ep_unlink(e);
-      e = n;
     }
-  }
   pthread_mutex_unlock(&ep->lock);
   /* ep itself is not freed: a thread may still be in epoll_wait on it. */
 }
