@@ -27,21 +27,26 @@ static size_t fs_iov_total(const struct iovec *iov, int n)
   return t;
 }
 
-/* A hook closed the connection: shut it down both ways, on TCP and on the
- * fabric, while the application's fd stays open.  Discarding what TCP had
- * queued for us reopens the window, so a peer still sending gets a reset
- * from the kernel (as after a close) instead of blocking on a full window;
- * a fabric peer sees our end closed (EOF after the ring, then EPIPE). */
+/* A hook closed the connection, while the application's fd stays open.
+ * On TCP it is aborted as a middlebox would: connect(AF_UNSPEC) makes the
+ * kernel send a reset now and drop both queues, so a peer still sending
+ * fails at once.  (Shutting down and discarding was not enough: after
+ * SHUT_RD the kernel sends no window update, and a peer blocked on a full
+ * window waited for its backed-off zero-window probe, seconds later.)  The
+ * shutdown after it only sets the socket's shutdown flags, so poll reports
+ * the end.  On a fabric the peer sees our end closed (EOF after the ring,
+ * then EPIPE); TCP there is idle and is shut down. */
 static void fs_sockio_hook_shut(struct fs_conn *c, int fd)
 {
   int saved = errno;
-  char b;
   c->hook_closed = true;
   fs_conn_set_state(c, fs_conn_state(c), FS_REASON_HOOK);
-  FS_REAL(shutdown)(fd, SHUT_RDWR);
-  while (FS_REAL(recv)(fd, &b, 1u << 30, MSG_TRUNC | MSG_DONTWAIT) > 0)
-    ; /* TCP: MSG_TRUNC discards without copying */
   struct fs_chan *ch = fs_sockio_chan(c);
+  if (!ch) {
+    struct sockaddr sa = { .sa_family = AF_UNSPEC };
+    FS_REAL(connect)(fd, &sa, sizeof sa);
+  }
+  FS_REAL(shutdown)(fd, SHUT_RDWR);
   if (ch)
     fs_chan_shut(ch);
   errno = saved;
