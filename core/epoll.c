@@ -28,6 +28,7 @@ struct fs_ep_ent {
   uint32_t magic;
   bool alive, oneshot_fired, edge_pending, out_masked, wake_reg;
   bool parked;               /* DELeted, wake fds kept in the kernel set (ep->parked) */
+  bool tcp_parked;           /* parked with its TCP fd still in the kernel set */
   struct fs_ep *ep;
   int fd;
   struct fs_conn *c;
@@ -38,8 +39,11 @@ struct fs_ep_ent {
   struct fs_ep_ent *cnext;   /* in the connection's list (c->ep_ents) */
   struct fs_ep_ent *rnext;   /* in ep->recheck */
   bool on_recheck;           /* look at it in the next epoll_wait */
+  bool on_idle;              /* in ep->idle: a fabric entry not armed */
+  struct fs_ep_ent *inext, *iprev; /* in ep->idle (newest first) */
   bool needs_setup;          /* its wake fd is not in the kernel set yet */
   int wait_fd;               /* its fabric's event fd in the kernel set, or -1 */
+  uint32_t kmask;            /* the TCP fd's events in the kernel set */
   /* EPOLLET on a fabric: the rx ring's tail and the tx ring's head at the
    * last report.  A wake or a re-check is an edge only if one moved since
    * (new data, new room) or the kernel reported something; edge_pending
@@ -52,14 +56,22 @@ struct fs_ep {
   int epfd;
   uint32_t spin_us;          /* adaptive: how long epoll_wait spins on fabric rings */
   int nents, nsetup;         /* entries; entries with needs_setup */
+  int nidle, sleepers;       /* entries in idle; threads asleep in the kernel */
   bool any_fabric;           /* some entry is or may become a fabric one */
   bool had_chan;             /* some entry has been on a fabric (spinning pays) */
   struct fs_ep_ent *ents;
   /* Level-triggered readiness without scanning every entry: an entry is
    * looked at again only if it was reported last time, was added or
    * modified, or the kernel woke us for it; every other fabric entry is
-   * armed, so its peer's next publish raises its wake fd. */
+   * armed (its peer's next publish raises its wake fd) or idle. */
   struct fs_ep_ent *recheck;
+  /* Fabric entries looked at but not armed.  Arming makes the peer pay a
+   * system call (the wake) at its next publish; while this epoll is not
+   * asleep nobody needs that, so entries are armed only when a thread is
+   * about to sleep (or sleeps), and meanwhile each epoll_wait peeks at their
+   * rings: a busy event loop and its busy peers exchange no wakes at all.
+   * At most FS_EP_IDLE_MAX (the oldest are armed), which bounds the peek. */
+  struct fs_ep_ent *idle, *idle_tail;
   /* Entries the application DELeted whose wake fds are still in the kernel
    * set.  Event loops (libevent, ae, libuv) DEL and ADD the same fd as their
    * interest changes, often at every request; kept registrations make the
@@ -70,8 +82,26 @@ struct fs_ep {
   struct fs_ep_ent *parked;
 };
 
+static void fs_ep_idle_del(struct fs_ep *ep, struct fs_ep_ent *e)
+{
+  if (!e->on_idle)
+    return;
+  if (e->iprev)
+    e->iprev->inext = e->inext;
+  else
+    ep->idle = e->inext;
+  if (e->inext)
+    e->inext->iprev = e->iprev;
+  else
+    ep->idle_tail = e->iprev;
+  e->inext = e->iprev = NULL;
+  e->on_idle = false;
+  ep->nidle--;
+}
+
 static void fs_ep_recheck_add(struct fs_ep *ep, struct fs_ep_ent *e)
 {
+  fs_ep_idle_del(ep, e);
   if (!e->on_recheck) {
     e->on_recheck = true;
     e->rnext = ep->recheck;
@@ -105,25 +135,39 @@ static int fs_ep_add_wake(int epfd, int fd, struct fs_ep_ent *e)
 
 #define FS_EP_SPIN_MAX 200
 #define FS_EP_SPIN_MIN 2
+#define FS_EP_IDLE_MAX 64
 
-/* Cheap look at the rings of the fabric entries (no locks, no arming): does
- * any have what its interest asks for? */
-static bool fs_ep_peek_rings(struct fs_ep *ep)
+/* EPOLLET on a fabric: has a ring moved since e's last report? */
+static bool fs_ep_moved(struct fs_ep_ent *e, struct fs_chan *ch)
 {
-  for (struct fs_ep_ent *e = ep->ents; e; e = e->next) {
-    struct fs_chan *ch = __atomic_load_n(&e->c->chan, __ATOMIC_ACQUIRE);
-    if (!ch || e->oneshot_fired || e->c->reverted)
-      continue;
-    /* Only what fs_sockio_ready would report: while rx is still on TCP a
-     * ring holding just the peer's SWITCH is not readable (the bytes before
-     * it are on TCP, which the kernel reports).  Calling that readable made
-     * epoll_wait spin forever without asking the kernel. */
-    if ((e->events & EPOLLIN) && e->c->rx_flow == FS_FLOW_FABRIC &&
-        (fs_chan_rx_ready(ch) || fs_chan_peer_closed(ch)))
+  return e->edge_pending || fs_ring_load(&ch->rx.ctl->tail) != e->et_rx_tail ||
+         fs_ring_load(&ch->tx.ctl->head) != e->et_tx_head;
+}
+
+/* Cheap look at an idle entry's rings (no locks, no arming): has it what
+ * its interest asks for? */
+static bool fs_ep_peek(struct fs_ep_ent *e)
+{
+  struct fs_chan *ch = __atomic_load_n(&e->c->chan, __ATOMIC_ACQUIRE);
+  if (!ch || e->oneshot_fired || e->c->reverted)
+    return false;
+  if ((e->events & EPOLLET) && !fs_ep_moved(e, ch) && !fs_chan_peer_closed(ch))
+    return false;
+  /* Only what fs_sockio_ready would report: while rx is still on TCP a
+   * ring holding just the peer's SWITCH is not readable (the bytes before
+   * it are on TCP, which the kernel reports).  Calling that readable made
+   * epoll_wait spin forever without asking the kernel. */
+  if ((e->events & EPOLLIN) && e->c->rx_flow == FS_FLOW_FABRIC &&
+      (fs_chan_rx_ready(ch) || fs_chan_peer_closed(ch)))
+    return true;
+  return (e->events & EPOLLOUT) && e->c->tx_flow == FS_FLOW_FABRIC && fs_chan_tx_ready(ch);
+}
+
+static bool fs_ep_peek_idle(struct fs_ep *ep)
+{
+  for (struct fs_ep_ent *e = ep->idle; e; e = e->inext)
+    if (fs_ep_peek(e))
       return true;
-    if ((e->events & EPOLLOUT) && e->c->tx_flow == FS_FLOW_FABRIC && fs_chan_tx_ready(ch))
-      return true;
-  }
   return false;
 }
 
@@ -138,7 +182,7 @@ static int fs_ep_spin(struct fs_ep *ep, int epfd, struct epoll_event *kev, int r
   *ready = false;
   for (unsigned i = 1;; i++) {
     pthread_mutex_lock(&ep->lock);
-    bool r = fs_ep_peek_rings(ep);
+    bool r = fs_ep_peek_idle(ep);
     pthread_mutex_unlock(&ep->lock);
     if (r) {
       *ready = true;
@@ -204,14 +248,17 @@ static void fs_ep_ent_free(struct fs_ep_ent *e)
   pthread_mutex_unlock(&fs_ep_alloc_lock);
 }
 
-/* The entry a kernel tag names, or NULL if the tag is application data. */
+/* The entry a kernel tag names; NULL if the tag is application data;
+ * FS_EP_STALE if it names one of ours that is gone (a registration the
+ * kernel kept past its entry): never the application's, so dropped. */
+#define FS_EP_STALE ((struct fs_ep_ent *)&fs_ep_arena)
 static struct fs_ep_ent *fs_ep_tag(struct fs_ep *ep, uint64_t u64)
 {
   char *p = (char *)(uintptr_t)(u64 & ~(uint64_t)1);
   if (!fs_ep_arena || p < fs_ep_arena || p >= fs_ep_bump || ((uintptr_t)(p - fs_ep_arena) & 63))
     return NULL;
   struct fs_ep_ent *e = (struct fs_ep_ent *)p;
-  return e->magic == FS_EP_MAGIC && e->ep == ep && e->alive ? e : NULL;
+  return e->magic == FS_EP_MAGIC && e->ep == ep && e->alive ? e : FS_EP_STALE;
 }
 
 /* Drop an entry already removed from its ep list (ep->lock held): out of
@@ -220,6 +267,7 @@ static void fs_ep_unlink(struct fs_ep_ent *e)
 {
   struct fs_conn *c = e->c;
   fs_ep_recheck_del(e->ep, e);
+  fs_ep_idle_del(e->ep, e);
   if (e->needs_setup)
     e->ep->nsetup--;
   if (!e->parked)
@@ -235,6 +283,8 @@ static void fs_ep_unlink(struct fs_ep_ent *e)
     FS_REAL(epoll_ctl)(e->ep->epfd, EPOLL_CTL_DEL, c->wake_fd, NULL);
   if (e->wait_fd >= 0)
     FS_REAL(epoll_ctl)(e->ep->epfd, EPOLL_CTL_DEL, e->wait_fd, NULL);
+  if (e->tcp_parked)
+    FS_REAL(epoll_ctl)(e->ep->epfd, EPOLL_CTL_DEL, e->fd, NULL);
   e->alive = false;
   fs_conn_put(c);
   fs_ep_ent_free(e);
@@ -280,6 +330,7 @@ static struct fs_ep_ent *fs_ep_find(struct fs_ep *ep, struct fs_conn *c, int fd,
 static void fs_ep_park(struct fs_ep *ep, struct fs_ep_ent *e)
 {
   fs_ep_recheck_del(ep, e);
+  fs_ep_idle_del(ep, e);
   if (e->needs_setup) {
     e->needs_setup = false;
     ep->nsetup--;
@@ -314,6 +365,30 @@ void fs_ready_epoll_forget_conn(struct fs_conn *c)
         c->ep_ents = e->cnext;
       pthread_mutex_unlock(&c->lock);
     }
+  }
+}
+
+void fs_ready_epoll_fd_closing(struct fs_conn *c, int fd)
+{
+  /* A parked entry's TCP registration is keyed by (fd, socket): once fd is
+   * closed it could neither be found nor removed, and it would outlive fd
+   * while a dup keeps the socket open.  Take it out now. */
+  for (;;) {
+    struct fs_ep_ent *e;
+    pthread_mutex_lock(&c->lock);
+    for (e = c->ep_ents; e; e = e->cnext)
+      if (e->tcp_parked && e->fd == fd)
+        break;
+    struct fs_ep *ep = e ? e->ep : NULL;
+    pthread_mutex_unlock(&c->lock);
+    if (!e)
+      return;
+    pthread_mutex_lock(&ep->lock);
+    if (e->alive && e->ep == ep && e->c == c && e->tcp_parked && e->fd == fd) {
+      FS_REAL(epoll_ctl)(ep->epfd, EPOLL_CTL_DEL, fd, NULL);
+      e->tcp_parked = false;
+    }
+    pthread_mutex_unlock(&ep->lock);
   }
 }
 
@@ -361,7 +436,18 @@ static uint32_t fs_ep_kernel_events(struct fs_ep_ent *e)
 static int fs_ep_kmod(int epfd, struct fs_ep_ent *e, uint32_t events)
 {
   struct epoll_event kev = { .events = events, .data.u64 = (uint64_t)(uintptr_t)e };
-  return FS_REAL(epoll_ctl)(epfd, EPOLL_CTL_MOD, e->fd, &kev) < 0 ? -errno : 0;
+  if (FS_REAL(epoll_ctl)(epfd, EPOLL_CTL_MOD, e->fd, &kev) < 0)
+    return -errno;
+  e->kmask = events;
+  return 0;
+}
+
+/* fd is parked in ep with its TCP registration kept: not in the set as far
+ * as the application knows, whatever the kernel would say (ep->lock held). */
+static bool fs_ep_not_in(struct fs_ep *ep, struct fs_conn *c, int fd)
+{
+  struct fs_ep_ent *p = fs_ep_find(ep, c, fd, true);
+  return p && p->tcp_parked;
 }
 
 /* ADD of fd: its parked entry for the same connection comes back (ep->lock
@@ -377,9 +463,29 @@ static int fs_ep_revive(struct fs_ep *ep, int epfd, int fd, struct fs_conn *c, s
   e->oneshot_fired = false;
   e->edge_pending = true;
   e->parked = false;
-  struct epoll_event kev = { .events = fs_ep_kernel_events(e), .data.u64 = (uint64_t)(uintptr_t)e };
-  if (FS_REAL(epoll_ctl)(epfd, EPOLL_CTL_ADD, fd, &kev) < 0) {
-    int rc = -errno;
+  uint32_t km = fs_ep_kernel_events(e);
+  int rc = 0;
+  bool add = true;
+  if (e->tcp_parked) {
+    /* Its TCP fd never left the kernel set: change its mask if need be
+     * (EXCLUSIVE is not allowed in a MOD: leave and join again). */
+    e->tcp_parked = false;
+    if (km & EPOLLEXCLUSIVE) {
+      FS_REAL(epoll_ctl)(epfd, EPOLL_CTL_DEL, fd, NULL);
+    } else {
+      add = false;
+      if (km != e->kmask || (km & (EPOLLET | EPOLLONESHOT)))
+        if ((rc = fs_ep_kmod(epfd, e, km)) < 0)
+          e->tcp_parked = true; /* fs_ep_unlink takes it out */
+    }
+  }
+  if (add) {
+    struct epoll_event kev = { .events = km, .data.u64 = (uint64_t)(uintptr_t)e };
+    e->kmask = km;
+    if (FS_REAL(epoll_ctl)(epfd, EPOLL_CTL_ADD, fd, &kev) < 0)
+      rc = -errno;
+  }
+  if (rc < 0) {
     e->parked = true; /* fs_ep_unlink: not counted */
     fs_ep_unlink(e);
     return rc;
@@ -429,6 +535,7 @@ int fs_ready_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
     e->data = ev->data;
     e->edge_pending = true;
     struct epoll_event kev = { .events = fs_ep_kernel_events(e), .data.u64 = (uint64_t)(uintptr_t)e };
+    e->kmask = kev.events;
     if (FS_REAL(epoll_ctl)(epfd, EPOLL_CTL_ADD, fd, &kev) < 0) {
       rc = -errno;
       fs_conn_put(c);
@@ -455,14 +562,22 @@ int fs_ready_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
   }
   case EPOLL_CTL_MOD:
     if (!e) {
-      rc = FS_REAL(epoll_ctl)(epfd, op, fd, ev) < 0 ? -errno : -ENOENT;
+      rc = fs_ep_not_in(ep, c, fd) ? -ENOENT : FS_REAL(epoll_ctl)(epfd, op, fd, ev) < 0 ? -errno : -ENOENT;
       break;
     }
   {
-    /* The kernel first: a MOD it refuses (EPOLLEXCLUSIVE) changes nothing. */
+    /* The kernel first: a MOD it refuses (EPOLLEXCLUSIVE) changes nothing.
+     * Event loops MOD between IN and IN|OUT at every request; with tx on a
+     * fabric the kernel watches IN either way, so a level-triggered mask
+     * that stays the same costs no system call.  (ET and ONESHOT MODs re-arm
+     * in the kernel, and an EXCLUSIVE one is refused: those still ask it.) */
     uint32_t old = e->events;
     e->events = ev->events;
-    rc = fs_ep_kmod(epfd, e, fs_ep_kernel_events(e));
+    uint32_t km = fs_ep_kernel_events(e);
+    if (km == e->kmask && !(km & (EPOLLET | EPOLLONESHOT | EPOLLEXCLUSIVE)))
+      rc = 0;
+    else
+      rc = fs_ep_kmod(epfd, e, km);
     if (rc < 0) {
       e->events = old;
       fs_ep_kernel_events(e); /* out_masked as before */
@@ -476,11 +591,21 @@ int fs_ready_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
   }
   case EPOLL_CTL_DEL:
     if (!e) {
-      rc = FS_REAL(epoll_ctl)(epfd, op, fd, ev) < 0 ? -errno : -ENOENT;
+      rc = fs_ep_not_in(ep, c, fd) ? -ENOENT : FS_REAL(epoll_ctl)(epfd, op, fd, ev) < 0 ? -errno : -ENOENT;
       break;
     }
     fs_ep_list_del(&ep->ents, e);
-    rc = FS_REAL(epoll_ctl)(epfd, EPOLL_CTL_DEL, fd, NULL) < 0 ? -errno : 0;
+    /* Event loops (ae, libevent) DEL and re-ADD at every request.  With tx
+     * on a fabric the TCP fd's kernel mask (IN, RDHUP) hears nothing until
+     * the end, so a level-triggered one stays in the kernel set while
+     * parked: the DEL and the re-ADD cost no system call. */
+    if (e->wake_reg && fs_sockio_chan(c) && c->tx_flow == FS_FLOW_FABRIC && e->out_masked &&
+        !(e->kmask & (EPOLLOUT | EPOLLET | EPOLLONESHOT | EPOLLEXCLUSIVE))) {
+      e->tcp_parked = true;
+      rc = 0;
+    } else {
+      rc = FS_REAL(epoll_ctl)(epfd, EPOLL_CTL_DEL, fd, NULL) < 0 ? -errno : 0;
+    }
     if (rc == 0 && e->wake_reg)
       fs_ep_park(ep, e);
     else
@@ -507,7 +632,7 @@ void fs_ready_epoll_close(int epfd)
   for (int l = 0; l < 2; l++)
     for (struct fs_ep_ent *e = lists[l], *n; e; e = n) {
       n = e->next;
-      e->wake_reg = false; /* the kernel set dies with the fd */
+      e->wake_reg = e->tcp_parked = false; /* the kernel set dies with the fd */
       e->wait_fd = -1;
       fs_ep_unlink(e);
     }
@@ -525,6 +650,44 @@ static uint32_t fs_ep_eval(struct fs_ep_ent *e, uint32_t kernel, bool arm)
   fs_sockio_service(c, e->fd);
   short r = fs_sockio_ready(c, ch, (short)e->events, (short)kernel, arm);
   return (uint32_t)(unsigned short)r & (e->events | EPOLLERR | EPOLLHUP);
+}
+
+/* Arm e, then look (Dekker with the peer's kick): what is there already is
+ * looked at in the next pass; otherwise its peer's next publish wakes us
+ * (ep->lock held). */
+static void fs_ep_arm(struct fs_ep *ep, struct fs_ep_ent *e)
+{
+  fs_ep_idle_del(ep, e);
+  struct fs_chan *ch = __atomic_load_n(&e->c->chan, __ATOMIC_ACQUIRE);
+  if (fs_ep_eval(e, 0, true) && (!(e->events & EPOLLET) || (ch && fs_ep_moved(e, ch))))
+    fs_ep_recheck_add(ep, e);
+}
+
+/* e was looked at and not armed: peek at it from now on, arm it before a
+ * sleep (ep->lock held). */
+static void fs_ep_idle_add(struct fs_ep *ep, struct fs_ep_ent *e)
+{
+  if (e->on_idle || e->on_recheck || !__atomic_load_n(&e->c->chan, __ATOMIC_ACQUIRE))
+    return;
+  e->on_idle = true;
+  e->iprev = NULL;
+  e->inext = ep->idle;
+  if (ep->idle)
+    ep->idle->iprev = e;
+  else
+    ep->idle_tail = e;
+  ep->idle = e;
+  if (++ep->nidle > FS_EP_IDLE_MAX)
+    fs_ep_arm(ep, ep->idle_tail);
+}
+
+/* About to sleep in the kernel: arm every idle entry.  False if one had
+ * something already (it is on the recheck list: do not sleep). */
+static bool fs_ep_arm_idle(struct fs_ep *ep)
+{
+  while (ep->idle)
+    fs_ep_arm(ep, ep->idle);
+  return ep->recheck == NULL;
 }
 
 /* Report ev for entry e: an fd appears at most once per epoll_wait result
@@ -589,13 +752,16 @@ static void fs_ep_reg_wait(struct fs_ep *ep, struct fs_ep_ent *e)
     e->wait_fd = ch->wait_fd;
 }
 
-/* Evaluate e (arming it if not ready) and report it.  Level-triggered
- * entries that were reported are looked at again next time. */
+/* Evaluate e and report it.  Level-triggered entries that were reported
+ * are looked at again next time; an entry not reported is armed while a
+ * thread sleeps on ep, idle otherwise. */
 static int fs_ep_report(struct fs_ep *ep, int epfd, struct fs_ep_ent *e, uint32_t kernel, struct epoll_event *out,
                         struct fs_ep_ent **src, int n, int max)
 {
+  fs_ep_idle_del(ep, e);
   if (e->oneshot_fired)
     return n;
+  bool arm = ep->sleepers > 0;
   struct fs_conn *c = e->c;
   bool masked = false;
   if (fs_sockio_chan(c)) {
@@ -606,7 +772,7 @@ static int fs_ep_report(struct fs_ep *ep, int epfd, struct fs_ep_ent *e, uint32_
   }
   if (masked != e->out_masked)
     fs_ep_kmod(epfd, e, fs_ep_kernel_events(e));
-  uint32_t r = fs_ep_eval(e, kernel, true);
+  uint32_t r = fs_ep_eval(e, kernel, arm);
   struct fs_chan *ch = (e->events & EPOLLET) ? __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE) : NULL;
   uint64_t rx_tail = 0, tx_head = 0;
   if (ch) {
@@ -619,8 +785,11 @@ static int fs_ep_report(struct fs_ep *ep, int epfd, struct fs_ep_ent *e, uint32_
     if (!e->edge_pending && !kernel && rx_tail == e->et_rx_tail && tx_head == e->et_tx_head)
       r = 0;
   }
-  if (!r)
+  if (!r) {
+    if (!arm)
+      fs_ep_idle_add(ep, e);
     return n;
+  }
   if (n >= max) {
     fs_ep_recheck_add(ep, e); /* no room: next call */
     return n;
@@ -636,6 +805,8 @@ static int fs_ep_report(struct fs_ep *ep, int epfd, struct fs_ep_ent *e, uint32_
     fs_ep_kmod(epfd, e, 0);
   } else if (!(e->events & EPOLLET)) {
     fs_ep_recheck_add(ep, e);
+  } else if (!arm) {
+    fs_ep_idle_add(ep, e);
   }
   return n;
 }
@@ -667,11 +838,18 @@ int fs_ready_epoll_wait(int epfd, struct epoll_event *out, int max, const struct
       e->on_recheck = false;
       n = fs_ep_report(ep, epfd, e, 0, out, src, n, max);
     }
-    /* Spinning pays for a few latency-bound connections; a busy server with
-     * many is better off sleeping and leaving the CPU to its peers. */
-    bool spin = ep->had_chan && ep->nents <= 4 && !spun_nothing;
+    /* 2. Idle fabric entries whose rings say they have news (none of them
+     * waits for a sleep: a busy loop must not starve a quiet entry). */
+    for (struct fs_ep_ent *e = ep->idle, *nx; e; e = nx) {
+      nx = e->inext;
+      if (fs_ep_peek(e))
+        n = fs_ep_report(ep, epfd, e, 0, out, src, n, max);
+    }
+    /* Spin while some fabric entry is idle: its peer publishes without a
+     * wake as long as we do not sleep (the spin adapts to the gaps seen). */
+    bool spin = ep->had_chan && ep->idle && !spun_nothing;
     pthread_mutex_unlock(&ep->lock);
-    /* 2. One kernel call for everything else (and to sleep). */
+    /* 3. One kernel call for everything else (and to sleep). */
     struct timespec zero = { 0, 0 }, left;
     const struct timespec *t = n ? &zero : fs_clock_left(ts, deadline, &left);
     int room = max - n < kmax ? max - n : kmax;
@@ -689,10 +867,9 @@ int fs_ready_epoll_wait(int epfd, struct epoll_event *out, int max, const struct
       if (spun_ready || k > 0)
         fs_ep_adapt(ep, t0);
       if (spun_ready) {
-        /* Which entry is unknown: look at every fabric entry once.  If that
-         * reports nothing, this call does not spin again (no livelock). */
+        /* Step 2 reports it.  If that reports nothing, this call does not
+         * spin again (no livelock). */
         spun_nothing = true;
-        fs_ep_recheck_fabric(ep);
         continue;
       }
       if (k == 0)
@@ -707,8 +884,27 @@ int fs_ready_epoll_wait(int epfd, struct epoll_event *out, int max, const struct
       t = &slice;
       sliced = true;
     }
+    bool sleeps = k < 0 && room > 0 && (!t || t->tv_sec || t->tv_nsec);
+    if (sleeps) {
+      /* Arm every idle entry first; one that had news already is looked at
+       * instead of sleeping. */
+      pthread_mutex_lock(&ep->lock);
+      bool ok = fs_ep_arm_idle(ep);
+      if (ok)
+        ep->sleepers++;
+      pthread_mutex_unlock(&ep->lock);
+      if (!ok)
+        continue;
+    }
     if (k < 0)
       k = room > 0 ? FS_REAL(epoll_pwait2)(epfd, kst, room, t, mask) : 0;
+    if (sleeps) {
+      int saved = errno;
+      pthread_mutex_lock(&ep->lock);
+      ep->sleepers--;
+      pthread_mutex_unlock(&ep->lock);
+      errno = saved;
+    }
     if (k == 0 && sliced) {
       fs_ep_recheck_fabric(ep);
       if (ts && fs_clock_ns() >= deadline) {
@@ -731,6 +927,8 @@ int fs_ready_epoll_wait(int epfd, struct epoll_event *out, int max, const struct
         out[n++] = kst[i];
         continue;
       }
+      if (e == FS_EP_STALE)
+        continue;
       if (e->parked) { /* news for an fd nobody waits on here: forget it */
         fs_ep_list_del(&ep->parked, e);
         fs_ep_unlink(e);

@@ -370,9 +370,10 @@ void fs_sock_last_close(struct fs_conn *c)
 
 void fs_sock_close(struct fs_conn *c, int fd)
 {
-  (void)fd;
   if (__atomic_load_n(&c->nfds, __ATOMIC_ACQUIRE) == 0)
     fs_sock_last_close(c);
+  else
+    fs_ready_epoll_fd_closing(c, fd);
   fs_conn_put(c);
 }
 

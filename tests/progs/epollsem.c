@@ -12,8 +12,8 @@
  * Cases: level-triggered, edge-triggered (also after a partial read),
  * EPOLLONESHOT and its re-arm by MOD, DEL and re-ADD with data pending and
  * without, one fd in two epoll sets, an epoll fd inside another, EPOLLOUT,
- * EPOLLEXCLUSIVE (and MOD of it: EINVAL), EPOLLRDHUP after the peer's
- * shutdown, and EOF.  The epoll sets exist before the upgrade.
+ * EPOLLEXCLUSIVE (and MOD of it: EINVAL), a DELeted dup closed while the
+ * socket lives on, EPOLLRDHUP after the peer's shutdown, and EOF.  The epoll sets exist before the upgrade.
  *
  * usage: epollsem [-g GO_FILE] [-r READY_FILE] [-P PORT_FILE]
  * exit 0 when every step ran (the transcript says what was seen), 1 when a
@@ -286,16 +286,32 @@ int main(int argc, char **argv)
   drain("exclusive", s, 6);
   ctl("del ep3", ep3, EPOLL_CTL_DEL, s, 0, 0);
 
+  /* a dup in a set, DELeted, then closed while s lives on: nothing of it
+   * stays in the set (libfabsock keeps a DELeted fd's registration for a
+   * re-ADD; the EOF below would show one left behind) */
+  int ep4 = epoll_create1(0), d = dup(s);
+  ctl("add ep4 dup IN", ep4, EPOLL_CTL_ADD, d, EPOLLIN, 18);
+  ask('w', 2);
+  ew("dup data", ep4, 2000);
+  drain("dup", s, 2);
+  ew("dup drained", ep4, 50);
+  ctl("del ep4 dup", ep4, EPOLL_CTL_DEL, d, 0, 0);
+  close(d);
+  ctl("add ep4 IN|RDHUP", ep4, EPOLL_CTL_ADD, s, EPOLLIN | EPOLLRDHUP, 19);
+
   /* the peer shuts down writing, then EOF */
   ctl("mod ep1 IN|RDHUP", ep1, EPOLL_CTL_MOD, s, EPOLLIN | EPOLLRDHUP, 17);
   ask('w', 8);
   ask('s', 0);
   ew("rdhup", ep1, 2000);
+  ew("rdhup ep4", ep4, 2000);
   drain("rdhup", s, 8);
   char b;
   ssize_t r = recv(s, &b, 1, 0);
   printf("eof: recv %zd\n", r);
   ew("eof", ep1, 2000);
+  ew("eof ep4", ep4, 2000);
+  ew("eof ep4 again", ep4, 2000);
   shutdown(s, SHUT_WR);
   ew("both shut", ep1, 2000);
 
