@@ -69,7 +69,7 @@ bool fs_chan_arm_tx(struct fs_chan *ch, size_t need)
   if (ch->ops->arm)
     ch->ops->arm(ch);
   fs_chan_progress(ch);
-  return fs_ring_space(&ch->tx) >= need || fs_chan_peer_closed(ch);
+  return fs_ring_space_for(&ch->tx, need) >= need || fs_chan_peer_closed(ch);
 }
 
 void fs_chan_drain(struct fs_chan *ch)

@@ -34,17 +34,22 @@ static void fs_ring_read_at(const struct fs_ring *r, uint64_t pos, void *dst, si
     memcpy((uint8_t *)dst + first, r->data, n - first);
 }
 
-static size_t fs_ring_free(const struct fs_ring *r)
+/* Free bytes, from the cached head if that shows at least `want`. */
+static size_t fs_ring_free(struct fs_ring *r, size_t want)
 {
   uint64_t tail = __atomic_load_n(&r->ctl->tail, __ATOMIC_RELAXED);
-  uint64_t head = fs_ring_load(&r->ctl->head);
-  uint64_t used = tail - head;
+  uint64_t used = tail - __atomic_load_n(&r->head_seen, __ATOMIC_RELAXED);
+  if (used > r->size || r->size - used < want) {
+    uint64_t head = fs_ring_load(&r->ctl->head);
+    __atomic_store_n(&r->head_seen, head, __ATOMIC_RELAXED);
+    used = tail - head;
+  }
   return used >= r->size ? 0 : r->size - (size_t)used;
 }
 
-size_t fs_ring_space(const struct fs_ring *r)
+size_t fs_ring_space_for(struct fs_ring *r, size_t want)
 {
-  size_t free = fs_ring_free(r);
+  size_t free = fs_ring_free(r, want + FS_RING_RESERVE + FS_RING_HDR + 8);
   if (free < FS_RING_RESERVE + FS_RING_HDR + 8)
     return 0;
   return (free - FS_RING_RESERVE - FS_RING_HDR) & ~(size_t)7;
@@ -52,7 +57,7 @@ size_t fs_ring_space(const struct fs_ring *r)
 
 size_t fs_ring_put_data(struct fs_ring *r, const struct iovec *iov, int iovcnt, size_t skip, size_t len)
 {
-  size_t room = fs_ring_space(r);
+  size_t room = fs_ring_space_for(r, len);
   if (len > room)
     len = room;
   if (len > 0xffffffu - 8)
@@ -92,7 +97,7 @@ size_t fs_ring_put_data(struct fs_ring *r, const struct iovec *iov, int iovcnt, 
 int fs_ring_put_ctl(struct fs_ring *r, uint32_t type, uint64_t val)
 {
   size_t need = FS_RING_HDR + (type == FS_REC_EOF ? 0 : 8);
-  if (fs_ring_free(r) < need)
+  if (fs_ring_free(r, need) < need)
     return -ENOSPC;
   uint64_t tail = __atomic_load_n(&r->ctl->tail, __ATOMIC_RELAXED);
   uint32_t hdr[2] = { type, type == FS_REC_EOF ? 0 : 8 };

@@ -1,11 +1,15 @@
 /* Single-producer/single-consumer record ring in shared memory.
  *
- * Wire format v1 (FS_RING_VERSION), little-endian host order, shared between
+ * Wire format v2 (FS_RING_VERSION), little-endian host order, shared between
  * two processes of the same host:
  *
  *   A ring is `size` bytes (a power of two, multiple of 8) of data plus a
  *   control block.  `tail` (written by the producer) and `head` (written by
  *   the consumer) are free-running 64-bit byte positions; used = tail - head.
+ *   Each sits in its own cache line with the flag its writer reads at every
+ *   step: want_data (the consumer sleeps) beside tail, want_space (the
+ *   producer sleeps) beside head, so a busy ring moves no line for them.
+ *   (v1 had them the other way round: a line crossed twice per record.)
  *   The data holds records, each 8-byte aligned:
  *
  *     u32 type | u32 len | payload[len] | pad to a multiple of 8
@@ -36,7 +40,7 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
-#define FS_RING_VERSION 1
+#define FS_RING_VERSION 2
 #define FS_REC_DATA 1
 #define FS_REC_SWITCH 2
 #define FS_REC_REVERT 3
@@ -46,9 +50,9 @@
 
 struct fs_ring_ctl {
   uint64_t tail __attribute__((aligned(64))); /* producer; atomic */
-  uint32_t want_space;                         /* producer waits for room; atomic */
-  uint64_t head __attribute__((aligned(64))); /* consumer; atomic */
   uint32_t want_data;                          /* consumer waits for data; atomic */
+  uint64_t head __attribute__((aligned(64))); /* consumer; atomic */
+  uint32_t want_space;                         /* producer waits for room; atomic */
   uint32_t size;
   uint32_t pad;
 } __attribute__((aligned(64)));
@@ -58,6 +62,10 @@ struct fs_ring {
   struct fs_ring_ctl *ctl;
   uint8_t *data;
   uint32_t size;
+  /* Producer: a head read earlier (heads only grow, so a lower bound);
+   * head itself is read only when this one shows too little room, so the
+   * consumer's line stays with the consumer.  Atomic (readiness reads it). */
+  uint64_t head_seen;
 };
 
 static inline uint64_t fs_ring_load(const uint64_t *p)
@@ -65,8 +73,14 @@ static inline uint64_t fs_ring_load(const uint64_t *p)
   return __atomic_load_n(p, __ATOMIC_ACQUIRE);
 }
 
-/* Bytes the producer could write as DATA payload right now (0 if none). */
-size_t fs_ring_space(const struct fs_ring *r);
+/* Bytes the producer could write as DATA payload right now (0 if none),
+ * exact up to `want`: the consumer's head is read afresh only when the one
+ * seen last leaves less room than that. */
+size_t fs_ring_space_for(struct fs_ring *r, size_t want);
+static inline size_t fs_ring_space(struct fs_ring *r)
+{
+  return fs_ring_space_for(r, 1);
+}
 
 /* Producer: append one DATA record with up to `len` bytes gathered from iov
  * starting at byte `skip`; returns bytes taken (0 if full). */

@@ -77,23 +77,37 @@ static int fs_sockio_hooks(struct fs_conn *c, int fd, struct fs_io *io, ssize_t 
   return fs_sockio_hook(c, fd, io->iov, io->iovcnt, (size_t)r, tx);
 }
 
-/* Bytes moved and hooks run (hrc): account, maybe start an upgrade.  A send
- * a hook closed the connection on still reports its bytes (they went); a
- * receive fails (the application must not get them). */
+/* Bytes moved: count them.  owned: the direction's lock is held, so this
+ * thread is the counters' only writer and needs no locked instruction (a
+ * third of a small message's atomics).  The unlocked TCP path adds
+ * atomically; a call still in the locked path when a connection drops to
+ * it for good could lose one call's count, never more. */
+static void fs_sockio_count(struct fs_conn *c, ssize_t r, bool tx, bool peek, bool owned)
+{
+  if (r <= 0 || peek || !c->stat)
+    return;
+  int framed = c->hooks ? fs_hook_counts_msgs(c->hooks) : 0;
+  uint64_t *bytes = tx ? &c->stat->tx_bytes : &c->stat->rx_bytes;
+  uint64_t *msgs = tx ? &c->stat->tx_msgs : &c->stat->rx_msgs;
+  bool one = !(framed & (tx ? 1 : 2)); /* no framing known: one call, one message */
+  if (owned) {
+    __atomic_store_n(bytes, __atomic_load_n(bytes, __ATOMIC_RELAXED) + (uint64_t)r, __ATOMIC_RELAXED);
+    if (one)
+      __atomic_store_n(msgs, __atomic_load_n(msgs, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+  } else {
+    __atomic_fetch_add(bytes, (uint64_t)r, __ATOMIC_RELAXED);
+    if (one)
+      __atomic_fetch_add(msgs, 1, __ATOMIC_RELAXED);
+  }
+}
+
+/* Bytes moved, counted, and hooks run (hrc): maybe start an upgrade.  A
+ * send a hook closed the connection on still reports its bytes (they went);
+ * a receive fails (the application must not get them). */
 static ssize_t fs_sockio_done(struct fs_conn *c, ssize_t r, bool tx, bool peek, int hrc)
 {
   if (r <= 0 || peek)
     return r;
-  int framed = c->hooks ? fs_hook_counts_msgs(c->hooks) : 0;
-  if (tx) {
-    FS_STAT_ADD(c->stat, tx_bytes, (uint64_t)r);
-    if (!(framed & 1))
-      FS_STAT_ADD(c->stat, tx_msgs, 1); /* no framing known: one call, one message */
-  } else {
-    FS_STAT_ADD(c->stat, rx_bytes, (uint64_t)r);
-    if (!(framed & 2))
-      FS_STAT_ADD(c->stat, rx_msgs, 1);
-  }
   if (hrc < 0)
     return tx ? r : -ECONNABORTED;
   if (!c->no_upgrade && !c->upgrade_queued)
@@ -257,7 +271,7 @@ static bool fs_cond_rx(struct fs_chan *ch, void *arg)
 static bool fs_cond_tx(struct fs_chan *ch, void *arg)
 {
   fs_chan_progress(ch);
-  return fs_ring_space(&ch->tx) >= *(size_t *)arg || fs_chan_peer_closed(ch) ||
+  return fs_ring_space_for(&ch->tx, *(size_t *)arg) >= *(size_t *)arg || fs_chan_peer_closed(ch) ||
          __atomic_load_n(&ch->peer->rx_revert, __ATOMIC_RELAXED);
 }
 
@@ -470,7 +484,7 @@ static ssize_t fs_sockio_fabric_send(struct fs_conn *c, int fd, struct fs_chan *
   if (sent == 0 && total > 0)
     return -EAGAIN;
   c->fab_tx += sent;
-  FS_STAT_ADD(c->stat, fabric_tx, sent);
+  FS_STAT_BUMP(c->stat, fabric_tx, sent); /* txlock held: the only writer */
   return (ssize_t)sent;
 }
 
@@ -486,11 +500,15 @@ ssize_t fs_sock_send(struct fs_conn *c, int fd, struct fs_io *io)
   ssize_t r;
   int hrc;
   if (!ch && c->no_upgrade) {
-    if (!c->hooks)
-      return fs_sockio_done(c, fs_sock_tcp_io(fd, io), true, false, 0);
+    if (!c->hooks) {
+      r = fs_sock_tcp_io(fd, io);
+      fs_sockio_count(c, r, true, false, false);
+      return fs_sockio_done(c, r, true, false, 0);
+    }
     pthread_mutex_lock(&c->txlock);
     r = fs_sock_tcp_io(fd, io);
     hrc = fs_sockio_hooks(c, fd, io, r, true, false);
+    fs_sockio_count(c, r, true, false, true);
     pthread_mutex_unlock(&c->txlock);
     return fs_sockio_done(c, r, true, false, hrc);
   }
@@ -518,6 +536,7 @@ ssize_t fs_sock_send(struct fs_conn *c, int fd, struct fs_io *io)
       c->tcp_tx += (uint64_t)r;
   }
   hrc = fs_sockio_hooks(c, fd, io, r, true, false);
+  fs_sockio_count(c, r, true, false, true);
   pthread_mutex_unlock(&c->txlock);
   return fs_sockio_done(c, r, true, false, hrc);
 }
@@ -573,7 +592,7 @@ static ssize_t fs_sockio_rx_step(struct fs_conn *c, int fd, struct fs_io *io, si
       if (!peek) {
         fs_chan_kick_space(ch);
         c->fab_rx += (uint64_t)r;
-        FS_STAT_ADD(c->stat, fabric_rx, (uint64_t)r);
+        FS_STAT_BUMP(c->stat, fabric_rx, (uint64_t)r); /* rxlock held: the only writer */
       }
       return r;
     }
@@ -713,6 +732,7 @@ ssize_t fs_sock_recv(struct fs_conn *c, int fd, struct fs_io *io)
     if (r > 0 && !peek)
       c->tcp_rx += (uint64_t)r;
     hrc = fs_sockio_hooks(c, fd, io, r, false, peek);
+    fs_sockio_count(c, r, false, peek, locked);
     if (locked)
       pthread_mutex_unlock(&c->rxlock);
     return fs_sockio_done(c, r, false, peek, hrc);
@@ -722,6 +742,7 @@ ssize_t fs_sock_recv(struct fs_conn *c, int fd, struct fs_io *io)
   pthread_mutex_lock(&c->rxlock);
   r = fs_sockio_fabric_recv(c, fd, io, flags);
   hrc = fs_sockio_hooks(c, fd, io, r, false, peek);
+  fs_sockio_count(c, r, false, peek, true);
   pthread_mutex_unlock(&c->rxlock);
   /* What a TCP recvfrom/recvmsg reports: no address, no control data. */
   if (r >= 0) {

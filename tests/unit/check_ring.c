@@ -17,7 +17,7 @@ static void setup(void)
 {
   memset(&ctl, 0, sizeof ctl);
   memset(data, 0xee, sizeof data);
-  r = (struct fs_ring){ &ctl, data, RSZ };
+  r = (struct fs_ring){ &ctl, data, RSZ, 0 };
 }
 
 static size_t put(const void *p, size_t n)
@@ -134,6 +134,30 @@ START_TEST(t_full_keeps_reserve)
 }
 END_TEST
 
+/* The producer reads the consumer's head only when the head it saw last
+ * leaves too little room: what it reports is exact up to what was asked. */
+START_TEST(t_space_cached_head)
+{
+  static uint8_t big[RSZ], out[RSZ];
+  size_t w = put(big, sizeof big);
+  ck_assert_uint_eq(fs_ring_space(&r), 0);
+  ck_assert_int_eq(get(out, w, false), (ssize_t)w);
+  /* The consumer emptied it: every request sees that, whatever its size. */
+  ck_assert_uint_eq(fs_ring_space(&r), w);
+  ck_assert_uint_eq(fs_ring_space_for(&r, w), w);
+  /* A small record leaves the cached head behind; asking for more than the
+   * cache shows reads the head again. */
+  ck_assert_uint_eq(put("x", 1), 1);
+  ck_assert_int_eq(get(out, 1, false), 1);
+  ck_assert_uint_ge(fs_ring_space(&r), 1);
+  ck_assert_uint_eq(fs_ring_space_for(&r, w), w);
+  ck_assert_uint_eq(put(big, sizeof big), w);
+  /* A head that went back (a hostile or reset control block) is re-read. */
+  ctl.head = ctl.tail = 0;
+  ck_assert_uint_eq(fs_ring_space_for(&r, w), w);
+}
+END_TEST
+
 START_TEST(t_hostile_producer)
 {
   uint32_t t, l;
@@ -183,6 +207,7 @@ int main(void)
   tcase_add_test(tc, t_iov_gather_scatter);
   tcase_add_test(tc, t_control_records);
   tcase_add_test(tc, t_full_keeps_reserve);
+  tcase_add_test(tc, t_space_cached_head);
   tcase_add_test(tc, t_hostile_producer);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
