@@ -55,6 +55,7 @@ struct fs_ep {
   pthread_mutex_t lock;
   int epfd;
   uint32_t spin_us;          /* adaptive: how long epoll_wait spins on fabric rings */
+  uint32_t ns_look;          /* what one look of that spin takes (learnt); atomic */
   int nents, nsetup;         /* entries; entries with needs_setup */
   int nidle, sleepers;       /* entries in idle; threads asleep in the kernel */
   bool any_fabric;           /* some entry is or may become a fabric one */
@@ -172,13 +173,17 @@ static bool fs_ep_peek_idle(struct fs_ep *ep)
 }
 
 /* Spin up to ep->spin_us for fabric readiness before the kernel sleep,
- * asking the kernel (without sleeping) every so often for the other fds.
- * Returns kernel events gathered meanwhile (>0), 0, or -errno. */
+ * asking the kernel (without sleeping) every 64 looks for the other fds.
+ * The clock is read only then (see fs_sockio_spin: where the clock source
+ * is emulated a read costs microseconds); *spun_us is estimated from the
+ * looks and the time one takes.  Returns kernel events gathered meanwhile
+ * (>0), 0, or -errno. */
 static int fs_ep_spin(struct fs_ep *ep, int epfd, struct epoll_event *kev, int room, const sigset_t *mask,
-                      bool *ready)
+                      bool *ready, uint64_t *spun_us)
 {
-  uint64_t start = fs_clock_us();
   struct timespec zero = { 0, 0 };
+  uint32_t npi = __atomic_load_n(&ep->ns_look, __ATOMIC_RELAXED);
+  uint64_t first = 0;
   *ready = false;
   for (unsigned i = 1;; i++) {
     pthread_mutex_lock(&ep->lock);
@@ -186,23 +191,34 @@ static int fs_ep_spin(struct fs_ep *ep, int epfd, struct epoll_event *kev, int r
     pthread_mutex_unlock(&ep->lock);
     if (r) {
       *ready = true;
+      *spun_us = (uint64_t)i * npi / 1000u;
       return 0;
     }
-    for (int k = 0; k < 64; k++)
+    for (int k = 0; k < 8; k++)
       __builtin_ia32_pause();
-    if ((i & 15) == 0) {
+    if ((i & 63) == 0) {
       int k = FS_REAL(epoll_pwait2)(epfd, kev, room, &zero, mask);
+      int e = errno;
+      uint64_t now = fs_clock_ns();
+      if (!first) {
+        first = now;
+      } else if (now > first) {
+        uint64_t v = (now - first) / (i - 64);
+        npi = v ? (v > 1000000u ? 1000000u : (uint32_t)v) : 1;
+        __atomic_store_n(&ep->ns_look, npi, __ATOMIC_RELAXED);
+      }
+      uint64_t spent = now - first + 64ull * npi;
+      *spun_us = spent / 1000u;
       if (k != 0)
-        return k < 0 ? -errno : k;
-      if (fs_clock_us() - start >= ep->spin_us)
+        return k < 0 ? -e : k;
+      if (spent >= (uint64_t)ep->spin_us * 1000u)
         return 0;
     }
   }
 }
 
-static void fs_ep_adapt(struct fs_ep *ep, uint64_t t0)
+static void fs_ep_adapt(struct fs_ep *ep, uint64_t w)
 {
-  uint64_t w = fs_clock_us() - t0;
   uint32_t s = ep->spin_us;
   if (w <= FS_EP_SPIN_MAX)
     s = (uint32_t)(2 * w + FS_EP_SPIN_MIN > FS_EP_SPIN_MAX ? FS_EP_SPIN_MAX : 2 * w + FS_EP_SPIN_MIN);
@@ -410,6 +426,7 @@ static struct fs_ep *fs_ep_get(int epfd, bool create)
   pthread_mutex_init(&ep->lock, NULL);
   ep->epfd = epfd;
   ep->spin_us = 50;
+  ep->ns_look = 500;
   struct fs_ep *expect = NULL;
   if (!__atomic_compare_exchange_n(&fs_ep_tab[epfd], &expect, ep, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
     free(ep);
@@ -822,7 +839,9 @@ int fs_ready_epoll_wait(int epfd, struct epoll_event *out, int max, const struct
   if (!src)
     return -ENOMEM;
   int ret;
-  uint64_t deadline = fs_clock_deadline(ts);
+  /* The deadline is set when the call first sleeps: until then the whole
+   * timeout is left (no clock read for a call that finds work). */
+  uint64_t deadline = 0;
   bool spun_nothing = false;
   for (;;) {
     int n = 0;
@@ -851,21 +870,21 @@ int fs_ready_epoll_wait(int epfd, struct epoll_event *out, int max, const struct
     pthread_mutex_unlock(&ep->lock);
     /* 3. One kernel call for everything else (and to sleep). */
     struct timespec zero = { 0, 0 }, left;
-    const struct timespec *t = n ? &zero : fs_clock_left(ts, deadline, &left);
+    const struct timespec *t = n ? &zero : ts && !deadline ? ts : fs_clock_left(ts, deadline, &left);
     int room = max - n < kmax ? max - n : kmax;
     int k = -1;
-    bool spun_ready = false;
-    uint64_t t0 = 0;
+    bool spun_ready = false, spun = false;
+    uint64_t spun_us = 0, slept_at = 0;
     /* Nothing ready and we would sleep: spin on the fabric rings first. */
     if (n == 0 && spin && (!t || t->tv_sec || t->tv_nsec)) {
-      t0 = fs_clock_us();
-      k = fs_ep_spin(ep, epfd, kst, room, mask, &spun_ready);
+      spun = true;
+      k = fs_ep_spin(ep, epfd, kst, room, mask, &spun_ready, &spun_us);
       if (k < 0) {
         ret = k;
         break;
       }
       if (spun_ready || k > 0)
-        fs_ep_adapt(ep, t0);
+        fs_ep_adapt(ep, spun_us);
       if (spun_ready) {
         /* Step 2 reports it.  If that reports nothing, this call does not
          * spin again (no livelock). */
@@ -895,6 +914,10 @@ int fs_ready_epoll_wait(int epfd, struct epoll_event *out, int max, const struct
       pthread_mutex_unlock(&ep->lock);
       if (!ok)
         continue;
+      if (ts && !deadline)
+        deadline = fs_clock_deadline(ts);
+      if (spun)
+        slept_at = fs_clock_us();
     }
     if (k < 0)
       k = room > 0 ? FS_REAL(epoll_pwait2)(epfd, kst, room, t, mask) : 0;
@@ -913,8 +936,11 @@ int fs_ready_epoll_wait(int epfd, struct epoll_event *out, int max, const struct
       }
       continue;
     }
-    if (t0 && k > 0 && !spun_ready)
-      fs_ep_adapt(ep, t0);
+    if (slept_at && k > 0) {
+      int saved = errno;
+      fs_ep_adapt(ep, spun_us + (fs_clock_us() - slept_at));
+      errno = saved;
+    }
     if (k < 0) {
       ret = n ? n : -errno;
       break;
@@ -943,6 +969,8 @@ int fs_ready_epoll_wait(int epfd, struct epoll_event *out, int max, const struct
       break;
     }
     /* Only wake edges with nothing to report: sleep again for the rest. */
+    if (ts && !deadline)
+      deadline = fs_clock_deadline(ts); /* they came during the spin */
     if (ts && fs_clock_ns() >= deadline) {
       ret = 0;
       break;

@@ -224,21 +224,45 @@ static int fs_sockio_sleep(struct fs_conn *c, int fd, bool tx, int *budget_ms)
   return 0;
 }
 
-/* Spin up to the connection's budget for cond().  Every ~256 pauses we
- * yield, so a peer woken onto our core gets to run. */
-static bool fs_sockio_spin(struct fs_conn *c, bool (*cond)(struct fs_chan *, void *), struct fs_chan *ch, void *arg)
+/* Nanoseconds one spin iteration takes, learnt at the spins' clock checks.
+ * The clock is read only every 256 iterations, never when the wait ends
+ * sooner: on hardware a read costs ~20 ns, but where the clock source is
+ * emulated (hpet in a VM) it is a system call of microseconds, and a read
+ * after every wake-up put that on every round trip. */
+static uint32_t fs_spin_ns_iter = 50;
+
+/* Spin up to the connection's budget for cond(); *spun_ns: for how long
+ * (estimated).  Every ~256 pauses we yield, so a peer woken onto our core
+ * gets to run. */
+static bool fs_sockio_spin(struct fs_conn *c, bool (*cond)(struct fs_chan *, void *), struct fs_chan *ch, void *arg,
+                           uint64_t *spun_ns)
 {
   uint32_t budget = c->policy.busy_poll ? 1000u : c->spin_us;
+  *spun_ns = 0;
   if (budget == 0)
     return cond(ch, arg);
-  uint64_t start = fs_clock_us();
+  uint32_t npi = __atomic_load_n(&fs_spin_ns_iter, __ATOMIC_RELAXED);
+  uint64_t first = 0; /* the clock at the first check */
   for (unsigned i = 0;; i++) {
-    if (cond(ch, arg))
+    if (cond(ch, arg)) {
+      *spun_ns = (uint64_t)i * npi;
       return true;
+    }
     __builtin_ia32_pause();
     if ((i & 255) == 255) {
-      if (fs_clock_us() - start >= budget)
+      uint64_t now = fs_clock_ns();
+      if (!first) {
+        first = now;
+      } else if (now > first) {
+        uint64_t v = (now - first) / (i - 255);
+        npi = v ? (v > 1000000u ? 1000000u : (uint32_t)v) : 1;
+        __atomic_store_n(&fs_spin_ns_iter, npi, __ATOMIC_RELAXED);
+      }
+      uint64_t spent = now - first + 256ull * npi;
+      if (spent >= (uint64_t)budget * 1000u) {
+        *spun_ns = spent;
         return false;
+      }
       sched_yield();
     }
   }
@@ -249,11 +273,10 @@ static bool fs_sockio_spin(struct fs_conn *c, bool (*cond)(struct fs_chan *, voi
  * peer) halves the budget.  Two ends that both fell asleep thus find their
  * way back to spinning: each sees the other's wake-up latency and spins past
  * it. */
-static void fs_sockio_adapt(struct fs_conn *c, uint64_t t0)
+static void fs_sockio_adapt(struct fs_conn *c, uint64_t w)
 {
-  if (c->policy.busy_poll || c->policy.spin_us >= 0 || t0 == 0)
+  if (c->policy.busy_poll || c->policy.spin_us >= 0)
     return;
-  uint64_t w = fs_clock_us() - t0;
   if (w <= FS_SPIN_MAX_US)
     c->spin_us = (uint32_t)(2 * w + FS_SPIN_MIN_US > FS_SPIN_MAX_US ? FS_SPIN_MAX_US : 2 * w + FS_SPIN_MIN_US);
   else
@@ -458,7 +481,8 @@ static ssize_t fs_sockio_fabric_send(struct fs_conn *c, int fd, struct fs_chan *
     }
     if (__atomic_load_n(&ch->peer->rx_revert, __ATOMIC_ACQUIRE))
       break; /* the caller re-sends on TCP */
-    if (fs_sockio_spin(c, fs_cond_tx, ch, &need))
+    uint64_t spun;
+    if (fs_sockio_spin(c, fs_cond_tx, ch, &need, &spun))
       continue;
     if (fs_chan_arm_tx(ch, need))
       continue;
@@ -662,14 +686,21 @@ static ssize_t fs_sockio_fabric_recv(struct fs_conn *c, int fd, struct fs_io *io
       return fs_sockio_tcp_read(fd, io, 0, 0);
     return 0; /* a blocking zero-length read does not wait */
   }
-  uint64_t t0 = 0; /* when this call started waiting */
+  /* How long this call waited: spins are estimated (fs_sockio_spin), the
+   * clock is read only around a sleep. */
+  uint64_t spun_ns = 0, slept_at = 0;
+  bool waited = false;
   for (;;) {
     ssize_t r = fs_sockio_rx_step(c, fd, io, got, total - got, peek);
     if (r > 0) {
       got += (size_t)r;
-      if (t0 && c->rx_flow == FS_FLOW_FABRIC) {
-        fs_sockio_adapt(c, t0);
-        t0 = 0;
+      if (waited && c->rx_flow == FS_FLOW_FABRIC) {
+        uint64_t w = spun_ns / 1000u;
+        if (slept_at)
+          w += fs_clock_us() - slept_at;
+        fs_sockio_adapt(c, w);
+        waited = false;
+        spun_ns = slept_at = 0;
       }
       if (!waitall || got == total)
         break;
@@ -681,10 +712,14 @@ static ssize_t fs_sockio_fabric_recv(struct fs_conn *c, int fd, struct fs_io *io
       return r;
     struct fs_chan *ch = fs_sockio_chan(c);
     if (ch && c->rx_flow == FS_FLOW_FABRIC) {
-      if (!nonblock && !t0)
-        t0 = fs_clock_us();
-      if (!nonblock && fs_sockio_spin(c, fs_cond_rx, ch, NULL))
-        continue;
+      if (!nonblock) {
+        uint64_t s1;
+        bool ok = fs_sockio_spin(c, fs_cond_rx, ch, NULL, &s1);
+        spun_ns += s1;
+        waited = true;
+        if (ok)
+          continue;
+      }
       if (fs_chan_arm_rx(ch))
         continue;
       ssize_t lv = fs_sockio_liveness(fd);
@@ -704,6 +739,8 @@ static ssize_t fs_sockio_fabric_recv(struct fs_conn *c, int fd, struct fs_io *io
     if (budget == -2)
       budget = fs_sockio_timeo(fd, SO_RCVTIMEO);
     fs_sockio_service(c, fd);
+    if (waited && !slept_at)
+      slept_at = fs_clock_us();
     int rc = fs_sockio_sleep(c, fd, false, &budget);
     if (rc < 0)
       return got ? (ssize_t)got : rc;
