@@ -25,6 +25,23 @@ static inline uint64_t fs_clock_coarse_ns(void)
   return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
+/* A spin's periodic clock check, at iteration i (a multiple of `every`):
+ * *first is the clock at the first check, *npi what one iteration takes
+ * (learnt from the checks since; kept as given before the second).
+ * Returns the time spun so far in ns, the first `every` iterations
+ * estimated.  Spins read no clock between checks: see fs_sockio_spin. */
+static inline uint64_t fs_clock_spin_check(uint64_t *first, uint32_t *npi, unsigned i, unsigned every)
+{
+  uint64_t now = fs_clock_ns();
+  if (!*first) {
+    *first = now;
+  } else if (now > *first) {
+    uint64_t v = (now - *first) / (i - every);
+    *npi = v ? (v > 1000000u ? 1000000u : (uint32_t)v) : 1;
+  }
+  return now - *first + (uint64_t)every * *npi;
+}
+
 /* Absolute deadline for a relative timeout (ts NULL: 0, none). */
 static inline uint64_t fs_clock_deadline(const struct timespec *ts)
 {

@@ -199,15 +199,8 @@ static int fs_ep_spin(struct fs_ep *ep, int epfd, struct epoll_event *kev, int r
     if ((i & 63) == 0) {
       int k = FS_REAL(epoll_pwait2)(epfd, kev, room, &zero, mask);
       int e = errno;
-      uint64_t now = fs_clock_ns();
-      if (!first) {
-        first = now;
-      } else if (now > first) {
-        uint64_t v = (now - first) / (i - 64);
-        npi = v ? (v > 1000000u ? 1000000u : (uint32_t)v) : 1;
-        __atomic_store_n(&ep->ns_look, npi, __ATOMIC_RELAXED);
-      }
-      uint64_t spent = now - first + 64ull * npi;
+      uint64_t spent = fs_clock_spin_check(&first, &npi, i, 64);
+      __atomic_store_n(&ep->ns_look, npi, __ATOMIC_RELAXED);
       *spun_us = spent / 1000u;
       if (k != 0)
         return k < 0 ? -e : k;

@@ -250,15 +250,8 @@ static bool fs_sockio_spin(struct fs_conn *c, bool (*cond)(struct fs_chan *, voi
     }
     __builtin_ia32_pause();
     if ((i & 255) == 255) {
-      uint64_t now = fs_clock_ns();
-      if (!first) {
-        first = now;
-      } else if (now > first) {
-        uint64_t v = (now - first) / (i - 255);
-        npi = v ? (v > 1000000u ? 1000000u : (uint32_t)v) : 1;
-        __atomic_store_n(&fs_spin_ns_iter, npi, __ATOMIC_RELAXED);
-      }
-      uint64_t spent = now - first + 256ull * npi;
+      uint64_t spent = fs_clock_spin_check(&first, &npi, i + 1, 256);
+      __atomic_store_n(&fs_spin_ns_iter, npi, __ATOMIC_RELAXED);
       if (spent >= (uint64_t)budget * 1000u) {
         *spun_ns = spent;
         return false;
