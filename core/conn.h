@@ -61,6 +61,11 @@ struct fs_conn {
                                  while to open) instead of being refused */
   int resend_fd;              /* the fd to re-send on */
   uint32_t spin_us;           /* adaptive spin budget */
+  /* A sender and a receiver asleep on wake_fd (each under its direction's
+   * lock, so at most one each; atomic), and the room the sender waits for:
+   * whichever drains the wake fd passes the wake on (core/sockio.c). */
+  uint32_t tx_sleeping, rx_sleeping;
+  size_t tx_need;
   uint32_t nfds;              /* fds in this process naming it; atomic */
   uint32_t visit;             /* dedupe mark for whole-table walks */
   struct fs_policy_action policy;

@@ -185,11 +185,52 @@ static int fs_sockio_timeo(int fd, int opt)
   return ms > 0x7fffffff ? 0x7fffffff : (int)ms;
 }
 
-/* Sleep until the wake fd or the TCP socket says something.  Returns 0,
- * -EAGAIN on SO_*TIMEO expiry, -EINTR. */
-static int fs_sockio_sleep(struct fs_conn *c, int fd, bool tx, int *budget_ms)
+/* Is a wait of direction tx over (need: the room a sender waits for)? */
+static bool fs_sockio_wait_over(struct fs_conn *c, struct fs_chan *ch, bool tx, size_t need)
+{
+  if (fs_chan_peer_closed(ch) || __atomic_load_n(&ch->peer->rx_revert, __ATOMIC_ACQUIRE))
+    return true;
+  if (tx)
+    return fs_ring_space_for(&ch->tx, need) >= need;
+  return fs_chan_rx_ready(ch);
+}
+
+/* This thread drained the wake fd, on which its connection's other
+ * direction may sleep too: the peer wrote it once for both (data and room
+ * share it), so if that one's wait is over now, wake it again.  Its own
+ * look before sleeping (after counting itself) closes the other race. */
+static void fs_sockio_pass_wake(struct fs_conn *c, struct fs_chan *ch, bool tx)
+{
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  bool other = tx ? __atomic_load_n(&c->rx_sleeping, __ATOMIC_RELAXED) && fs_sockio_wait_over(c, ch, false, 0)
+                  : __atomic_load_n(&c->tx_sleeping, __ATOMIC_RELAXED) &&
+                      fs_sockio_wait_over(c, ch, true, __atomic_load_n(&c->tx_need, __ATOMIC_RELAXED));
+  if (other) {
+    uint64_t one = 1;
+    int saved = errno;
+    (void)FS_REAL(write)(c->wake_fd, &one, sizeof one);
+    errno = saved;
+  }
+}
+
+/* Sleep until the wake fd or the TCP socket says something (need: the room
+ * a sender waits for).  Returns 0, -EAGAIN on SO_*TIMEO expiry, -EINTR. */
+static int fs_sockio_sleep(struct fs_conn *c, int fd, bool tx, size_t need, int *budget_ms)
 {
   struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
+  uint32_t *sleeping = tx ? &c->tx_sleeping : &c->rx_sleeping;
+  /* Only a wait on the ring itself (rx on TCP sleeps on the socket). */
+  bool counted = ch && c->wake_fd >= 0 && (tx ? c->tx_flow : c->rx_flow) == FS_FLOW_FABRIC;
+  if (counted) {
+    if (tx)
+      __atomic_store_n(&c->tx_need, need, __ATOMIC_RELAXED);
+    __atomic_store_n(sleeping, 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (fs_sockio_wait_over(c, ch, tx, need)) {
+      __atomic_store_n(sleeping, 0, __ATOMIC_RELAXED);
+      return 0;
+    }
+  }
   int wfd = ch ? ch->wait_fd : -1;
   struct pollfd p[3] = { { c->wake_fd, POLLIN, 0 }, { fd, (short)(tx ? POLLRDHUP : (POLLIN | POLLRDHUP)), 0 },
                          { wfd, POLLIN, 0 } };
@@ -197,15 +238,17 @@ static int fs_sockio_sleep(struct fs_conn *c, int fd, bool tx, int *budget_ms)
   struct pollfd *pp = c->wake_fd >= 0 ? p : &p[1];
   uint64_t t0 = *budget_ms >= 0 ? fs_clock_us() : 0;
   /* The wake fd is shared by this connection's sender and receiver (and
-   * any poll), and each drains it: one can swallow the other's wake between
-   * that one's last look and its sleep.  So no sleep lasts more than
-   * FS_WAKE_BOUND_MS before the caller looks again: a lost wake costs
-   * milliseconds, never a hang.  (Separate data/space wake fds would remove
-   * the race; that changes the rendezvous and is left for later.) */
+   * any poll), and each drains it; fs_sockio_pass_wake hands on a wake the
+   * other one needed.  Still no sleep lasts more than FS_WAKE_BOUND_MS
+   * before the caller looks again (a poll() or epoll_wait elsewhere drains
+   * it too): a wake lost that way costs milliseconds, never a hang. */
   int cap = *budget_ms < 0 || *budget_ms > FS_WAKE_BOUND_MS ? FS_WAKE_BOUND_MS : *budget_ms;
   int r = FS_REAL(poll)(pp, (nfds_t)nfds, cap);
+  int err = errno;
+  if (counted)
+    __atomic_store_n(sleeping, 0, __ATOMIC_RELAXED);
   if (r < 0)
-    return -errno;
+    return -err;
   if (*budget_ms >= 0) {
     uint64_t spent = (fs_clock_us() - t0) / 1000u;
     *budget_ms = spent >= (uint64_t)*budget_ms ? 0 : *budget_ms - (int)spent;
@@ -214,7 +257,8 @@ static int fs_sockio_sleep(struct fs_conn *c, int fd, bool tx, int *budget_ms)
   }
   if (c->wake_fd >= 0 && (p[0].revents & POLLIN)) {
     uint64_t v;
-    (void)FS_REAL(read)(c->wake_fd, &v, sizeof v);
+    if (FS_REAL(read)(c->wake_fd, &v, sizeof v) == (ssize_t)sizeof v && counted)
+      fs_sockio_pass_wake(c, ch, tx);
   }
   if (wfd >= 0 && (p[2].revents & POLLIN) && ch->ops->drain)
     ch->ops->drain(ch);
@@ -491,7 +535,7 @@ static ssize_t fs_sockio_fabric_send(struct fs_conn *c, int fd, struct fs_chan *
       fs_sockio_sigpipe(flags);
       return err ? -err : -EPIPE;
     }
-    int rc = fs_sockio_sleep(c, fd, true, &budget);
+    int rc = fs_sockio_sleep(c, fd, true, need, &budget);
     if (rc < 0) {
       if (sent)
         break;
@@ -734,7 +778,7 @@ static ssize_t fs_sockio_fabric_recv(struct fs_conn *c, int fd, struct fs_io *io
     fs_sockio_service(c, fd);
     if (waited && !slept_at)
       slept_at = fs_clock_us();
-    int rc = fs_sockio_sleep(c, fd, false, &budget);
+    int rc = fs_sockio_sleep(c, fd, false, 0, &budget);
     if (rc < 0)
       return got ? (ssize_t)got : rc;
   }
