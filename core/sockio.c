@@ -195,17 +195,23 @@ static bool fs_sockio_wait_over(struct fs_conn *c, struct fs_chan *ch, bool tx, 
   return fs_chan_rx_ready(ch);
 }
 
-/* This thread drained the wake fd, on which its connection's other
- * direction may sleep too: the peer wrote it once for both (data and room
- * share it), so if that one's wait is over now, wake it again.  Its own
- * look before sleeping (after counting itself) closes the other race. */
+/* This thread drained a wake fd (the eventfd, or rdma's completion
+ * channel) on which its connection's other direction may sleep too: data
+ * and room share them, and the peer wakes once per declared interest.  If
+ * the other one sleeps, its wait may be over (wake it again), or the wake
+ * it was owed cleared its interest (declare it again, then look once more).
+ * Its own look before sleeping, after marking itself, closes the rest. */
 static void fs_sockio_pass_wake(struct fs_conn *c, struct fs_chan *ch, bool tx)
 {
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
-  bool other = tx ? __atomic_load_n(&c->rx_sleeping, __ATOMIC_RELAXED) && fs_sockio_wait_over(c, ch, false, 0)
-                  : __atomic_load_n(&c->tx_sleeping, __ATOMIC_RELAXED) &&
-                      fs_sockio_wait_over(c, ch, true, __atomic_load_n(&c->tx_need, __ATOMIC_RELAXED));
-  if (other) {
+  bool otx = !tx;
+  if (!__atomic_load_n(otx ? &c->tx_sleeping : &c->rx_sleeping, __ATOMIC_RELAXED))
+    return;
+  size_t need = otx ? __atomic_load_n(&c->tx_need, __ATOMIC_RELAXED) : 0;
+  bool over = fs_sockio_wait_over(c, ch, otx, need);
+  if (!over)
+    over = otx ? fs_chan_arm_tx(ch, need) : fs_chan_arm_rx(ch);
+  if (over) {
     uint64_t one = 1;
     int saved = errno;
     (void)FS_REAL(write)(c->wake_fd, &one, sizeof one);
@@ -218,6 +224,7 @@ static void fs_sockio_pass_wake(struct fs_conn *c, struct fs_chan *ch, bool tx)
 static int fs_sockio_sleep(struct fs_conn *c, int fd, bool tx, size_t need, int *budget_ms)
 {
   struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
+  int wfd = ch ? ch->wait_fd : -1;
   uint32_t *sleeping = tx ? &c->tx_sleeping : &c->rx_sleeping;
   /* Only a wait on the ring itself (rx on TCP sleeps on the socket). */
   bool counted = ch && c->wake_fd >= 0 && (tx ? c->tx_flow : c->rx_flow) == FS_FLOW_FABRIC;
@@ -230,8 +237,11 @@ static int fs_sockio_sleep(struct fs_conn *c, int fd, bool tx, size_t need, int 
       __atomic_store_n(sleeping, 0, __ATOMIC_RELAXED);
       return 0;
     }
+    /* Arming drained the fabric's own event fd (rdma's completion channel,
+     * shared by both directions too): the other one may need its wake. */
+    if (wfd >= 0)
+      fs_sockio_pass_wake(c, ch, tx);
   }
-  int wfd = ch ? ch->wait_fd : -1;
   struct pollfd p[3] = { { c->wake_fd, POLLIN, 0 }, { fd, (short)(tx ? POLLRDHUP : (POLLIN | POLLRDHUP)), 0 },
                          { wfd, POLLIN, 0 } };
   int nfds = (c->wake_fd >= 0 ? 2 : 1) + (wfd >= 0);
@@ -260,8 +270,11 @@ static int fs_sockio_sleep(struct fs_conn *c, int fd, bool tx, size_t need, int 
     if (FS_REAL(read)(c->wake_fd, &v, sizeof v) == (ssize_t)sizeof v && counted)
       fs_sockio_pass_wake(c, ch, tx);
   }
-  if (wfd >= 0 && (p[2].revents & POLLIN) && ch->ops->drain)
+  if (wfd >= 0 && (p[2].revents & POLLIN) && ch->ops->drain) {
     ch->ops->drain(ch);
+    if (counted)
+      fs_sockio_pass_wake(c, ch, tx);
+  }
   if (r == 0 && ch && cap == FS_WAKE_BOUND_MS)
     fs_log(FS_LOG_DEBUG, "fd %d: %s wait on %s ran into the %d ms bound (ready now: %d)", fd, tx ? "tx" : "rx",
            ch->ops->name, cap, tx ? fs_chan_tx_ready(ch) : fs_chan_rx_ready(ch));
