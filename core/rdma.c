@@ -395,7 +395,9 @@ static void fs_rdma_progress(struct fs_chan *ch)
     return;
   struct ibv_wc wc[16];
   int n;
+  uint64_t took = 0;
   while ((n = ibv_poll_cq(r->rcq, 16, wc)) > 0) {
+    took += (uint64_t)n;
     for (int i = 0; i < n && !r->dead; i++) {
       if (wc[i].status != IBV_WC_SUCCESS) {
         fs_rdma_die(r, ibv_wc_status_str(wc[i].status), wc[i].status);
@@ -418,7 +420,31 @@ static void fs_rdma_progress(struct fs_chan *ch)
     fs_rdma_repost(r, r->rq_used);
     r->rq_used = 0;
   }
+  /* A thread of ours may sleep for what this took in (the sender for
+   * credits, the receiver for data): it declared so in the local control
+   * blocks before its last look, and its completion-channel event may have
+   * gone to whoever polled first, so wake it here (Dekker with
+   * fs_chan_arm_*). */
+  bool wake = false;
+  if (took) {
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    for (int i = 0; i < 2; i++) {
+      uint32_t *w = i ? &r->ctl[1].want_space : &r->ctl[0].want_data;
+      if (__atomic_load_n(w, __ATOMIC_RELAXED) && __atomic_exchange_n(w, 0, __ATOMIC_ACQ_REL))
+        wake = true;
+    }
+  }
   pthread_mutex_unlock(&r->plock);
+  if (wake) {
+    pthread_mutex_lock(&r->slock); /* my_efd goes away under it (fs_rdma_release) */
+    if (r->ch.my_efd >= 0) {
+      uint64_t one = 1;
+      int saved = errno;
+      (void)FS_REAL(write)(r->ch.my_efd, &one, sizeof one);
+      errno = saved;
+    }
+    pthread_mutex_unlock(&r->slock);
+  }
 }
 
 /* Clear the completion channel, then ask for an event on the next receive. */
