@@ -388,6 +388,20 @@ static void fs_rdma_take(struct fs_rdma *r, uint32_t imm)
   }
 }
 
+/* Wake this end's sleepers: write the connection's wake eventfd (it goes
+ * away under slock, in fs_rdma_release). */
+static void fs_rdma_wake_local(struct fs_rdma *r)
+{
+  pthread_mutex_lock(&r->slock);
+  if (r->ch.my_efd >= 0) {
+    uint64_t one = 1;
+    int saved = errno;
+    (void)FS_REAL(write)(r->ch.my_efd, &one, sizeof one);
+    errno = saved;
+  }
+  pthread_mutex_unlock(&r->slock);
+}
+
 static void fs_rdma_progress(struct fs_chan *ch)
 {
   struct fs_rdma *r = (struct fs_rdma *)ch;
@@ -435,16 +449,8 @@ static void fs_rdma_progress(struct fs_chan *ch)
     }
   }
   pthread_mutex_unlock(&r->plock);
-  if (wake) {
-    pthread_mutex_lock(&r->slock); /* my_efd goes away under it (fs_rdma_release) */
-    if (r->ch.my_efd >= 0) {
-      uint64_t one = 1;
-      int saved = errno;
-      (void)FS_REAL(write)(r->ch.my_efd, &one, sizeof one);
-      errno = saved;
-    }
-    pthread_mutex_unlock(&r->slock);
-  }
+  if (wake)
+    fs_rdma_wake_local(r);
 }
 
 /* Clear the completion channel, then ask for an event on the next receive. */
@@ -601,14 +607,7 @@ void fs_rdma_local(const struct fs_rdma *r, uint64_t *addr, uint32_t *rkey)
 void fs_rdma_peer_gone(struct fs_rdma *r)
 {
   __atomic_store_n(&r->ep[1].closed, 1, __ATOMIC_RELEASE);
-  pthread_mutex_lock(&r->slock);
-  if (r->ch.my_efd >= 0) {
-    uint64_t one = 1;
-    int saved = errno;
-    (void)FS_REAL(write)(r->ch.my_efd, &one, sizeof one);
-    errno = saved;
-  }
-  pthread_mutex_unlock(&r->slock);
+  fs_rdma_wake_local(r);
 }
 
 void fs_rdma_forget(struct fs_chan *ch)
