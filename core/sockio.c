@@ -277,7 +277,7 @@ static int fs_sockio_sleep(struct fs_conn *c, int fd, bool tx, size_t need, int 
   }
   if (r == 0 && ch && cap == FS_WAKE_BOUND_MS)
     fs_log(FS_LOG_DEBUG, "fd %d: %s wait on %s ran into the %d ms bound (ready now: %d)", fd, tx ? "tx" : "rx",
-           ch->ops->name, cap, tx ? fs_chan_tx_ready(ch) : fs_chan_rx_ready(ch));
+           ch->ops->name, cap, tx ? fs_sockio_wait_over(c, ch, true, need) : fs_chan_rx_ready(ch));
   return 0;
 }
 
