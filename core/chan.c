@@ -4,7 +4,7 @@
 #include "core/chan.h"
 #include "preload/real.h"
 
-static void fs_chan_efd_write(int efd)
+void fs_chan_efd_write(int efd)
 {
   uint64_t one = 1;
   int saved = errno;

@@ -80,6 +80,9 @@ void fs_chan_kick_space(struct fs_chan *ch);
 bool fs_chan_arm_rx(struct fs_chan *ch);
 bool fs_chan_arm_tx(struct fs_chan *ch, size_t need);
 
+/* Add 1 to eventfd efd (a wake-up); errno is left alone. */
+void fs_chan_efd_write(int efd);
+
 /* Write the peer's eventfd (ops->wake_peer of eventfd-based fabrics). */
 void fs_chan_efd_wake(struct fs_chan *ch);
 

@@ -393,12 +393,8 @@ static void fs_rdma_take(struct fs_rdma *r, uint32_t imm)
 static void fs_rdma_wake_local(struct fs_rdma *r)
 {
   pthread_mutex_lock(&r->slock);
-  if (r->ch.my_efd >= 0) {
-    uint64_t one = 1;
-    int saved = errno;
-    (void)FS_REAL(write)(r->ch.my_efd, &one, sizeof one);
-    errno = saved;
-  }
+  if (r->ch.my_efd >= 0)
+    fs_chan_efd_write(r->ch.my_efd);
   pthread_mutex_unlock(&r->slock);
 }
 

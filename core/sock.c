@@ -326,8 +326,7 @@ int fs_sock_attach(struct fs_conn *c, struct fs_chan *ch)
     pthread_mutex_unlock(&c->txlock);
   }
   /* Wake our own threads blocked on the TCP path: data may now come here. */
-  uint64_t one = 1;
-  (void)FS_REAL(write)(c->wake_fd, &one, sizeof one);
+  fs_chan_efd_write(c->wake_fd);
   return 0;
 }
 

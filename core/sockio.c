@@ -185,14 +185,26 @@ static int fs_sockio_timeo(int fd, int opt)
   return ms > 0x7fffffff ? 0x7fffffff : (int)ms;
 }
 
-/* Is a wait of direction tx over (need: the room a sender waits for)? */
-static bool fs_sockio_wait_over(struct fs_conn *c, struct fs_chan *ch, bool tx, size_t need)
+/* What a waiting receiver or sender waits for (need: the room it needs);
+ * the spins poll them, a sleeper looks once more, a waker looks for it. */
+static bool fs_cond_rx(struct fs_chan *ch, void *arg)
 {
-  if (fs_chan_peer_closed(ch) || __atomic_load_n(&ch->peer->rx_revert, __ATOMIC_ACQUIRE))
-    return true;
-  if (tx)
-    return fs_ring_space_for(&ch->tx, need) >= need;
-  return fs_chan_rx_ready(ch);
+  (void)arg;
+  fs_ring_touch_head(&ch->rx);
+  return fs_chan_rx_ready(ch) || fs_chan_peer_closed(ch) ||
+         __atomic_load_n(&ch->peer->rx_revert, __ATOMIC_RELAXED);
+}
+
+static bool fs_cond_tx(struct fs_chan *ch, void *arg)
+{
+  fs_chan_progress(ch);
+  return fs_ring_space_for(&ch->tx, *(size_t *)arg) >= *(size_t *)arg || fs_chan_peer_closed(ch) ||
+         __atomic_load_n(&ch->peer->rx_revert, __ATOMIC_RELAXED);
+}
+
+static bool fs_sockio_wait_over(struct fs_chan *ch, bool tx, size_t need)
+{
+  return tx ? fs_cond_tx(ch, &need) : fs_cond_rx(ch, NULL);
 }
 
 /* This thread drained a wake fd (the eventfd, or rdma's completion
@@ -208,15 +220,11 @@ static void fs_sockio_pass_wake(struct fs_conn *c, struct fs_chan *ch, bool tx)
   if (!__atomic_load_n(otx ? &c->tx_sleeping : &c->rx_sleeping, __ATOMIC_RELAXED))
     return;
   size_t need = otx ? __atomic_load_n(&c->tx_need, __ATOMIC_RELAXED) : 0;
-  bool over = fs_sockio_wait_over(c, ch, otx, need);
+  bool over = fs_sockio_wait_over(ch, otx, need);
   if (!over)
     over = otx ? fs_chan_arm_tx(ch, need) : fs_chan_arm_rx(ch);
-  if (over) {
-    uint64_t one = 1;
-    int saved = errno;
-    (void)FS_REAL(write)(c->wake_fd, &one, sizeof one);
-    errno = saved;
-  }
+  if (over)
+    fs_chan_efd_write(c->wake_fd);
 }
 
 /* Sleep until the wake fd or the TCP socket says something (need: the room
@@ -233,7 +241,7 @@ static int fs_sockio_sleep(struct fs_conn *c, int fd, bool tx, size_t need, int 
       __atomic_store_n(&c->tx_need, need, __ATOMIC_RELAXED);
     __atomic_store_n(sleeping, 1, __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    if (fs_sockio_wait_over(c, ch, tx, need)) {
+    if (fs_sockio_wait_over(ch, tx, need)) {
       __atomic_store_n(sleeping, 0, __ATOMIC_RELAXED);
       return 0;
     }
@@ -277,7 +285,7 @@ static int fs_sockio_sleep(struct fs_conn *c, int fd, bool tx, size_t need, int 
   }
   if (r == 0 && ch && cap == FS_WAKE_BOUND_MS)
     fs_log(FS_LOG_DEBUG, "fd %d: %s wait on %s ran into the %d ms bound (ready now: %d)", fd, tx ? "tx" : "rx",
-           ch->ops->name, cap, tx ? fs_sockio_wait_over(c, ch, true, need) : fs_chan_rx_ready(ch));
+           ch->ops->name, cap, fs_sockio_wait_over(ch, tx, need));
   return 0;
 }
 
@@ -331,21 +339,6 @@ static void fs_sockio_adapt(struct fs_conn *c, uint64_t w)
     c->spin_us = (uint32_t)(2 * w + FS_SPIN_MIN_US > FS_SPIN_MAX_US ? FS_SPIN_MAX_US : 2 * w + FS_SPIN_MIN_US);
   else
     c->spin_us = c->spin_us / 2 < FS_SPIN_MIN_US ? FS_SPIN_MIN_US : c->spin_us / 2;
-}
-
-static bool fs_cond_rx(struct fs_chan *ch, void *arg)
-{
-  (void)arg;
-  fs_ring_touch_head(&ch->rx);
-  return fs_chan_rx_ready(ch) || fs_chan_peer_closed(ch) ||
-         __atomic_load_n(&ch->peer->rx_revert, __ATOMIC_RELAXED);
-}
-
-static bool fs_cond_tx(struct fs_chan *ch, void *arg)
-{
-  fs_chan_progress(ch);
-  return fs_ring_space_for(&ch->tx, *(size_t *)arg) >= *(size_t *)arg || fs_chan_peer_closed(ch) ||
-         __atomic_load_n(&ch->peer->rx_revert, __ATOMIC_RELAXED);
 }
 
 void fs_sockio_tcp_for_good(struct fs_conn *c, int reason)
@@ -465,10 +458,8 @@ void fs_sockio_resend_job(struct fs_conn *c)
     fs_log(FS_LOG_INFO, "fd %d: peer went back to tcp", fd);
   }
   pthread_mutex_unlock(&c->txlock);
-  if (c->wake_fd >= 0) { /* our own waiters: writable again, on TCP */
-    uint64_t one = 1;
-    (void)FS_REAL(write)(c->wake_fd, &one, sizeof one);
-  }
+  if (c->wake_fd >= 0) /* our own waiters: writable again, on TCP */
+    fs_chan_efd_write(c->wake_fd);
 }
 
 /* Sends wait (or EAGAIN) while a re-send for the peer is pending. */
