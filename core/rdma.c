@@ -48,6 +48,7 @@ struct fs_rdma {
   uint32_t sq_free, unsig;
   uint32_t rq_used;                 /* receives consumed, not yet re-posted */
   bool dead, foreign;
+  bool linger_posted;               /* tear-down: the signalled no-op is out */
   /* counters for the debug log at tear-down (racy increments are fine) */
   uint64_t n_post, n_wr, n_cqe, n_arm, n_reap_wait;
 };
@@ -156,25 +157,35 @@ static void fs_rdma_die(struct fs_rdma *r, const char *why, int status)
   __atomic_store_n(&r->ep[1].closed, 1, __ATOMIC_RELEASE);
 }
 
+/* Take in the send completions there are now (slock held): how many, or
+ * -EIO (the channel is dead). */
+static int fs_rdma_reap_now(struct fs_rdma *r)
+{
+  struct ibv_wc wc[16];
+  int n = ibv_poll_cq(r->scq, 16, wc);
+  if (n < 0) {
+    fs_rdma_die(r, "send cq poll failed", n);
+    return -EIO;
+  }
+  for (int i = 0; i < n; i++) {
+    if (wc[i].status != IBV_WC_SUCCESS) {
+      fs_rdma_die(r, ibv_wc_status_str(wc[i].status), wc[i].status);
+      return -EIO;
+    }
+    r->sq_free += (uint32_t)wc[i].wr_id;
+  }
+  return n;
+}
+
 /* Reap send completions until `want` send slots are free (slock held).
  * Spins: the send queue is full only while the NIC is behind. */
 static int fs_rdma_reap(struct fs_rdma *r, uint32_t want, uint64_t limit_us)
 {
   uint64_t t0 = 0;
   while (r->sq_free < want) {
-    struct ibv_wc wc[16];
-    int n = ibv_poll_cq(r->scq, 16, wc);
-    if (n < 0) {
-      fs_rdma_die(r, "send cq poll failed", n);
-      return -EIO;
-    }
-    for (int i = 0; i < n; i++) {
-      if (wc[i].status != IBV_WC_SUCCESS) {
-        fs_rdma_die(r, ibv_wc_status_str(wc[i].status), wc[i].status);
-        return -EIO;
-      }
-      r->sq_free += (uint32_t)wc[i].wr_id;
-    }
+    int n = fs_rdma_reap_now(r);
+    if (n < 0)
+      return n;
     if (n == 0) {
       r->n_reap_wait++;
       if (!t0)
@@ -616,6 +627,29 @@ void fs_rdma_forget(struct fs_chan *ch)
   }
 }
 
+bool fs_rdma_lingering(struct fs_rdma *r)
+{
+  if (!r->id || !r->id->qp || r->dead || !r->raddr || r->foreign)
+    return false;
+  /* What the peer said last (its closed flag) may still be in the queue:
+   * nobody has polled since the connection let go of the channel. */
+  fs_rdma_progress(&r->ch);
+  if (__atomic_load_n(&r->ep[1].closed, __ATOMIC_ACQUIRE) || __atomic_load_n(&r->dead, __ATOMIC_ACQUIRE))
+    return false;
+  pthread_mutex_lock(&r->slock);
+  bool busy = r->sq_free < FS_RDMA_SQ && fs_rdma_reap_now(r) >= 0 && r->sq_free < FS_RDMA_SQ;
+  if (busy && !r->linger_posted && r->sq_free > 0) {
+    /* Unsignalled writes complete silently: one signalled no-op behind
+     * them completes only after they all landed. */
+    struct ibv_send_wr wr;
+    struct ibv_sge sge;
+    fs_rdma_wr(&wr, &sge, r, 0, 0, 0);
+    busy = r->linger_posted = fs_rdma_post(r, &wr, 1, true) == 0;
+  }
+  pthread_mutex_unlock(&r->slock);
+  return busy;
+}
+
 void fs_rdma_destroy(struct fs_rdma *r)
 {
   if (!r)
@@ -624,21 +658,6 @@ void fs_rdma_destroy(struct fs_rdma *r)
          "%llu send-queue waits; tx %llu rx %llu", (void *)r, (unsigned long long)r->n_post,
          (unsigned long long)r->n_wr, (unsigned long long)r->n_cqe, (unsigned long long)r->n_arm,
          (unsigned long long)r->n_reap_wait, (unsigned long long)r->pub_tail, (unsigned long long)r->ctl[0].tail);
-  /* A peer that closed its end discards what is still in flight, as TCP
-   * would; otherwise wait (bounded) for our last writes to land. */
-  if (r->id && r->id->qp && !r->dead && r->raddr && !__atomic_load_n(&r->ep[1].closed, __ATOMIC_ACQUIRE)) {
-    /* Let every posted WRITE land (the peer's ring keeps our last bytes
-     * and the EOF): one signalled no-op behind them, then wait for it. */
-    pthread_mutex_lock(&r->slock);
-    if (r->sq_free < FS_RDMA_SQ) {
-      struct ibv_send_wr wr;
-      struct ibv_sge sge;
-      fs_rdma_wr(&wr, &sge, r, 0, 0, 0);
-      if (fs_rdma_post(r, &wr, 1, true) == 0)
-        (void)fs_rdma_reap(r, FS_RDMA_SQ, 2000000u); /* a dead peer: not for long */
-    }
-    pthread_mutex_unlock(&r->slock);
-  }
   if (r->id) {
     if (r->id->qp) {
       rdma_disconnect(r->id);

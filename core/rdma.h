@@ -76,8 +76,15 @@ void fs_rdma_peer_gone(struct fs_rdma *r);
  * must never post, poll or destroy (the parent still uses them). */
 void fs_rdma_forget(struct fs_chan *ch);
 
-/* Tear down (agent thread only): lets posted work finish (bounded), then
- * disconnects and frees everything, the id included. */
+/* Tear-down, first half (agent thread only; never blocks): true while
+ * writes we posted may still be on their way to a peer that has not closed
+ * (the peer's ring keeps our last bytes and the EOF record only if they
+ * land before the queue pair goes).  Call again until false, or until the
+ * caller's deadline; a disconnect from the peer ends it (fs_rdma_peer_gone). */
+bool fs_rdma_lingering(struct fs_rdma *r);
+
+/* Tear down (agent thread only): disconnects and frees everything, the id
+ * included, at once; fs_rdma_lingering first for a channel that carried data. */
 void fs_rdma_destroy(struct fs_rdma *r);
 
 /* The id this channel runs on (its cm context). */

@@ -137,12 +137,14 @@ int fs_rdmacm_verify(const void *data, size_t len, const uint8_t key[32], const 
 #include "preload/real.h"
 
 #define FS_RDMACM_SETUP_MS 10000 /* accepted, waiting for the connection to establish */
+#define FS_RDMACM_LINGER_MS 2000  /* retired, our last writes not yet confirmed (a dead peer) */
 
 enum fs_cm_kind { CM_LISTENER = 1, CM_CLI, CM_SRV, CM_CHAN };
 
 struct fs_cm_item {
   enum fs_cm_kind kind;
   bool held;                    /* CM_SRV: waiting for accept() */
+  bool lingering;               /* CM_CHAN: retired, its last writes landing */
   struct rdma_cm_id *id;
   struct fs_conn *c;            /* LISTENER (NULL: orphan), CLI, SRV: referenced */
   struct fs_rdma *r;            /* CLI, SRV: owned until attached; CHAN: the conn's */
@@ -633,6 +635,16 @@ void fs_rdmacm_retire(struct fs_rdma *r)
   fs_rdv_kick();
 }
 
+/* A retired channel's end: its item (if any) and the channel itself. */
+static void fs_cm_chan_free(struct fs_cm_item *it, struct fs_rdma *r)
+{
+  if (it) {
+    fs_cm_unlink(it);
+    free(it);
+  }
+  fs_rdma_destroy(r);
+}
+
 void fs_rdmacm_tick(void)
 {
   for (;;) {
@@ -641,18 +653,30 @@ void fs_rdmacm_tick(void)
     pthread_mutex_unlock(&M.rlock);
     if (!r)
       break;
-    for (struct fs_cm_item *it = M.items; it; it = it->next)
-      if (it->kind == CM_CHAN && it->r == r) {
-        fs_cm_unlink(it);
-        free(it);
-        break;
-      }
-    fs_rdma_destroy(r);
+    struct fs_cm_item *it = M.items;
+    while (it && !(it->kind == CM_CHAN && it->r == r))
+      it = it->next;
+    if (it && fs_rdma_lingering(r)) {
+      it->lingering = true; /* its cm events still reach it: a disconnect ends the wait */
+      it->deadline = fs_clock_ns() + (uint64_t)FS_RDMACM_LINGER_MS * 1000000u;
+      continue;
+    }
+    fs_cm_chan_free(it, r);
   }
   uint64_t now = fs_clock_ns();
   struct fs_cm_item *it = M.items, *next;
   for (; it; it = next) {
     next = it->next;
+    if (it->lingering) {
+      bool late = now >= it->deadline;
+      if (late || !fs_rdma_lingering(it->r)) {
+        if (late)
+          fs_log(FS_LOG_INFO, "rdma channel %p: our last writes unconfirmed after %d ms; closed anyway",
+                 (void *)it->r, FS_RDMACM_LINGER_MS);
+        fs_cm_chan_free(it, it->r);
+      }
+      continue;
+    }
     if (it->kind == CM_SRV && it->held && fs_cm_srv_try(it))
       continue;
     if (it->deadline && now >= it->deadline) {
@@ -673,6 +697,8 @@ int fs_rdmacm_next_timeout(void)
   for (struct fs_cm_item *it = M.items; it; it = it->next) {
     if (it->held)
       return 5; /* held requests are retried every few ms */
+    if (it->lingering)
+      return 1; /* the NIC's completion: polled, not waited for */
     if (it->deadline && (!best || it->deadline < best))
       best = it->deadline;
   }

@@ -174,8 +174,15 @@ static void fs_sock_established(struct fs_conn *c, int fd, int dir)
 /* An accepting end whose peer has not asked for a rendezvous long after
  * the threshold was crossed has a peer without libfabsock: stop paying for
  * the chance.  Time, not bytes: a fast stream crosses any byte margin
- * before a busy peer's agent gets to run. */
+ * before a busy peer's agent gets to run.  Never sooner than twice the
+ * set-up bound (policy), which a peer's attempt may take to complete. */
 #define FS_SOCK_GIVEUP_NS (3000000000ull)
+
+static uint64_t fs_sock_giveup_ns(const struct fs_conn *c)
+{
+  uint64_t bound = 2u * (uint64_t)c->policy.timeout_ms * 1000000u;
+  return bound > FS_SOCK_GIVEUP_NS ? bound : FS_SOCK_GIVEUP_NS;
+}
 
 void fs_sock_maybe_upgrade(struct fs_conn *c)
 {
@@ -189,7 +196,7 @@ void fs_sock_maybe_upgrade(struct fs_conn *c)
       c->crossed_ns = now;
       return;
     }
-    if (now - c->crossed_ns > FS_SOCK_GIVEUP_NS) {
+    if (now - c->crossed_ns > fs_sock_giveup_ns(c)) {
       pthread_mutex_lock(&c->lock);
       if (!c->chan) {
         c->no_upgrade = true;
