@@ -97,6 +97,7 @@ tap_not_ok() {
     echo "#   --- $(basename "$f") (last lines)"
     tail -n 12 "$f" | sed 's/^/#   /'
   done
+  it_print_hangs
 }
 # tap_result STATUS NAME DETAILS [LOGS...]: ok when STATUS is 0.
 tap_result() {
@@ -185,13 +186,64 @@ client_timeout() { echo "${IT_CLIENT_TIMEOUT:-$FABSOCK_IT_TIMEOUT}"; }
 run_client() {
   pre_for client
   it_vlog "client: ${PRE[*]} $*"
-  timeout -k 5 "$(client_timeout)" "${PRE[@]}" "$@"
+  it_timeout "$(client_timeout)" "${PRE[@]}" "$@"
 }
 # run_single CMD...: a program that is client and server at once.
 run_single() {
   pre_for any
   it_vlog "single: ${PRE[*]} $*"
-  timeout -k 5 "$(client_timeout)" "${PRE[@]}" "$@"
+  it_timeout "$(client_timeout)" "${PRE[@]}" "$@"
+}
+
+# ---- hangs -------------------------------------------------------------------
+# it_timeout SECONDS CMD...: timeout -k 5, and a command still running 3 s
+# before its time is up is a hang: it_hang_dump records the state of this
+# test's processes first, and the next failure report prints it.
+it_timeout() {
+  local to=$1 rc watch=
+  shift
+  if [ "$to" -gt 5 ]; then
+    ( trap 'kill "$!" 2>/dev/null; exit 0' TERM; sleep $((to - 3)) & wait $!; it_hang_dump ) &
+    watch=$!
+  fi
+  timeout -k 5 "$to" "$@"
+  rc=$?
+  if [ -n "$watch" ]; then kill "$watch" 2>/dev/null; wait "$watch" 2>/dev/null; fi
+  return $rc
+}
+# it_hang_dump: `fabsock stat`, then for every process below this script
+# with the library loaded, its threads' stacks (gdb, when installed; else
+# each thread's kernel wait channel), into $IT_TMP/hang.*.
+it_hang_dump() {
+  local f=$IT_TMP/hang.$BASHPID p lib
+  lib=$(basename "${FABSOCK_LIB:-libfabsock.so}")
+  {
+    echo "hang dump at $(date +%T) [$MODE]; fabsock stat:"
+    timeout 10 "$FABSOCK_BIN" stat 2>&1 | head -n 24
+    for p in $(ps -e -o pid=,ppid= | awk -v top=$$ '{ par[$1] = $2 }
+        END { for (p in par) for (q = par[p]; q > 1; q = par[q]) if (q == top) { print p; break } }'); do
+      grep -q -F -- "$lib" "/proc/$p/maps" 2>/dev/null || continue
+      echo "== pid $p: $(tr '\0' ' ' < "/proc/$p/cmdline" | cut -c1-100)"
+      if command -v gdb > /dev/null; then
+        timeout 20 gdb -p "$p" -batch -nx -ex 'thread apply all bt 12' 2>/dev/null |
+          grep -E '^(Thread|#)' | sed -E 's/^(#[0-9]+) +0x[0-9a-f]+ in /\1 /; s/ \(.*\) (at|from) / \1 /' | cut -c1-150
+      else
+        for t in /proc/"$p"/task/*; do
+          echo "  thread ${t##*/}: state $(cut -d' ' -f3 "$t/stat" 2>/dev/null), waits in $(cat "$t/wchan" 2>/dev/null)"
+        done
+      fi
+    done
+  } > "$f" 2>&1
+}
+# it_print_hangs: hang dumps not reported yet, as diagnostics.
+it_print_hangs() {
+  local f
+  for f in "$IT_TMP"/hang.*; do
+    [ -f "$f" ] || continue
+    echo "#   --- state before the timeout"
+    head -n 120 "$f" | sed 's/^/#   /'
+    rm -f "$f"
+  done
 }
 # start_server NAME CMD...: in the background, preloaded per MODE, output in
 # $IT_TMP/NAME.MODE.log; sets SERVER_PID (the pid of its `timeout`, which
