@@ -49,6 +49,7 @@ struct fs_rdma {
   uint32_t rq_used;                 /* receives consumed, not yet re-posted */
   bool dead, foreign;
   bool linger_posted;               /* tear-down: the signalled no-op is out */
+  uint32_t poll_again;              /* a look found plock taken (fs_rdma_progress) */
   /* counters for the debug log at tear-down (racy increments are fine) */
   uint64_t n_post, n_wr, n_cqe, n_arm, n_reap_wait;
 };
@@ -409,11 +410,10 @@ static void fs_rdma_wake_local(struct fs_rdma *r)
   pthread_mutex_unlock(&r->slock);
 }
 
-static void fs_rdma_progress(struct fs_chan *ch)
+/* Take in what the receive queue holds now (plock held); true if this
+ * end has a thread to wake for it. */
+static bool fs_rdma_take_all(struct fs_rdma *r)
 {
-  struct fs_rdma *r = (struct fs_rdma *)ch;
-  if (r->foreign || pthread_mutex_trylock(&r->plock) != 0)
-    return;
   struct ibv_wc wc[16];
   int n;
   uint64_t took = 0;
@@ -455,9 +455,35 @@ static void fs_rdma_progress(struct fs_chan *ch)
         wake = true;
     }
   }
-  pthread_mutex_unlock(&r->plock);
-  if (wake)
-    fs_rdma_wake_local(r);
+  return wake;
+}
+
+/* Whoever finds the receive queue busy leaves it to the thread polling it,
+ * but says so (poll_again): that thread's last poll may have come before
+ * the completion this one looks for, whose channel event the looker may
+ * already have drained, so the holder polls once more after unlocking.
+ * Without it, the looker could sleep on a completion nobody takes in. */
+static void fs_rdma_progress(struct fs_chan *ch)
+{
+  struct fs_rdma *r = (struct fs_rdma *)ch;
+  if (r->foreign)
+    return;
+  if (pthread_mutex_trylock(&r->plock) != 0) {
+    __atomic_store_n(&r->poll_again, 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST); /* Dekker with the holder's unlock */
+    if (pthread_mutex_trylock(&r->plock) != 0)
+      return;
+  }
+  for (;;) {
+    __atomic_store_n(&r->poll_again, 0, __ATOMIC_RELAXED);
+    bool wake = fs_rdma_take_all(r);
+    pthread_mutex_unlock(&r->plock);
+    if (wake)
+      fs_rdma_wake_local(r);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (!__atomic_load_n(&r->poll_again, __ATOMIC_RELAXED) || pthread_mutex_trylock(&r->plock) != 0)
+      return;
+  }
 }
 
 /* Clear the completion channel, then ask for an event on the next receive. */
