@@ -110,7 +110,7 @@ tap_diag() { echo "# $*"; }
 # counted as a failure).  The reason names the bug so it stays visible.
 tap_todo() {
   IT_N=$((IT_N + 1))
-  echo "not ok $IT_N - $1 # TODO $2 ($(printf '%s' "$3" | tr '\n' ' ' | cut -c1-200))"
+  echo "not ok $IT_N - $1 # TODO $2 ($(printf '%s' "$3" | tr '\n' ' ' | cut -c1-320))"
 }
 
 it_done() {

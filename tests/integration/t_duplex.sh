@@ -33,7 +33,8 @@ for MODE in $(it_modes); do
   if [ $rc -eq 0 ] && ! compare_ref duplex.crc "$crcs"; then rc=1; detail="CRCs differ from plain: $DIFF"; fi
   lost=$(cat "$out" "$SERVER_LOG" | grep -c 'ran into the [0-9]* ms bound (ready now: 1)')
   if [ $rc -eq 0 ] && [ "$lost" -gt 0 ]; then
-    detail="$lost waits ran into the 20 ms bound with their wait over (lost wakes); $detail"
+    first=$(cat "$out" "$SERVER_LOG" | grep -m 2 'ran into the [0-9]* ms bound (ready now: 1)' | sed 's/^fabsock\[[0-9]*\] debug: //' | paste -sd';')
+    detail="$lost waits ran into the 20 ms bound with their wait over (lost wakes: $first); $detail"
     # FABSOCK_IT_DUPLEX_LOST_KNOWN: a known open bug makes a few lost wakes a TODO (rdma VM)
     if [ -n "${FABSOCK_IT_DUPLEX_LOST_KNOWN:-}" ] && [ "$lost" -le 5 ]; then
       tap_todo "$name [$MODE]" "$FABSOCK_IT_DUPLEX_LOST_KNOWN" "$detail"
