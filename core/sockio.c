@@ -185,6 +185,10 @@ static int fs_sockio_timeo(int fd, int opt)
   return ms > 0x7fffffff ? 0x7fffffff : (int)ms;
 }
 
+/* conn tx_sleeping / rx_sleeping: how a thread sleeps (0: it does not). */
+#define FS_SLEEP_RING 1 /* on the ring (its wait is over when fs_sockio_wait_over says so) */
+#define FS_SLEEP_TCP 2  /* a receiver on TCP with the ring armed for the peer's SWITCH */
+
 /* What a waiting receiver or sender waits for (need: the room it needs);
  * the spins poll them, a sleeper looks once more, a waker looks for it. */
 static bool fs_cond_rx(struct fs_chan *ch, void *arg)
@@ -207,6 +211,18 @@ static bool fs_sockio_wait_over(struct fs_chan *ch, bool tx, size_t need)
   return tx ? fs_cond_tx(ch, &need) : fs_cond_rx(ch, NULL);
 }
 
+/* rx on TCP, the ring armed: is a record at its head to act on now?  A
+ * SWITCH is, once every TCP byte before it was read; until then the
+ * socket's data (which ends a sleep) comes first, as does the socket's EOF
+ * after a peer's close with nothing in the ring. */
+static bool fs_sockio_switch_due(struct fs_conn *c, struct fs_chan *ch)
+{
+  uint32_t t, l;
+  uint64_t n;
+  int pr = fs_ring_peek(&ch->rx, &t, &l, &n);
+  return pr < 0 || (pr == 1 && (t != FS_REC_SWITCH || c->tcp_rx >= n)); /* a broken ring: rx_step says so */
+}
+
 /* This thread drained a wake fd (the eventfd, or rdma's completion
  * channel) on which its connection's other direction may sleep too: data
  * and room share them, and the peer wakes once per declared interest.  If
@@ -217,10 +233,13 @@ static void fs_sockio_pass_wake(struct fs_conn *c, struct fs_chan *ch, bool tx)
 {
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
   bool otx = !tx;
-  if (!__atomic_load_n(otx ? &c->tx_sleeping : &c->rx_sleeping, __ATOMIC_RELAXED))
+  uint32_t sl = __atomic_load_n(otx ? &c->tx_sleeping : &c->rx_sleeping, __ATOMIC_RELAXED);
+  if (!sl)
     return;
   size_t need = otx ? __atomic_load_n(&c->tx_need, __ATOMIC_RELAXED) : 0;
-  bool over = fs_sockio_wait_over(ch, otx, need);
+  /* A receiver still on TCP (FS_SLEEP_TCP) waits for its socket and for
+   * the peer's SWITCH in the ring at once: only it can tell, so it looks. */
+  bool over = sl == FS_SLEEP_TCP || fs_sockio_wait_over(ch, otx, need);
   if (!over)
     over = otx ? fs_chan_arm_tx(ch, need) : fs_chan_arm_rx(ch);
   if (over)
@@ -234,14 +253,18 @@ static int fs_sockio_sleep(struct fs_conn *c, int fd, bool tx, size_t need, int 
   struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
   int wfd = ch ? ch->wait_fd : -1;
   uint32_t *sleeping = tx ? &c->tx_sleeping : &c->rx_sleeping;
-  /* Only a wait on the ring itself (rx on TCP sleeps on the socket). */
+  /* A wait on the ring itself; or a receiver still on TCP that armed the
+   * ring for the peer's SWITCH: the wake it is owed may be drained by the
+   * sender too (marked, so that one hands it on), though only its socket
+   * and the SWITCH can tell whether its wait is over. */
   bool counted = ch && c->wake_fd >= 0 && (tx ? c->tx_flow : c->rx_flow) == FS_FLOW_FABRIC;
-  if (counted) {
+  bool marked = counted || (!tx && ch && c->wake_fd >= 0);
+  if (marked) {
     if (tx)
       __atomic_store_n(&c->tx_need, need, __ATOMIC_RELAXED);
-    __atomic_store_n(sleeping, 1, __ATOMIC_RELAXED);
+    __atomic_store_n(sleeping, counted ? FS_SLEEP_RING : FS_SLEEP_TCP, __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    if (fs_sockio_wait_over(ch, tx, need)) {
+    if (counted && fs_sockio_wait_over(ch, tx, need)) {
       __atomic_store_n(sleeping, 0, __ATOMIC_RELAXED);
       return 0;
     }
@@ -263,7 +286,7 @@ static int fs_sockio_sleep(struct fs_conn *c, int fd, bool tx, size_t need, int 
   int cap = *budget_ms < 0 || *budget_ms > FS_WAKE_BOUND_MS ? FS_WAKE_BOUND_MS : *budget_ms;
   int r = FS_REAL(poll)(pp, (nfds_t)nfds, cap);
   int err = errno;
-  if (counted)
+  if (marked)
     __atomic_store_n(sleeping, 0, __ATOMIC_RELAXED);
   if (r < 0)
     return -err;
@@ -275,17 +298,17 @@ static int fs_sockio_sleep(struct fs_conn *c, int fd, bool tx, size_t need, int 
   }
   if (c->wake_fd >= 0 && (p[0].revents & POLLIN)) {
     uint64_t v;
-    if (FS_REAL(read)(c->wake_fd, &v, sizeof v) == (ssize_t)sizeof v && counted)
+    if (FS_REAL(read)(c->wake_fd, &v, sizeof v) == (ssize_t)sizeof v && marked)
       fs_sockio_pass_wake(c, ch, tx);
   }
   if (wfd >= 0 && (p[2].revents & POLLIN) && ch->ops->drain) {
     ch->ops->drain(ch);
-    if (counted)
+    if (marked)
       fs_sockio_pass_wake(c, ch, tx);
   }
   if (r == 0 && ch && cap == FS_WAKE_BOUND_MS)
     fs_log(FS_LOG_DEBUG, "fd %d: %s wait on %s ran into the %d ms bound (ready now: %d)", fd, tx ? "tx" : "rx",
-           ch->ops->name, cap, fs_sockio_wait_over(ch, tx, need));
+           ch->ops->name, cap, counted ? fs_sockio_wait_over(ch, tx, need) : !tx && fs_sockio_switch_due(c, ch));
   return 0;
 }
 
@@ -772,8 +795,8 @@ static ssize_t fs_sockio_fabric_recv(struct fs_conn *c, int fd, struct fs_io *io
         fs_log(FS_LOG_DEBUG, "fd %d: tcp says %zd with the ring empty: peer gone", fd, lv);
         return lv;
       }
-    } else if (ch) {
-      fs_chan_arm_rx(ch); /* a SWITCH may arrive instead of TCP data */
+    } else if (ch && fs_chan_arm_rx(ch) && fs_sockio_switch_due(c, ch)) {
+      continue; /* the SWITCH came while we looked at TCP: no wake will say so */
     }
     if (nonblock)
       return got ? (ssize_t)got : -EAGAIN;
