@@ -60,6 +60,7 @@ struct fs_ep {
   int nidle, sleepers;       /* entries in idle; threads asleep in the kernel */
   bool any_fabric;           /* some entry is or may become a fabric one */
   bool had_chan;             /* some entry has been on a fabric (spinning pays) */
+  uint64_t swept_ns;         /* last safety-net look after a short timeout; atomic */
   struct fs_ep_ent *ents;
   /* Level-triggered readiness without scanning every entry: an entry is
    * looked at again only if it was reported last time, was added or
@@ -161,6 +162,17 @@ static bool fs_ep_peek(struct fs_ep_ent *e)
   if ((e->events & EPOLLIN) && e->c->rx_flow == FS_FLOW_FABRIC &&
       (fs_chan_rx_ready(ch) || fs_chan_peer_closed(ch)))
     return true;
+  /* rx still on TCP with the peer's SWITCH at the ring's head: no wake will
+   * come for what follows it (the peer's interest flag was ours to set),
+   * and the kernel has nothing to say once the TCP bytes before it are
+   * read.  Let fs_ep_report look: it moves rx over when the SWITCH is due;
+   * until then (TCP bytes still to come) the spin stops after one look. */
+  if ((e->events & EPOLLIN) && e->c->rx_flow == FS_FLOW_TCP && !fs_ring_empty(&ch->rx)) {
+    uint32_t t, l;
+    uint64_t n;
+    if (fs_ring_peek(&ch->rx, &t, &l, &n) == 1 && t == FS_REC_SWITCH)
+      return true;
+  }
   return (e->events & EPOLLOUT) && e->c->tx_flow == FS_FLOW_FABRIC && fs_chan_tx_ready(ch);
 }
 
@@ -919,6 +931,18 @@ int fs_ready_epoll_wait(int epfd, struct epoll_event *out, int max, const struct
       pthread_mutex_lock(&ep->lock);
       ep->sleepers--;
       pthread_mutex_unlock(&ep->lock);
+      errno = saved;
+    }
+    if (k == 0 && !sliced && ep->any_fabric && t && (t->tv_sec || t->tv_nsec)) {
+      /* The application's own timeout, shorter than a slice, ran out: the
+       * safety net still looks at every fabric entry once a slice (in the
+       * next call, which such a loop makes soon). */
+      int saved = errno;
+      uint64_t now = fs_clock_ns();
+      if (now - __atomic_load_n(&ep->swept_ns, __ATOMIC_RELAXED) >= (uint64_t)slice.tv_nsec) {
+        __atomic_store_n(&ep->swept_ns, now, __ATOMIC_RELAXED);
+        fs_ep_recheck_fabric(ep);
+      }
       errno = saved;
     }
     if (k == 0 && sliced) {
