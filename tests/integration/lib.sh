@@ -219,7 +219,7 @@ it_hang_dump() {
   lib=$(basename "${FABSOCK_LIB:-libfabsock.so}")
   {
     echo "hang dump at $(date +%T) [$MODE]; fabsock stat:"
-    timeout 10 "$FABSOCK_BIN" stat 2>&1 | head -n 24
+    timeout 10 "$FABSOCK_BIN" stat 2>&1 | head -n 120
     for p in $(ps -e -o pid=,ppid= | awk -v top=$$ '{ par[$1] = $2 }
         END { for (p in par) for (q = par[p]; q > 1; q = par[q]) if (q == top) { print p; break } }'); do
       grep -q -F -- "$lib" "/proc/$p/maps" 2>/dev/null || continue
@@ -241,7 +241,7 @@ it_print_hangs() {
   for f in "$IT_TMP"/hang.*; do
     [ -f "$f" ] || continue
     echo "#   --- state before the timeout"
-    head -n 120 "$f" | sed 's/^/#   /'
+    head -n 240 "$f" | sed 's/^/#   /'
     rm -f "$f"
   done
 }
