@@ -61,6 +61,7 @@ struct fs_ep {
   bool any_fabric;           /* some entry is or may become a fabric one */
   bool had_chan;             /* some entry has been on a fabric (spinning pays) */
   uint64_t swept_ns;         /* last safety-net look after a short timeout; atomic */
+  uint32_t empty_polls;      /* zero-timeout calls that found nothing; atomic */
   struct fs_ep_ent *ents;
   /* Level-triggered readiness without scanning every entry: an entry is
    * looked at again only if it was reported last time, was added or
@@ -933,16 +934,23 @@ int fs_ready_epoll_wait(int epfd, struct epoll_event *out, int max, const struct
       pthread_mutex_unlock(&ep->lock);
       errno = saved;
     }
-    if (k == 0 && !sliced && ep->any_fabric && t && (t->tv_sec || t->tv_nsec)) {
-      /* The application's own timeout, shorter than a slice, ran out: the
-       * safety net still looks at every fabric entry once a slice (in the
-       * next call, which such a loop makes soon). */
+    if (k == 0 && !sliced && n == 0 && ep->any_fabric) {
+      /* The application's own timeout, shorter than a slice (or zero: a
+       * loop that polls), ran out: the safety net still looks at every
+       * fabric entry, in the next call, once a slice (or once in 1024
+       * empty polls, which read no clock). */
       int saved = errno;
-      uint64_t now = fs_clock_ns();
-      if (now - __atomic_load_n(&ep->swept_ns, __ATOMIC_RELAXED) >= (uint64_t)slice.tv_nsec) {
-        __atomic_store_n(&ep->swept_ns, now, __ATOMIC_RELAXED);
-        fs_ep_recheck_fabric(ep);
+      bool sweep;
+      if (t && (t->tv_sec || t->tv_nsec)) {
+        uint64_t now = fs_clock_ns();
+        sweep = now - __atomic_load_n(&ep->swept_ns, __ATOMIC_RELAXED) >= (uint64_t)slice.tv_nsec;
+        if (sweep)
+          __atomic_store_n(&ep->swept_ns, now, __ATOMIC_RELAXED);
+      } else {
+        sweep = (__atomic_add_fetch(&ep->empty_polls, 1, __ATOMIC_RELAXED) & 1023) == 0;
       }
+      if (sweep)
+        fs_ep_recheck_fabric(ep);
       errno = saved;
     }
     if (k == 0 && sliced) {
