@@ -211,7 +211,7 @@ static bool fs_sockio_wait_over(struct fs_chan *ch, bool tx, size_t need)
   return tx ? fs_cond_tx(ch, &need) : fs_cond_rx(ch, NULL);
 }
 
-/* rx on TCP, the ring armed: is a record at its head to act on now?  A
+/* rx on TCP: is a record at the ring's head to act on now (readable)?  A
  * SWITCH is, once every TCP byte before it was read; until then the
  * socket's data (which ends a sleep) comes first, as does the socket's EOF
  * after a peer's close with nothing in the ring. */
@@ -927,12 +927,8 @@ short fs_sockio_ready(struct fs_conn *c, struct fs_chan *ch, short want, short k
   switch (c->rx_flow) {
   case FS_FLOW_TCP:
     r |= kernel & (POLLIN | POLLRDNORM | POLLRDHUP | POLLPRI);
-    if (!fs_ring_empty(&ch->rx)) {
-      uint32_t t, l;
-      uint64_t n;
-      if (fs_ring_peek(&ch->rx, &t, &l, &n) != 1 || t != FS_REC_SWITCH || c->tcp_rx >= n)
-        r |= POLLIN | POLLRDNORM;
-    }
+    if (fs_sockio_switch_due(c, ch))
+      r |= POLLIN | POLLRDNORM;
     break;
   case FS_FLOW_FABRIC:
     if (!fs_ring_empty(&ch->rx) || closed)
