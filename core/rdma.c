@@ -179,8 +179,10 @@ static int fs_rdma_reap_now(struct fs_rdma *r)
 }
 
 /* Reap send completions until `want` send slots are free (slock held).
- * Spins: the send queue is full only while the NIC is behind. */
-static int fs_rdma_reap(struct fs_rdma *r, uint32_t want, uint64_t limit_us)
+ * Spins: the send queue is full only while the NIC is behind; the RC retry
+ * limit ends any real wait long before FS_RDMA_REAP_US. */
+#define FS_RDMA_REAP_US 30000000u
+static int fs_rdma_reap(struct fs_rdma *r, uint32_t want)
 {
   uint64_t t0 = 0;
   while (r->sq_free < want) {
@@ -191,7 +193,7 @@ static int fs_rdma_reap(struct fs_rdma *r, uint32_t want, uint64_t limit_us)
       r->n_reap_wait++;
       if (!t0)
         t0 = fs_clock_us();
-      else if (fs_clock_us() - t0 > limit_us) {
+      else if (fs_clock_us() - t0 > FS_RDMA_REAP_US) {
         fs_rdma_die(r, "send queue stuck", 0);
         return -EIO;
       }
@@ -207,8 +209,7 @@ static int fs_rdma_post(struct fs_rdma *r, struct ibv_send_wr *wr, int n, bool s
 {
   if (__atomic_load_n(&r->dead, __ATOMIC_ACQUIRE) || r->foreign)
     return -EPIPE;
-  /* the RC retry limit ends any real wait long before this bound */
-  if (fs_rdma_reap(r, (uint32_t)n, 30000000u) < 0)
+  if (fs_rdma_reap(r, (uint32_t)n) < 0)
     return -EIO;
   for (int i = 0; i < n; i++) {
     r->unsig++;
