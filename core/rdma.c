@@ -23,7 +23,9 @@
 #define FS_RDMA_RQ 512       /* receives posted (one per immediate) */
 #define FS_RDMA_SIGNAL 64    /* signal one send in this many */
 #define FS_RDMA_REPOST 32    /* re-post receives in batches of this many */
-#define FS_RDMA_INLINE 64    /* ask for this much inline data */
+#define FS_RDMA_INLINE 256   /* ask for this much inline data: a small message
+                                and its record header (a 64 B message is 72 B)
+                                go in the work request, not by a DMA read */
 #define FS_RDMA_POOL 32      /* registered ring regions kept for reuse */
 
 struct fs_rdma {
@@ -41,7 +43,9 @@ struct fs_rdma {
   uint64_t raddr;
   uint32_t rkey;
   pthread_mutex_t slock;            /* posting and send-queue accounting */
-  pthread_mutex_t plock;            /* receive completions */
+  uint32_t polling;                 /* a thread takes in receive completions; atomic
+                                       (a flag, not a mutex: nobody waits for it, and
+                                       this is half the cost of an empty look) */
   uint64_t pub_tail;                /* tx bytes handed to the NIC; atomic reads */
   uint64_t cred_head;               /* rx head last credited */
   uint32_t flags_sent;
@@ -49,7 +53,7 @@ struct fs_rdma {
   uint32_t rq_used;                 /* receives consumed, not yet re-posted */
   bool dead, foreign;
   bool linger_posted;               /* tear-down: the signalled no-op is out */
-  uint32_t poll_again;              /* a look found plock taken (fs_rdma_progress) */
+  uint32_t poll_again;              /* a look found `polling` set (fs_rdma_progress) */
   /* counters for the debug log at tear-down (racy increments are fine) */
   uint64_t n_post, n_wr, n_cqe, n_arm, n_reap_wait;
 };
@@ -411,7 +415,7 @@ static void fs_rdma_wake_local(struct fs_rdma *r)
   pthread_mutex_unlock(&r->slock);
 }
 
-/* Take in what the receive queue holds now (plock held); true if this
+/* Take in what the receive queue holds now (`polling` held); true if this
  * end has a thread to wake for it. */
 static bool fs_rdma_take_all(struct fs_rdma *r)
 {
@@ -449,6 +453,7 @@ static bool fs_rdma_take_all(struct fs_rdma *r)
    * fs_chan_arm_*). */
   bool wake = false;
   if (took) {
+    __atomic_store_n(&r->ch.news, r->ch.news + 1, __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     for (int i = 0; i < 2; i++) {
       uint32_t *w = i ? &r->ctl[1].want_space : &r->ctl[0].want_data;
@@ -457,6 +462,12 @@ static bool fs_rdma_take_all(struct fs_rdma *r)
     }
   }
   return wake;
+}
+
+/* Become the thread taking in receive completions, if nobody is. */
+static inline bool fs_rdma_poll_begin(struct fs_rdma *r)
+{
+  return !__atomic_load_n(&r->polling, __ATOMIC_RELAXED) && !__atomic_exchange_n(&r->polling, 1, __ATOMIC_ACQUIRE);
 }
 
 /* Whoever finds the receive queue busy leaves it to the thread polling it,
@@ -469,20 +480,20 @@ static void fs_rdma_progress(struct fs_chan *ch)
   struct fs_rdma *r = (struct fs_rdma *)ch;
   if (r->foreign)
     return;
-  if (pthread_mutex_trylock(&r->plock) != 0) {
+  if (!fs_rdma_poll_begin(r)) {
     __atomic_store_n(&r->poll_again, 1, __ATOMIC_RELAXED);
-    __atomic_thread_fence(__ATOMIC_SEQ_CST); /* Dekker with the holder's unlock */
-    if (pthread_mutex_trylock(&r->plock) != 0)
+    __atomic_thread_fence(__ATOMIC_SEQ_CST); /* Dekker with the holder's release */
+    if (!fs_rdma_poll_begin(r))
       return;
   }
   for (;;) {
     __atomic_store_n(&r->poll_again, 0, __ATOMIC_RELAXED);
     bool wake = fs_rdma_take_all(r);
-    pthread_mutex_unlock(&r->plock);
+    __atomic_store_n(&r->polling, 0, __ATOMIC_RELEASE);
     if (wake)
       fs_rdma_wake_local(r);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    if (!__atomic_load_n(&r->poll_again, __ATOMIC_RELAXED) || pthread_mutex_trylock(&r->plock) != 0)
+    if (!__atomic_load_n(&r->poll_again, __ATOMIC_RELAXED) || !fs_rdma_poll_begin(r))
       return;
   }
 }
@@ -542,18 +553,21 @@ static int fs_rdma_qp(struct fs_rdma *r)
   struct ibv_qp_init_attr a = {
     .send_cq = r->scq,
     .recv_cq = r->rcq,
-    .cap = { .max_send_wr = FS_RDMA_SQ, .max_recv_wr = FS_RDMA_RQ, .max_send_sge = 1, .max_recv_sge = 1,
-             .max_inline_data = FS_RDMA_INLINE },
+    .cap = { .max_send_wr = FS_RDMA_SQ, .max_recv_wr = FS_RDMA_RQ, .max_send_sge = 1, .max_recv_sge = 1 },
     .qp_type = IBV_QPT_RC,
     .sq_sig_all = 0,
   };
-  if (rdma_create_qp(r->id, r->pd, &a) != 0) {
-    a.cap.max_inline_data = 0; /* some devices have none */
-    if (rdma_create_qp(r->id, r->pd, &a) != 0)
-      return errno ? -errno : -ENOMEM;
+  /* Devices cap inline data differently (some have none): ask for less
+   * until one fits. */
+  static const uint32_t inl[] = { FS_RDMA_INLINE, 64, 0 };
+  for (size_t i = 0; i < sizeof inl / sizeof inl[0]; i++) {
+    a.cap.max_inline_data = inl[i];
+    if (rdma_create_qp(r->id, r->pd, &a) == 0) {
+      r->max_inline = a.cap.max_inline_data;
+      return 0;
+    }
   }
-  r->max_inline = a.cap.max_inline_data;
-  return 0;
+  return errno ? -errno : -ENOMEM;
 }
 
 int fs_rdma_new(struct rdma_cm_id *id, uint32_t size, int side, int my_efd, struct fs_rdma **out)
@@ -563,7 +577,6 @@ int fs_rdma_new(struct rdma_cm_id *id, uint32_t size, int side, int my_efd, stru
     return -ENOMEM;
   memset(r, 0, sizeof *r);
   pthread_mutex_init(&r->slock, NULL);
-  pthread_mutex_init(&r->plock, NULL);
   r->id = id;
   r->size = size;
   r->sq_free = FS_RDMA_SQ;
@@ -650,7 +663,7 @@ void fs_rdma_forget(struct fs_chan *ch)
   if (r) {
     r->foreign = true;
     pthread_mutex_init(&r->slock, NULL);
-    pthread_mutex_init(&r->plock, NULL);
+    r->polling = 0;
   }
 }
 
@@ -704,6 +717,5 @@ void fs_rdma_destroy(struct fs_rdma *r)
   }
   fs_rdma_region_put(r);
   pthread_mutex_destroy(&r->slock);
-  pthread_mutex_destroy(&r->plock);
   free(r);
 }
