@@ -12,35 +12,22 @@ void fs_chan_efd_write(int efd)
   errno = saved;
 }
 
-void fs_chan_kick_data(struct fs_chan *ch)
+void fs_chan_kick_data_shm(struct fs_chan *ch)
 {
-  if (ch->ops->publish) {
-    ch->ops->publish(ch);
-    return;
-  }
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
   if (__atomic_load_n(&ch->tx.ctl->want_data, __ATOMIC_RELAXED) &&
       __atomic_exchange_n(&ch->tx.ctl->want_data, 0, __ATOMIC_ACQ_REL))
     ch->ops->wake_peer(ch);
 }
 
-void fs_chan_kick_space(struct fs_chan *ch)
+void fs_chan_kick_space_shm(struct fs_chan *ch)
 {
-  if (ch->ops->credit) {
-    ch->ops->credit(ch);
-    return;
-  }
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
   if (__atomic_load_n(&ch->rx.ctl->want_space, __ATOMIC_RELAXED) &&
       __atomic_exchange_n(&ch->rx.ctl->want_space, 0, __ATOMIC_ACQ_REL))
     ch->ops->wake_peer(ch);
 }
 
-bool fs_chan_rx_ready(struct fs_chan *ch)
-{
-  fs_chan_progress(ch);
-  return !fs_ring_empty(&ch->rx);
-}
 
 bool fs_chan_tx_ready(struct fs_chan *ch)
 {
@@ -48,10 +35,6 @@ bool fs_chan_tx_ready(struct fs_chan *ch)
   return fs_ring_space(&ch->tx) > 0;
 }
 
-bool fs_chan_peer_closed(const struct fs_chan *ch)
-{
-  return __atomic_load_n(&ch->peer->closed, __ATOMIC_ACQUIRE) != 0;
-}
 
 bool fs_chan_arm_rx(struct fs_chan *ch)
 {

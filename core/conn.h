@@ -61,6 +61,7 @@ struct fs_conn {
                                  while to open) instead of being refused */
   int resend_fd;              /* the fd to re-send on */
   uint32_t spin_us;           /* adaptive spin budget */
+  uint32_t tx_news;           /* the channel's news count at our last send (txlock) */
   /* A sender and a receiver asleep on wake_fd (each under its direction's
    * lock, so at most one each; atomic), and the room the sender waits for:
    * whichever drains the wake fd passes the wake on (core/sockio.c). */
