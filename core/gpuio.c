@@ -1,14 +1,13 @@
 #include <errno.h>
 
 #include "core/gpuio.h"
-#include "gpu/gpu.h"
 
 static bool fs_gpuio_is_dev(const void *p, size_t n)
 {
   return n > 0 && fs_gpu_maybe_device(p) && fs_gpu_classify(p, n) == FS_GPU_DEVICE;
 }
 
-bool fs_gpuio_device(const struct fs_io *io)
+bool fs_gpuio_device_slow(const struct fs_io *io)
 {
   for (int i = 0; i < io->iovcnt; i++)
     if (fs_gpuio_is_dev(io->iov[i].iov_base, io->iov[i].iov_len))

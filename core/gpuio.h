@@ -11,9 +11,16 @@
 #include <stdbool.h>
 
 #include "core/sock.h"
+#include "gpu/gpu.h"
 
-/* True if any buffer of io is device memory. */
-bool fs_gpuio_device(const struct fs_io *io);
+bool fs_gpuio_device_slow(const struct fs_io *io);
+
+/* True if any buffer of io is device memory (inline: no call while no
+ * driver is in the process). */
+static inline bool fs_gpuio_device(const struct fs_io *io)
+{
+  return !fs_gpu_surely_host() && fs_gpuio_device_slow(io);
+}
 
 ssize_t fs_gpuio_send(struct fs_conn *c, int fd, struct fs_io *io);
 ssize_t fs_gpuio_recv(struct fs_conn *c, int fd, struct fs_io *io);

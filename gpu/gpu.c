@@ -16,10 +16,11 @@
 
 /* ---- is the driver in the process? -------------------------------------- */
 
-enum { FS_GPU_ST_ABSENT = 0, FS_GPU_ST_PRESENT = 1, FS_GPU_ST_OFF = 2 };
-
-static int fs_gpu_state;           /* FS_GPU_ST_* */
+int fs_gpu_state;                  /* see gpu.h */
+uint64_t fs_gpu_next_tick, fs_gpu_recheck_ticks;
 static int64_t fs_gpu_next_probe; /* coarse ms; 0 = probe at the next call */
+static uint64_t fs_gpu_tick0;     /* tick and clock at the first probe: calibration */
+static int64_t fs_gpu_ms0;
 static unsigned long long fs_gpu_adds; /* the loader's load count at the last probe; 0 = none yet */
 static bool fs_gpu_driver_live;    /* the driver answered a query: it is initialised */
 static pthread_once_t fs_gpu_atfork_once = PTHREAD_ONCE_INIT;
@@ -39,6 +40,7 @@ static void fs_gpu_atfork_child(void)
   } else {
     __atomic_store_n(&fs_gpu_state, FS_GPU_ST_ABSENT, __ATOMIC_RELAXED);
     __atomic_store_n(&fs_gpu_next_probe, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&fs_gpu_next_tick, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&fs_gpu_adds, 0, __ATOMIC_RELAXED);
   }
   fs_gpu_pool_child();
@@ -53,8 +55,11 @@ static void fs_gpu_register_atfork(void)
 static int64_t fs_gpu_now_ms(void)
 {
   struct timespec ts;
-  if (clock_gettime(CLOCK_MONOTONIC_COARSE, &ts) != 0)
+  int saved = errno; /* it cannot fail here, but the caller's errno stays */
+  if (clock_gettime(CLOCK_MONOTONIC_COARSE, &ts) != 0) {
+    errno = saved;
     return 0;
+  }
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
@@ -73,19 +78,45 @@ static unsigned long long fs_gpu_load_count(void)
   return adds;
 }
 
+/* After a probe won the window starting at now (ms): mark the window's end
+ * in ticks too, once the tick rate is known (two probes 100 ms apart or
+ * more; until then fs_gpu_surely_host asks the clock, as does every look
+ * where there is no tick). */
+static void fs_gpu_tick_window(int64_t now)
+{
+  uint64_t t = fs_gpu_tick(), per = __atomic_load_n(&fs_gpu_recheck_ticks, __ATOMIC_RELAXED);
+  if (!t)
+    return;
+  /* Relaxed atomics: a slow winner of an old window may still be here. */
+  uint64_t t0 = __atomic_load_n(&fs_gpu_tick0, __ATOMIC_RELAXED);
+  int64_t ms0 = __atomic_load_n(&fs_gpu_ms0, __ATOMIC_RELAXED);
+  if (!t0) {
+    __atomic_store_n(&fs_gpu_ms0, now, __ATOMIC_RELAXED);
+    __atomic_store_n(&fs_gpu_tick0, t, __ATOMIC_RELAXED);
+  } else if (!per && now - ms0 >= 20 * FS_GPU_RECHECK_MS && t > t0) {
+    per = (t - t0) / (uint64_t)(now - ms0) * FS_GPU_RECHECK_MS;
+    __atomic_store_n(&fs_gpu_recheck_ticks, per, __ATOMIC_RELAXED);
+  }
+  if (per)
+    __atomic_store_n(&fs_gpu_next_tick, t + per, __ATOMIC_RELAXED);
+}
+
 /* Slow path of fs_gpu_maybe_device: probe the loader, rate-limited. */
 static bool fs_gpu_probe(void)
 {
-  int saved = errno;
-  bool present = false;
+  /* Before anything else: this runs at every send and receive while no
+   * driver is in the process. */
   int64_t now = fs_gpu_now_ms();
   int64_t next = __atomic_load_n(&fs_gpu_next_probe, __ATOMIC_RELAXED);
   if (next != 0 && now < next)
-    goto out;
+    return false;
+  int saved = errno;
+  bool present = false;
   /* One thread probes; the others answer "no" until it is done. */
   if (!__atomic_compare_exchange_n(&fs_gpu_next_probe, &next, now + FS_GPU_RECHECK_MS, false,
                                    __ATOMIC_RELAXED, __ATOMIC_RELAXED))
     goto out;
+  fs_gpu_tick_window(now);
   /* dlopen(RTLD_NOLOAD) of a name that is not loaded searches the library
    * path (several failed opens: ~1 ms on a network root file system, seen
    * at every send of a busy server).  The driver can only have appeared if
@@ -123,6 +154,7 @@ bool fs_gpu_maybe_device(const void *p)
 void fs_gpu_note_efault(void)
 {
   __atomic_store_n(&fs_gpu_adds, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&fs_gpu_next_tick, 0, __ATOMIC_RELAXED);
   __atomic_store_n(&fs_gpu_next_probe, 0, __ATOMIC_RELAXED);
 }
 

@@ -5,7 +5,8 @@
  * the CUDA driver (libcuda.so.1) mapped: every CUDA allocator lives in it.  So:
  *  - fs_gpu_maybe_device() answers from one cached word.  Until the driver is
  *    seen in the process it re-probes with dlopen(RTLD_NOLOAD), which never maps
- *    anything, at most once per FS_GPU_RECHECK_MS (coarse monotonic clock) and at
+ *    anything, at most once per FS_GPU_RECHECK_MS (coarse monotonic clock; in
+ *    between, a tick calibrated against it: fs_gpu_surely_host) and at
  *    once after fs_gpu_note_efault(); and only when the loader has loaded
  *    something since the last probe (its load counter, dl_iterate_phdr), since a
  *    NOLOAD miss searches the library path with system calls.  The rate limit cannot hide real device
@@ -82,6 +83,37 @@ struct fs_gpu_stats {
 /* Cheap pre-check (see above): false means p cannot be device memory. */
 bool fs_gpu_maybe_device(const void *p);
 
+/* What fs_gpu_maybe_device answers from, kept by gpu.c, read inline by
+ * fs_gpu_surely_host: the data path asks it twice per round trip, where a
+ * call chain down to the clock costs more than the rest of a small send on
+ * an emulated CPU.  Between probes the rate limit runs on a cheap tick (the
+ * TSC on x86), calibrated against the clock by the probes themselves. */
+enum { FS_GPU_ST_ABSENT = 0, FS_GPU_ST_PRESENT = 1, FS_GPU_ST_OFF = 2 };
+extern int fs_gpu_state;              /* FS_GPU_ST_* */
+extern uint64_t fs_gpu_next_tick;     /* no probe due before this tick; 0: ask the clock */
+extern uint64_t fs_gpu_recheck_ticks; /* ticks in FS_GPU_RECHECK_MS; 0: not calibrated */
+
+static inline uint64_t fs_gpu_tick(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+  return __builtin_ia32_rdtsc();
+#else
+  return 0; /* no cheap tick: every look asks the clock */
+#endif
+}
+
+/* True when no pointer can be device memory now, known without a call:
+ * support off, or no driver in the process and no probe due yet.  A tick
+ * behind the mark by more than a window (another CPU's TSC) asks the clock. */
+static inline bool fs_gpu_surely_host(void)
+{
+  int s = __atomic_load_n(&fs_gpu_state, __ATOMIC_RELAXED);
+  if (s != FS_GPU_ST_ABSENT)
+    return s == FS_GPU_ST_OFF;
+  uint64_t next = __atomic_load_n(&fs_gpu_next_tick, __ATOMIC_RELAXED), t = fs_gpu_tick();
+  return t < next && next - t <= __atomic_load_n(&fs_gpu_recheck_ticks, __ATOMIC_RELAXED);
+}
+
 /* A real kernel call on a user buffer failed with EFAULT: re-probe for the
  * driver at the next fs_gpu_maybe_device() regardless of the rate limit. */
 void fs_gpu_note_efault(void);
@@ -129,6 +161,7 @@ void fs_gpu_get_stats(struct fs_gpu_stats *out);
 #include <string.h>
 
 static inline bool fs_gpu_maybe_device(const void *p) { (void)p; return false; }
+static inline bool fs_gpu_surely_host(void) { return true; }
 static inline void fs_gpu_note_efault(void) {}
 static inline int fs_gpu_classify(const void *p, size_t len) { (void)p; (void)len; return FS_GPU_HOST; }
 static inline int fs_gpu_query(const void *p, size_t len, struct fs_gpu_ptr *out)

@@ -284,6 +284,39 @@ START_TEST(test_probe_only_after_load)
 }
 END_TEST
 
+/* Between probes the rate limit runs on the tick, so the data path's check
+ * makes no call: once the probes have calibrated it, a look right after a
+ * probe is answered inline; after the window, or after an EFAULT, not. */
+START_TEST(test_tick_window)
+{
+  char buf[16];
+  if (fs_gpu_tick() == 0)
+    return; /* no cheap tick on this CPU: every look asks the clock */
+  struct timespec ts = { 0, 10 * 1000 * 1000 };
+  ck_assert(!fs_gpu_maybe_device(buf));
+  ck_assert(!fs_gpu_surely_host()); /* not calibrated yet */
+  for (int i = 0; i < 15 && __atomic_load_n(&fs_gpu_recheck_ticks, __ATOMIC_RELAXED) == 0; i++) {
+    nanosleep(&ts, NULL); /* past the window: the next look probes */
+    ck_assert(!fs_gpu_maybe_device(buf));
+  }
+  ck_assert_uint_gt(fs_gpu_recheck_ticks, 0);
+  /* Right after a probe (a preempted test may miss the 5 ms once or twice). */
+  bool inline_answer = false;
+  for (int i = 0; i < 5 && !inline_answer; i++) {
+    nanosleep(&ts, NULL);
+    ck_assert(!fs_gpu_maybe_device(buf));
+    inline_answer = fs_gpu_surely_host();
+  }
+  ck_assert(inline_answer);
+  fs_gpu_note_efault();
+  ck_assert(!fs_gpu_surely_host());
+  nanosleep(&ts, NULL);
+  ck_assert(!fs_gpu_maybe_device(buf));
+  nanosleep(&ts, NULL);
+  ck_assert(!fs_gpu_surely_host()); /* the window is over */
+}
+END_TEST
+
 START_TEST(test_detect_on_efault)
 {
   setenv("FABSOCK_CUDA_LIB", fake_path, 1);
@@ -796,6 +829,7 @@ int main(void)
     tcase_add_test(tc, test_detect_after_load);
     tcase_add_test(tc, test_probe_only_after_load);
     tcase_add_test(tc, test_detect_on_efault);
+    tcase_add_test(tc, test_tick_window);
     tcase_add_test(tc, test_not_initialized);
     tcase_add_test(tc, test_incomplete_driver);
     tcase_add_test(tc, test_classify);
