@@ -51,8 +51,8 @@ struct fs_conn *fs_conn_new(int fd, int family)
   /* refs stays 0 (dead to racing readers) until everything else is set. */
   memset((char *)c + sizeof c->refs, 0, sizeof *c - sizeof c->refs);
   pthread_mutex_init(&c->lock, NULL);
-  pthread_mutex_init(&c->txlock, NULL);
-  pthread_mutex_init(&c->rxlock, NULL);
+  fs_lock_init(&c->txlock);
+  fs_lock_init(&c->rxlock);
   c->fd = fd;
   c->wake_fd = -1;
   c->family = family;
@@ -89,8 +89,6 @@ void fs_conn_put(struct fs_conn *c)
     fs_stat_slot_free(c->stat);
   c->stat = NULL;
   pthread_mutex_destroy(&c->lock);
-  pthread_mutex_destroy(&c->txlock);
-  pthread_mutex_destroy(&c->rxlock);
   pthread_mutex_lock(&fs_conn_pool_lock);
   c->free_next = fs_conn_free_list;
   fs_conn_free_list = c;

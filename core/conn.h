@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "core/lock.h"
 #include "core/reason.h"
 #include "core/stat.h"
 #include "policy/policy.h"
@@ -37,8 +38,8 @@ struct fs_conn {
   uint32_t refs;              /* atomic */
   uint32_t state;             /* atomic; enum fs_conn_state */
   pthread_mutex_t lock;       /* state changes, fabric attach and teardown */
-  pthread_mutex_t txlock;     /* one sender at a time: SWITCH/REVERT ordering */
-  pthread_mutex_t rxlock;     /* one receiver at a time */
+  fs_lock_t txlock;           /* one sender at a time: SWITCH/REVERT ordering */
+  fs_lock_t rxlock;           /* one receiver at a time */
   int fd;                     /* fd it was created on (dups share the object) */
   int family;                 /* AF_INET / AF_INET6 */
   int wake_fd;                /* eventfd woken on fabric events; -1 if none */

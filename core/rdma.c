@@ -12,6 +12,7 @@
 #include <rdma/rdma_cma.h>
 
 #include "core/clock.h"
+#include "core/lock.h"
 #include "core/log.h"
 #include "core/rdma.h"
 #include "core/rdmacm.h"
@@ -42,7 +43,7 @@ struct fs_rdma {
   uint32_t max_inline;
   uint64_t raddr;
   uint32_t rkey;
-  pthread_mutex_t slock;            /* posting and send-queue accounting */
+  fs_lock_t slock;                  /* posting and send-queue accounting */
   uint32_t polling;                 /* a thread takes in receive completions; atomic
                                        (a flag, not a mutex: nobody waits for it, and
                                        this is half the cost of an empty look) */
@@ -293,9 +294,9 @@ static void fs_rdma_send_credit(struct fs_rdma *r, uint64_t head)
 static void fs_rdma_publish(struct fs_chan *ch)
 {
   struct fs_rdma *r = (struct fs_rdma *)ch;
-  pthread_mutex_lock(&r->slock);
+  fs_lock(&r->slock);
   fs_rdma_push(r);
-  pthread_mutex_unlock(&r->slock);
+  fs_unlock(&r->slock);
 }
 
 /* Credits go back once an eighth of the ring is free: the producer waits
@@ -307,11 +308,11 @@ static void fs_rdma_credit(struct fs_chan *ch)
   uint64_t head = __atomic_load_n(&r->ctl[0].head, __ATOMIC_ACQUIRE);
   if (head - __atomic_load_n(&r->cred_head, __ATOMIC_RELAXED) < r->size / 8)
     return;
-  pthread_mutex_lock(&r->slock);
+  fs_lock(&r->slock);
   head = __atomic_load_n(&r->ctl[0].head, __ATOMIC_ACQUIRE);
   if (head - r->cred_head >= r->size / 8)
     fs_rdma_send_credit(r, head);
-  pthread_mutex_unlock(&r->slock);
+  fs_unlock(&r->slock);
 }
 
 static uint32_t fs_rdma_my_flags(struct fs_rdma *r)
@@ -328,7 +329,7 @@ static void fs_rdma_wake_peer(struct fs_chan *ch)
   struct fs_rdma *r = (struct fs_rdma *)ch;
   if (r->foreign)
     return;
-  pthread_mutex_lock(&r->slock);
+  fs_lock(&r->slock);
   fs_rdma_push(r);
   uint32_t f = fs_rdma_my_flags(r);
   if (f != r->flags_sent) {
@@ -350,7 +351,7 @@ static void fs_rdma_wake_peer(struct fs_chan *ch)
     if (fs_rdma_post(r, &wr, 1, false) == 0)
       r->flags_sent = f;
   }
-  pthread_mutex_unlock(&r->slock);
+  fs_unlock(&r->slock);
 }
 
 /* ---- completions -------------------------------------------------------- */
@@ -409,10 +410,10 @@ static void fs_rdma_take(struct fs_rdma *r, uint32_t imm)
  * away under slock, in fs_rdma_release). */
 static void fs_rdma_wake_local(struct fs_rdma *r)
 {
-  pthread_mutex_lock(&r->slock);
+  fs_lock(&r->slock);
   if (r->ch.my_efd >= 0)
     fs_chan_efd_write(r->ch.my_efd);
-  pthread_mutex_unlock(&r->slock);
+  fs_unlock(&r->slock);
 }
 
 /* Take in what the receive queue holds now (`polling` held); true if this
@@ -528,9 +529,9 @@ static void fs_rdma_release(struct fs_chan *ch)
   struct fs_rdma *r = (struct fs_rdma *)ch;
   if (r->foreign)
     return; /* the parent's; never touch it here */
-  pthread_mutex_lock(&r->slock); /* fs_rdma_peer_gone may be writing it */
+  fs_lock(&r->slock); /* fs_rdma_peer_gone may be writing it */
   r->ch.my_efd = -1;               /* the connection closes it next: never again */
-  pthread_mutex_unlock(&r->slock);
+  fs_unlock(&r->slock);
   fs_rdmacm_retire(r);
 }
 
@@ -576,7 +577,7 @@ int fs_rdma_new(struct rdma_cm_id *id, uint32_t size, int side, int my_efd, stru
   if (posix_memalign((void **)&r, 64, sizeof *r) != 0)
     return -ENOMEM;
   memset(r, 0, sizeof *r);
-  pthread_mutex_init(&r->slock, NULL);
+  fs_lock_init(&r->slock);
   r->id = id;
   r->size = size;
   r->sq_free = FS_RDMA_SQ;
@@ -662,7 +663,7 @@ void fs_rdma_forget(struct fs_chan *ch)
   struct fs_rdma *r = fs_rdma_of(ch);
   if (r) {
     r->foreign = true;
-    pthread_mutex_init(&r->slock, NULL);
+    fs_lock_init(&r->slock);
     r->polling = 0;
   }
 }
@@ -676,7 +677,7 @@ bool fs_rdma_lingering(struct fs_rdma *r)
   fs_rdma_progress(&r->ch);
   if (__atomic_load_n(&r->ep[1].closed, __ATOMIC_ACQUIRE) || __atomic_load_n(&r->dead, __ATOMIC_ACQUIRE))
     return false;
-  pthread_mutex_lock(&r->slock);
+  fs_lock(&r->slock);
   bool busy = r->sq_free < FS_RDMA_SQ && fs_rdma_reap_now(r) >= 0 && r->sq_free < FS_RDMA_SQ;
   if (busy && !r->linger_posted && r->sq_free > 0) {
     /* Unsignalled writes complete silently: one signalled no-op behind
@@ -686,7 +687,7 @@ bool fs_rdma_lingering(struct fs_rdma *r)
     fs_rdma_wr(&wr, &sge, r, 0, 0, 0);
     busy = r->linger_posted = fs_rdma_post(r, &wr, 1, true) == 0;
   }
-  pthread_mutex_unlock(&r->slock);
+  fs_unlock(&r->slock);
   return busy;
 }
 
@@ -716,6 +717,5 @@ void fs_rdma_destroy(struct fs_rdma *r)
     ibv_destroy_comp_channel(r->cc);
   }
   fs_rdma_region_put(r);
-  pthread_mutex_destroy(&r->slock);
   free(r);
 }

@@ -328,9 +328,9 @@ int fs_sock_attach(struct fs_conn *c, struct fs_chan *ch)
   pthread_mutex_unlock(&c->lock);
   fs_log(FS_LOG_DEBUG, "fd %d on %s", c->fd, ch->ops->name);
   /* Our sender switches now if it is idle; a busy one does at its next send. */
-  if (pthread_mutex_trylock(&c->txlock) == 0) {
+  if (fs_lock_try(&c->txlock)) {
     fs_sockio_switch_tx(c, ch);
-    pthread_mutex_unlock(&c->txlock);
+    fs_unlock(&c->txlock);
   }
   /* Wake our own threads blocked on the TCP path: data may now come here. */
   fs_chan_efd_write(c->wake_fd);
@@ -367,10 +367,10 @@ void fs_sock_last_close(struct fs_conn *c)
     fs_rdv_unlisten(c);
   fs_ready_epoll_forget_conn(c);
   if (ch) {
-    pthread_mutex_lock(&c->txlock);
+    fs_lock(&c->txlock);
     fs_chan_drop_end(ch, c->tx_flow == FS_FLOW_FABRIC);
     c->tx_flow = FS_FLOW_EOF;
-    pthread_mutex_unlock(&c->txlock);
+    fs_unlock(&c->txlock);
   }
 }
 
@@ -420,8 +420,8 @@ static void fs_sock_fork_fix(int fd, struct fs_conn *c, void *arg)
   c->visit = fs_sock_epoch;
   if (pid == 0) { /* the threads that held these are gone */
     pthread_mutex_init(&c->lock, NULL);
-    pthread_mutex_init(&c->txlock, NULL);
-    pthread_mutex_init(&c->rxlock, NULL);
+    fs_lock_init(&c->txlock);
+    fs_lock_init(&c->rxlock);
   }
   struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
   if (ch && fs_rdma_of(ch)) { /* downgraded before the fork, unless a thread was inside a call */
@@ -510,10 +510,10 @@ void fs_sock_setsockopt(struct fs_conn *c, int fd, int level, int name, const vo
 }
 
 /* Take m within ms milliseconds, or give up. */
-static bool fs_sock_trylock_for(pthread_mutex_t *m, int ms)
+static bool fs_sock_trylock_for(fs_lock_t *m, int ms)
 {
   uint64_t end = fs_clock_ns() + (uint64_t)ms * 1000000u;
-  while (pthread_mutex_trylock(m) != 0) {
+  while (!fs_lock_try(m)) {
     if (fs_clock_ns() >= end)
       return false;
     struct timespec ts = { 0, 1000000 };
@@ -550,14 +550,14 @@ void fs_sock_downgrade(struct fs_conn *c, int fd, int reason)
       return;
     }
     if (!fs_sock_trylock_for(&c->txlock, 100)) {
-      pthread_mutex_unlock(&c->rxlock);
+      fs_unlock(&c->rxlock);
       fs_log(FS_LOG_WARN, "fd %d: a thread is inside send at fork; it stays on %s in the parent only", fd,
              ch->ops->name);
       return;
     }
   } else {
-    pthread_mutex_lock(&c->rxlock);
-    pthread_mutex_lock(&c->txlock);
+    fs_lock(&c->rxlock);
+    fs_lock(&c->txlock);
   }
   if (c->tx_flow == FS_FLOW_FABRIC && fs_ring_put_ctl(&ch->tx, FS_REC_REVERT, c->fab_tx) == 0)
     c->tx_flow = FS_FLOW_TCP;
@@ -571,8 +571,8 @@ void fs_sock_downgrade(struct fs_conn *c, int fd, int reason)
   fs_conn_set_state(c, FS_STATE_TCP, reason);
   if (c->stat)
     c->stat->fabric = FS_FABRIC_TCP;
-  pthread_mutex_unlock(&c->txlock);
-  pthread_mutex_unlock(&c->rxlock);
+  fs_unlock(&c->txlock);
+  fs_unlock(&c->rxlock);
   ch->ops->wake_peer(ch);
   fs_log(FS_LOG_INFO, "fd %d back to tcp (%s)", fd, fs_reason_name(reason));
 }

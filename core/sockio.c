@@ -492,7 +492,7 @@ void fs_sockio_service(struct fs_conn *c, int fd)
 void fs_sockio_resend_job(struct fs_conn *c)
 {
   struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
-  pthread_mutex_lock(&c->txlock);
+  fs_lock(&c->txlock);
   if (ch && !c->peer_revert_done) {
     int fd = c->resend_fd, was = c->tx_flow;
     if (was != FS_FLOW_TCP)
@@ -504,7 +504,7 @@ void fs_sockio_resend_job(struct fs_conn *c)
     __atomic_store_n(&c->peer_revert_done, true, __ATOMIC_RELEASE);
     fs_log(FS_LOG_INFO, "fd %d: peer went back to tcp", fd);
   }
-  pthread_mutex_unlock(&c->txlock);
+  fs_unlock(&c->txlock);
   if (c->wake_fd >= 0) /* our own waiters: writable again, on TCP */
     fs_chan_efd_write(c->wake_fd);
 }
@@ -630,11 +630,11 @@ ssize_t fs_sock_send(struct fs_conn *c, int fd, struct fs_io *io)
       fs_sockio_count(c, r, true, false, false);
       return fs_sockio_done(c, r, true, false, 0);
     }
-    pthread_mutex_lock(&c->txlock);
+    fs_lock(&c->txlock);
     r = fs_sock_tcp_io(fd, io);
     hrc = fs_sockio_hooks(c, fd, io, r, true, false);
     fs_sockio_count(c, r, true, false, true);
-    pthread_mutex_unlock(&c->txlock);
+    fs_unlock(&c->txlock);
     return fs_sockio_done(c, r, true, false, hrc);
   }
   int sflags = (io->op == FS_IO_WRITE || io->op == FS_IO_WRITEV) ? 0 : io->flags;
@@ -643,7 +643,7 @@ ssize_t fs_sock_send(struct fs_conn *c, int fd, struct fs_io *io)
     if (w < 0)
       return w;
   }
-  pthread_mutex_lock(&c->txlock);
+  fs_lock(&c->txlock);
   ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
   ch = fs_sockio_chan_known(c, ch && fs_sockio_tx_look(c, ch));
   if (ch && c->tx_flow == FS_FLOW_TCP)
@@ -652,7 +652,7 @@ ssize_t fs_sock_send(struct fs_conn *c, int fd, struct fs_io *io)
     r = fs_sockio_fabric_send(c, fd, ch, io, fs_iov_total(io->iov, io->iovcnt));
     if (r == -EAGAIN && __atomic_load_n(&ch->peer->rx_revert, __ATOMIC_ACQUIRE)) {
       /* the peer downgraded while we waited for room: go again, on TCP */
-      pthread_mutex_unlock(&c->txlock);
+      fs_unlock(&c->txlock);
       int w = fs_sockio_wait_resend(c, fd, ch, sflags);
       return w < 0 ? w : fs_sock_send(c, fd, io);
     }
@@ -663,7 +663,7 @@ ssize_t fs_sock_send(struct fs_conn *c, int fd, struct fs_io *io)
   }
   hrc = fs_sockio_hooks(c, fd, io, r, true, false);
   fs_sockio_count(c, r, true, false, true);
-  pthread_mutex_unlock(&c->txlock);
+  fs_unlock(&c->txlock);
   return fs_sockio_done(c, r, true, false, hrc);
 }
 
@@ -866,23 +866,23 @@ ssize_t fs_sock_recv(struct fs_conn *c, int fd, struct fs_io *io)
   if (!ch && (c->no_upgrade || c->wake_fd < 0)) {
     bool locked = c->hooks != NULL; /* hooks see one call at a time */
     if (locked)
-      pthread_mutex_lock(&c->rxlock);
+      fs_lock(&c->rxlock);
     r = fs_sock_tcp_io(fd, io);
     if (r > 0 && !peek)
       c->tcp_rx += (uint64_t)r;
     hrc = fs_sockio_hooks(c, fd, io, r, false, peek);
     fs_sockio_count(c, r, false, peek, locked);
     if (locked)
-      pthread_mutex_unlock(&c->rxlock);
+      fs_unlock(&c->rxlock);
     return fs_sockio_done(c, r, false, peek, hrc);
   }
   if (ch && __builtin_expect(__atomic_load_n(&ch->peer->rx_revert, __ATOMIC_ACQUIRE), 0))
     fs_sockio_service(c, fd);
-  pthread_mutex_lock(&c->rxlock);
+  fs_lock(&c->rxlock);
   r = fs_sockio_fabric_recv(c, fd, io, flags);
   hrc = fs_sockio_hooks(c, fd, io, r, false, peek);
   fs_sockio_count(c, r, false, peek, true);
-  pthread_mutex_unlock(&c->rxlock);
+  fs_unlock(&c->rxlock);
   /* What a TCP recvfrom/recvmsg reports: no address, no control data. */
   if (r >= 0) {
     if (io->op == FS_IO_RECVFROM && io->from && io->fromlen)
@@ -913,13 +913,13 @@ int fs_sock_shutdown(struct fs_conn *c, int fd, int how)
     return -EINVAL;
   struct fs_chan *ch = fs_sockio_chan(c);
   if (ch && how != SHUT_RD) {
-    pthread_mutex_lock(&c->txlock);
+    fs_lock(&c->txlock);
     if (c->tx_flow == FS_FLOW_FABRIC) {
       (void)fs_ring_put_ctl(&ch->tx, FS_REC_EOF, 0);
       c->tx_flow = FS_FLOW_EOF;
     }
     c->shut_wr = true;
-    pthread_mutex_unlock(&c->txlock);
+    fs_unlock(&c->txlock);
     ch->ops->wake_peer(ch);
   } else if (how != SHUT_RD) {
     c->shut_wr = true;
@@ -950,7 +950,7 @@ short fs_sockio_ready(struct fs_conn *c, struct fs_chan *ch, short want, short k
   fs_chan_progress(ch);
   /* A SWITCH at the head with all TCP bytes read: move rx to the fabric now,
    * or a lone SWITCH would look like readable data. */
-  if (c->rx_flow == FS_FLOW_TCP && !fs_ring_empty(&ch->rx) && pthread_mutex_trylock(&c->rxlock) == 0) {
+  if (c->rx_flow == FS_FLOW_TCP && !fs_ring_empty(&ch->rx) && fs_lock_try(&c->rxlock)) {
     uint32_t t, l;
     uint64_t n;
     if (c->rx_flow == FS_FLOW_TCP && fs_ring_peek(&ch->rx, &t, &l, &n) == 1 && t == FS_REC_SWITCH && c->tcp_rx >= n) {
@@ -958,7 +958,7 @@ short fs_sockio_ready(struct fs_conn *c, struct fs_chan *ch, short want, short k
       fs_chan_kick_space(ch);
       c->rx_flow = FS_FLOW_FABRIC;
     }
-    pthread_mutex_unlock(&c->rxlock);
+    fs_unlock(&c->rxlock);
   }
   short dead = kernel & (POLLHUP | POLLERR);
   bool closed = fs_chan_peer_closed(ch);

@@ -1,0 +1,52 @@
+/* A mutex for the data path's per-connection locks (a direction's lock, the
+ * rdma channel's posting lock).
+ *
+ * Uncontended, lock and unlock are one atomic instruction each, inline: no
+ * call.  pthread_mutex_lock/unlock are a PLT hop and a type dispatch each,
+ * four calls per small send or receive; on the emulated CPU of the Soft-RoCE
+ * VM every call and return is a lookup, and natively they are a tenth of a
+ * small message's cost.  Contended, a waiter sleeps on a private futex
+ * (a direction's lock is held across a sleep for ring room or data).
+ *
+ * States: 0 free, 1 held, 2 held and maybe waited for (Drepper, "Futexes
+ * Are Tricky", mutex 3).  Process-private: connection objects are copied,
+ * not shared, by fork; whoever copies one re-initialises its locks (a
+ * holder's thread does not exist in the child).  errno is left alone. */
+#ifndef FS_CORE_LOCK_H
+#define FS_CORE_LOCK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct {
+  uint32_t v;
+} fs_lock_t;
+
+void fs_lock_wait(fs_lock_t *l, uint32_t seen);
+void fs_lock_wake(fs_lock_t *l);
+
+static inline void fs_lock_init(fs_lock_t *l)
+{
+  __atomic_store_n(&l->v, 0, __ATOMIC_RELAXED);
+}
+
+static inline bool fs_lock_try(fs_lock_t *l)
+{
+  uint32_t c = 0;
+  return __atomic_compare_exchange_n(&l->v, &c, 1, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED);
+}
+
+static inline void fs_lock(fs_lock_t *l)
+{
+  uint32_t c = 0;
+  if (__builtin_expect(!__atomic_compare_exchange_n(&l->v, &c, 1, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED), 0))
+    fs_lock_wait(l, c);
+}
+
+static inline void fs_unlock(fs_lock_t *l)
+{
+  if (__builtin_expect(__atomic_exchange_n(&l->v, 0, __ATOMIC_RELEASE) == 2, 0))
+    fs_lock_wake(l);
+}
+
+#endif
