@@ -28,13 +28,11 @@ void fs_chan_kick_space_shm(struct fs_chan *ch)
     ch->ops->wake_peer(ch);
 }
 
-
 bool fs_chan_tx_ready(struct fs_chan *ch)
 {
   fs_chan_progress(ch);
   return fs_ring_space(&ch->tx) > 0;
 }
-
 
 bool fs_chan_arm_rx(struct fs_chan *ch)
 {
