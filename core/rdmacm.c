@@ -691,6 +691,36 @@ void fs_rdmacm_tick(void)
   }
 }
 
+/* Retired channels whose last writes are still landing (or not yet looked
+ * at); agent lock held. */
+static bool fs_rdmacm_draining(void)
+{
+  pthread_mutex_lock(&M.rlock);
+  bool any = M.nretired > 0;
+  pthread_mutex_unlock(&M.rlock);
+  for (struct fs_cm_item *it = M.items; it && !any; it = it->next)
+    any = it->lingering;
+  return any;
+}
+
+bool fs_rdmacm_exit_drain(uint64_t deadline_ns)
+{
+  for (;;) {
+    fs_rdmacm_tick();
+    if (!fs_rdmacm_draining())
+      return true;
+    if (fs_clock_ns() >= deadline_ns)
+      return false;
+    struct timespec ts = { 0, 100000 };
+    nanosleep(&ts, NULL);
+  }
+}
+
+bool fs_rdmacm_up(void)
+{
+  return __atomic_load_n(&M.avail, __ATOMIC_RELAXED) == 1;
+}
+
 int fs_rdmacm_next_timeout(void)
 {
   uint64_t now = fs_clock_ns(), best = 0;

@@ -134,6 +134,12 @@ int fs_rdmacm_next_timeout(void);
 bool fs_rdmacm_held(void);
 /* Any thread: a channel is no longer used; the agent tears it down. */
 void fs_rdmacm_retire(struct fs_rdma *r);
+/* Agent lock held, process exit: run the retired channels' tear-down until
+ * every one's last writes landed (or its peer is gone), or deadline_ns
+ * (fs_clock_ns) passes.  True if none is left waiting. */
+bool fs_rdmacm_exit_drain(uint64_t deadline_ns);
+/* rdma has been set up in this process (any thread). */
+bool fs_rdmacm_up(void);
 /* In a forked child: forget the parent's ids without touching them; rdma
  * stays off in a child of a process that had set it up. */
 void fs_rdmacm_after_fork_child(void);
@@ -149,6 +155,8 @@ static inline void fs_rdmacm_tick(void) {}
 static inline int fs_rdmacm_next_timeout(void) { return -1; }
 static inline bool fs_rdmacm_held(void) { return false; }
 static inline void fs_rdmacm_after_fork_child(void) {}
+static inline bool fs_rdmacm_exit_drain(uint64_t deadline_ns) { (void)deadline_ns; return true; }
+static inline bool fs_rdmacm_up(void) { return false; }
 #endif
 
 #endif

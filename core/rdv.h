@@ -94,6 +94,11 @@ void fs_rdv_accepted(void);
 /* A listening socket is closed. */
 void fs_rdv_unlisten(struct fs_conn *c);
 
+/* Process exit (not the agent thread): with the agent lock, let closed
+ * rdma connections land their last writes until deadline_ns (fs_clock_ns).
+ * True if none is left waiting. */
+bool fs_rdv_exit_drain(uint64_t deadline_ns);
+
 /* Fork: the agent lock is held across fork so no rendezvous is half done. */
 void fs_rdv_before_fork(void);
 void fs_rdv_after_fork(bool child);

@@ -17,6 +17,7 @@
 #include "core/hook.h"
 #include "core/log.h"
 #include "core/rdma.h"
+#include "core/rdmacm.h"
 #include "core/rdv.h"
 #include "core/ready.h"
 #include "core/sock.h"
@@ -46,8 +47,53 @@ static void fs_sock_release(struct fs_conn *c)
   }
 }
 
+#ifdef HAVE_RDMA
+#define FS_SOCK_EXIT_MS 2000 /* the most exit() waits for writes to land */
+
+static void fs_sock_exit_look(int fd, struct fs_conn *c, void *arg)
+{
+  (void)fd;
+  struct fs_rdma *r = fs_rdma_of(__atomic_load_n(&c->chan, __ATOMIC_ACQUIRE));
+  if (r && fs_rdma_lingering(r))
+    ++*(int *)arg;
+}
+
+/* Process exit: rdma writes we posted may not have left the NIC yet, and
+ * the kernel flushes them with the queue pair, where TCP would deliver
+ * them after the process is gone; the peer would read EOF early.  So wait,
+ * bounded, until the writes of open and of closed connections landed (or
+ * their peers are gone).  Costs one load where rdma was never set up. */
+static void fs_sock_exit_drain(void)
+{
+  if (!fs_rdmacm_up())
+    return;
+  int saved = errno;
+  uint64_t t0 = fs_clock_ns(), deadline = t0 + (uint64_t)FS_SOCK_EXIT_MS * 1000000u;
+  int busy;
+  for (;;) {
+    busy = 0;
+    fs_fdtab_foreach(fs_sock_exit_look, &busy);
+    if (!busy || fs_clock_ns() >= deadline)
+      break;
+    struct timespec ts = { 0, 100000 };
+    nanosleep(&ts, NULL);
+  }
+  bool closed_ok = fs_rdv_exit_drain(deadline);
+  uint64_t ms = (fs_clock_ns() - t0) / 1000000u;
+  if (busy || !closed_ok)
+    fs_log(FS_LOG_WARN, "exit: rdma writes still unconfirmed after %llu ms; the peer may miss the last bytes",
+           (unsigned long long)ms);
+  else
+    fs_log(FS_LOG_DEBUG, "exit: rdma writes confirmed (%llu ms)", (unsigned long long)ms);
+  errno = saved;
+}
+#endif
+
 __attribute__((destructor)) static void fs_sock_fini(void)
 {
+#ifdef HAVE_RDMA
+  fs_sock_exit_drain();
+#endif
   fs_stat_shutdown();
 }
 

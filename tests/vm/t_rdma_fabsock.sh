@@ -3,6 +3,8 @@
 #
 #  - two preloaded processes over 10.0.2.15 (FABSOCK_TRANSPORT=rdma): bytes identical, and the
 #    connection went rdma according to `fabsock stat --json`;
+#  - a writer that exits right after its last bytes (after close, or with the socket open): the
+#    reader gets all of them;
 #  - a preloaded guest client to a plain server on this machine (10.0.2.2, no RDMA) and to a
 #    preloaded one: bytes identical, the connection stays tcp, and no delay beyond a plain run;
 #    and redis-cli (an event loop: non-blocking connect) to the plain one answers (rsocket hangs);
@@ -147,12 +149,46 @@ host_echo() {
 }
 
 # ---- unmodified programs, both sides preloaded ---------------------------------------------------
+# ---- a writer that quits right after its last bytes ----------------------------------------
+# exit_burst PORT close|exit: 8 MiB, the second half on rdma, then exit() at once (after close, or
+# with the socket open).  The kernel flushes unfinished rdma writes with the queue pair, so the
+# library waits at exit until they landed; the reader must get every byte.
+exit_burst() {
+  local port=$1 end=$2 c st
+  rm -f "$T_WORK/sink-$port"
+  if ! start_server "sink-$port" "$pre_rdma" "$port" "$PYTHON" "$VMTOOL" sink-server --bind "$VM_IP" \
+    --port "$port" --out "$T_WORK/sink-$port"; then
+    t_fail "sink server under libfabsock: $out"
+    return
+  fi
+  touch "$T_WORK/hold-$port"
+  timeout -k 5 120 env $pre_rdma "$PYTHON" "$VMTOOL" burst-client "$VM_IP:$port" --bytes $((8 << 20)) \
+    --end "$end" --ready-file "$T_WORK/ready-$port" --hold-file "$T_WORK/hold-$port" \
+    > "$T_WORK/burst-$port" 2>&1 &
+  c=$!
+  wait_file "$T_WORK/ready-$port" 60 $c && stat_until "$T_WORK/st-burst-$port" rdma 10 --peer "$VM_IP:$port"
+  rm -f "$T_WORK/hold-$port"
+  wait $c
+  st=$?
+  wait_file "$T_WORK/sink-$port" 60 "$srv"
+  local sent got
+  sent=$(head -n 1 "$T_WORK/burst-$port")
+  got=$(cat "$T_WORK/sink-$port" 2> /dev/null)
+  [ $st = 0 ] && [ -n "$got" ] && [ "$(echo "$sent" | tr -d ' ')" = "$(echo "$got" | tr -d ' ')" ]
+  t_check $? "writer exits right after its last bytes ($end): the reader got all 8 MiB (sent $sent; got ${got:-nothing}; exit $st)"
+  seen=$(went rdma "$T_WORK/st-burst-$port")
+  t_check $? "that connection went rdma: $seen" "$todo"
+  stop "$srv"
+}
+
 # Emulated, an upgrade (agent, route, CM handshake) and each `fabsock stat` take a while: sample
 # for up to 10 s, and let sockperf and iperf3 run long enough for that.
 probe_rdma() { stat_until "$T_WORK/st-$1" rdma 10 --peer "$VM_IP:$1"; }
 export SOCKPERF_TIME=${SOCKPERF_TIME:-8} IPERF3_TIME=${IPERF3_TIME:-8}
 
 echo_pair
+exit_burst 15020 close
+exit_burst 15021 exit
 echo_auth 15010 a a rdma
 echo_auth 15011 a b auth
 echo_auth 15012 a - auth

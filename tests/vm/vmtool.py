@@ -12,6 +12,14 @@
       Prints one JSON line: ok, bytes sent and received, sha256 of both, connect_s, elapsed_s
       (from before connect to the end, less held_s, the time spent waiting on the hold file).
       Exit 0 when the echo matched, 1 when it did not, 2 on a socket error.
+  vmtool.py sink-server [--bind ADDR] --port N --out F
+      Take one connection, read it to EOF, write {"bytes": N, "sha": ...} to F and exit.
+  vmtool.py burst-client HOST:PORT --bytes N --end close|exit [--chunk N] [--seed S]
+                         [--ready-file F --hold-file F]
+      Send half the bytes, create the ready file and wait until the hold file is gone (the test
+      sees the connection go rdma meanwhile), send the rest and end at once through C's exit():
+      after close() (--end close) or with the socket still open (--end exit), as programs that
+      write their last bytes and quit do.  Prints {"bytes", "sha"} of what it sent first.
   vmtool.py stat [--peer A:P] [--local A:P] [--pid N] < fabsock-stat.json
       Print the matching connections of `fabsock stat --json`, one per line:
       "pid program fd state fabric reason tx_bytes rx_bytes local peer"; listening sockets are
@@ -42,14 +50,18 @@ def opt(args, name, default=None, conv=str):
     return default
 
 
-def echo_server(args):
-    bind = opt(args, "--bind", "0.0.0.0")
-    port = opt(args, "--port", 0, int)
-    port_file = opt(args, "--port-file")
+def listener(args, backlog):
+    """A listening socket on --bind (all addresses) and --port (any free)."""
     srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    srv.bind((bind, port))
-    srv.listen(16)
+    srv.bind((opt(args, "--bind", "0.0.0.0"), opt(args, "--port", 0, int)))
+    srv.listen(backlog)
+    return srv
+
+
+def echo_server(args):
+    port_file = opt(args, "--port-file")
+    srv = listener(args, 16)
     if port_file:
         tmp = port_file + ".tmp"
         with open(tmp, "w") as f:
@@ -151,6 +163,52 @@ def echo_client(args):
     return status
 
 
+def sink_server(args):
+    out = opt(args, "--out")
+    conn, _ = listener(args, 1).accept()
+    h, n = hashlib.sha256(), 0
+    while True:
+        b = conn.recv(1 << 16)
+        if not b:
+            break
+        h.update(b)
+        n += len(b)
+    with open(out + ".tmp", "w") as f:
+        json.dump({"bytes": n, "sha": h.hexdigest()[:16]}, f)
+    os.rename(out + ".tmp", out)
+    return 0
+
+
+def burst_client(args):
+    import ctypes
+    target = args.pop(0)
+    nbytes = opt(args, "--bytes", 8 << 20, int)
+    chunk = opt(args, "--chunk", 1 << 16, int)
+    seed = opt(args, "--seed", 1, int)
+    end = opt(args, "--end", "close")
+    ready = opt(args, "--ready-file")
+    hold = opt(args, "--hold-file")
+    data = random.Random(seed).randbytes(nbytes)
+    print(json.dumps({"bytes": nbytes, "sha": hashlib.sha256(data).hexdigest()[:16]}), flush=True)
+    host, port = target.rsplit(":", 1)
+    s = socket.create_connection((host, int(port)))
+    half = nbytes // 2
+    s.sendall(data[:half])
+    if ready:
+        with open(ready, "w"):
+            pass
+        deadline = time.monotonic() + 60
+        while hold and os.path.exists(hold) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    for off in range(half, nbytes, chunk):
+        s.sendall(data[off:off + chunk])
+    if end == "close":
+        s.close()
+    sys.stdout.flush()
+    ctypes.CDLL(None).exit(0)  # C's exit(): destructors run, Python's clean-up does not
+    return 3
+
+
 def stat(args):
     peer = opt(args, "--peer")
     local = opt(args, "--local")
@@ -205,7 +263,7 @@ def main():
         return 2
     cmd, args = sys.argv[1], sys.argv[2:]
     table = {"echo-server": echo_server, "echo-client": echo_client, "stat": stat,
-             "iperf3": iperf3}
+             "iperf3": iperf3, "sink-server": sink_server, "burst-client": burst_client}
     if cmd not in table:
         print(__doc__, file=sys.stderr)
         return 2
