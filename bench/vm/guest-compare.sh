@@ -1,7 +1,7 @@
 #!/bin/bash
 # Runs inside the Soft-RoCE VM (rdma-compare.sh boots it).  On one rxe device, over 10.0.2.15:
 #   kernel TCP, rsocket's preload, libfabsock's preload: fabsock-bench (ping-pong 64 B, stream
-#     64 KiB) when built, first, in FB_ROUNDS (3) rounds that alternate the three (each figure
+#     64 KiB) when built, first, in FB_ROUNDS (7) rounds that alternate the three (each figure
 #     is the median of its rounds: under emulation the machine's speed drifts within minutes,
 #     and a row measured after another's failures and hangs would not be side by side); then
 #     sockperf ping-pong (64 B; p50, p99) and iperf3 (one stream; MB/s);
@@ -12,7 +12,7 @@
 #
 # Environment: FABSOCK_LIB, FABSOCK_BIN (libfabsock column; skipped without them),
 #   FABSOCK_BENCH_PROG (fabsock-bench; its column is skipped without it),
-#   FB_ROUNDS (fabsock-bench rounds, 3),
+#   FB_ROUNDS (fabsock-bench rounds, 7),
 #   FABSOCK_BENCH_TRANSPORT (FABSOCK_TRANSPORT for the libfabsock column, default rdma: both
 #   processes are on one host, where "auto" would pick shm), SOCKPERF_TIME (5), IPERF3_TIME (3),
 #   FABSOCK_BENCH_HOST_LOAD (this machine's load average when the VM started, for the record).
@@ -99,7 +99,7 @@ fi
 
 # fabsock-bench first, the transports alternating round by round: FB_STATUS[i], and the
 # medians FB_P50[i] FB_P99[i] FB_MBPS[i] with every round's figures in FB_ROUNDS_TXT[i].
-FB_ROUNDS=${FB_ROUNDS:-3}
+FB_ROUNDS=${FB_ROUNDS:-7}
 FB_STATUS=() FB_P50=() FB_P99=() FB_MBPS=() FB_ROUNDS_TXT=()
 median() { printf '%s\n' "$@" | sed '/^$/d' | sort -g | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 if [ -n "$fb" ]; then
@@ -121,6 +121,23 @@ if [ -n "$fb" ]; then
     FB_P50[i]=$(median ${fb_a50[$i]:-}) FB_P99[i]=$(median ${fb_a99[$i]:-}) FB_MBPS[i]=$(median ${fb_amb[$i]:-})
     FB_ROUNDS_TXT[i]="p50${fb_a50[$i]:-}; p99${fb_a99[$i]:-}; MB/s${fb_amb[$i]:-}"
   done
+  # Round by round, libfabsock against rsocket (the two ran back to back): the medians alone
+  # hide whether one is ahead in most rounds or in a few by much.
+  rs_i= fs_i=
+  for i in "${!T_NAMES[@]}"; do
+    case ${T_NAMES[i]} in rsocket*) rs_i=$i ;; libfabsock*) fs_i=$i ;; esac
+  done
+  if [ -n "$rs_i" ] && [ -n "$fs_i" ]; then
+    read -ra rs50 <<< "${fb_a50[$rs_i]:-}"; read -ra fs50 <<< "${fb_a50[$fs_i]:-}"
+    read -ra rs99 <<< "${fb_a99[$rs_i]:-}"; read -ra fs99 <<< "${fb_a99[$fs_i]:-}"
+    FB_PAIRS=${#rs50[@]}
+    [ ${#fs50[@]} -lt "$FB_PAIRS" ] && FB_PAIRS=${#fs50[@]}
+    FB_WON50=0 FB_WON99=0
+    for ((j = 0; j < FB_PAIRS; j++)); do
+      awk -v a="${fs50[j]}" -v b="${rs50[j]}" 'BEGIN { exit !(a < b) }' && FB_WON50=$((FB_WON50 + 1))
+      awk -v a="${fs99[j]}" -v b="${rs99[j]}" 'BEGIN { exit !(a < b) }' && FB_WON99=$((FB_WON99 + 1))
+    done
+  fi
 fi
 
 # measure I: transport I's row (sockperf and iperf3 now; fabsock-bench from above).
@@ -185,11 +202,16 @@ echo "Under emulation absolute numbers mean little: compare rows of this run onl
 { printf "$fmt\n" transport fabric "sockperf 64 B p50 / p99 us" "iperf3 MB/s" \
     "fabsock-bench 64 B p50 / p99 us , 64 KiB MB/s (median of $FB_ROUNDS)"
   printf '%s\n' "${rows_txt[@]}"; } | tee "$T_WORK/table"
+[ -z "${FB_PAIRS:-}" ] || echo "fabsock-bench, round by round: libfabsock's p50 below rsocket's in $FB_WON50 of $FB_PAIRS rounds, its p99 in $FB_WON99"
 echo "--- json"
 printf '{"tool":"rdma-compare","format":1,"kernel":%s,"vcpus":%s,"accel":"tcg","device":"rxe0",' \
   "$(str "$(uname -r)")" "$(nproc)"
 printf '"host_load":%s,"sockperf_time_s":%s,"iperf3_time_s":%s,"fabsock_bench_rounds":%s,"libfabsock_transport":%s,"rows":[' \
   "$(str "${FABSOCK_BENCH_HOST_LOAD:-}")" "$SOCKPERF_TIME" "$IPERF3_TIME" "$FB_ROUNDS" "$(str "$transport")"
 (IFS=,; printf '%s' "${rows_json[*]}")
-echo "]}"
+printf ']'
+[ -z "${FB_PAIRS:-}" ] ||
+  printf ',"fabsock_bench_paired":{"rounds":%s,"libfabsock_p50_lower":%s,"libfabsock_p99_lower":%s}' \
+    "$FB_PAIRS" "$FB_WON50" "$FB_WON99"
+echo "}"
 echo "--- end"
