@@ -706,6 +706,7 @@ static bool fs_rdmacm_draining(void)
 bool fs_rdmacm_exit_drain(uint64_t deadline_ns)
 {
   for (;;) {
+    fs_cm_event(); /* a peer's disconnect ends its channel's wait */
     fs_rdmacm_tick();
     if (!fs_rdmacm_draining())
       return true;
