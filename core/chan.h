@@ -130,6 +130,13 @@ static inline bool fs_chan_peer_closed(const struct fs_chan *ch)
   return __atomic_load_n(&ch->peer->closed, __ATOMIC_ACQUIRE) != 0;
 }
 
+/* The peer stopped reading its ring (exec, SCM_RIGHTS): what it did not
+ * read must go again on TCP before anything new (fs_sockio_service). */
+static inline bool fs_chan_peer_reverted(const struct fs_chan *ch)
+{
+  return __atomic_load_n(&ch->peer->rx_revert, __ATOMIC_ACQUIRE) != 0;
+}
+
 /* Drop one conn reference on the end (caller holds the conn's tx lock; eof
  * says the tx direction is on the fabric and still open).  The last one
  * writes EOF, marks the end closed and wakes the peer.  The mapping stays

@@ -425,7 +425,7 @@ struct fs_chan *fs_sockio_chan(struct fs_conn *c)
 void fs_sockio_switch_tx(struct fs_conn *c, struct fs_chan *ch)
 {
   if (c->tx_flow != FS_FLOW_TCP || c->shut_wr || c->reverted || c->peer_revert_done ||
-      __atomic_load_n(&ch->peer->rx_revert, __ATOMIC_ACQUIRE) ||
+      fs_chan_peer_reverted(ch) ||
       !__atomic_load_n(&ch->peer->attached, __ATOMIC_ACQUIRE))
     return; /* never onto the fabric again once either end went back to TCP */
   if (fs_ring_put_ctl(&ch->tx, FS_REC_SWITCH, c->tcp_tx) == 0) {
@@ -479,7 +479,7 @@ void fs_sockio_service(struct fs_conn *c, int fd)
   /* Nothing to answer, the common case, in three loads; callers just took
    * the peer's news in. */
   struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
-  if (!ch || !__atomic_load_n(&ch->peer->rx_revert, __ATOMIC_ACQUIRE) || c->peer_revert_done ||
+  if (!ch || !fs_chan_peer_reverted(ch) || c->peer_revert_done ||
       fs_sockio_chan_known(c, false) != ch)
     return;
   bool expect = false;
@@ -525,7 +525,7 @@ static bool fs_sockio_tx_look(struct fs_conn *c, struct fs_chan *ch)
 /* Sends wait (or EAGAIN) while a re-send for the peer is pending. */
 static int fs_sockio_wait_resend(struct fs_conn *c, int fd, struct fs_chan *ch, int flags)
 {
-  while (__atomic_load_n(&ch->peer->rx_revert, __ATOMIC_ACQUIRE) &&
+  while (fs_chan_peer_reverted(ch) &&
          !__atomic_load_n(&c->peer_revert_done, __ATOMIC_ACQUIRE)) {
     fs_sockio_service(c, fd);
     if (c->nonblock || (flags & MSG_DONTWAIT))
@@ -580,7 +580,7 @@ static ssize_t fs_sockio_fabric_send(struct fs_conn *c, int fd, struct fs_chan *
         continue;
       break;
     }
-    if (__atomic_load_n(&ch->peer->rx_revert, __ATOMIC_ACQUIRE))
+    if (fs_chan_peer_reverted(ch))
       break; /* the caller re-sends on TCP */
     uint64_t spun;
     if (fs_sockio_spin(c, fs_cond_tx, ch, &need, &spun))
@@ -638,7 +638,7 @@ ssize_t fs_sock_send(struct fs_conn *c, int fd, struct fs_io *io)
     return fs_sockio_done(c, r, true, false, hrc);
   }
   int sflags = (io->op == FS_IO_WRITE || io->op == FS_IO_WRITEV) ? 0 : io->flags;
-  if (ch && __builtin_expect(__atomic_load_n(&ch->peer->rx_revert, __ATOMIC_ACQUIRE), 0)) {
+  if (ch && __builtin_expect(fs_chan_peer_reverted(ch), 0)) {
     int w = fs_sockio_wait_resend(c, fd, ch, sflags);
     if (w < 0)
       return w;
@@ -650,7 +650,7 @@ ssize_t fs_sock_send(struct fs_conn *c, int fd, struct fs_io *io)
     fs_sockio_switch_tx(c, ch);
   if (ch && c->tx_flow == FS_FLOW_FABRIC) {
     r = fs_sockio_fabric_send(c, fd, ch, io, fs_iov_total(io->iov, io->iovcnt));
-    if (r == -EAGAIN && __atomic_load_n(&ch->peer->rx_revert, __ATOMIC_ACQUIRE)) {
+    if (r == -EAGAIN && fs_chan_peer_reverted(ch)) {
       /* the peer downgraded while we waited for room: go again, on TCP */
       fs_unlock(&c->txlock);
       int w = fs_sockio_wait_resend(c, fd, ch, sflags);
@@ -876,7 +876,7 @@ ssize_t fs_sock_recv(struct fs_conn *c, int fd, struct fs_io *io)
       fs_unlock(&c->rxlock);
     return fs_sockio_done(c, r, false, peek, hrc);
   }
-  if (ch && __builtin_expect(__atomic_load_n(&ch->peer->rx_revert, __ATOMIC_ACQUIRE), 0))
+  if (ch && __builtin_expect(fs_chan_peer_reverted(ch), 0))
     fs_sockio_service(c, fd);
   fs_lock(&c->rxlock);
   r = fs_sockio_fabric_recv(c, fd, io, flags);
@@ -980,7 +980,7 @@ short fs_sockio_ready(struct fs_conn *c, struct fs_chan *ch, short want, short k
     r |= POLLIN | POLLRDNORM | POLLRDHUP;
     break;
   }
-  if (__atomic_load_n(&ch->peer->rx_revert, __ATOMIC_ACQUIRE) && !c->peer_revert_done) {
+  if (fs_chan_peer_reverted(ch) && !c->peer_revert_done) {
     /* a re-send on the agent is pending: writable once it is done */
   } else if (c->tx_flow == FS_FLOW_FABRIC) {
     if (fs_ring_space(&ch->tx) > 0 || closed)
