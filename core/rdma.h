@@ -79,8 +79,9 @@ void fs_rdma_forget(struct fs_chan *ch);
 /* Tear-down, first half (agent thread, or at process exit; never blocks):
  * true while writes we posted may still be on their way to a peer that has
  * not closed (the peer's ring keeps our last bytes and the EOF record only
- * if they land before the queue pair goes).  Call again until false, or until the
- * caller's deadline; a disconnect from the peer ends it (fs_rdma_peer_gone). */
+ * if they land before the queue pair goes).  Call again until false, or
+ * until the caller's deadline; a disconnect from the peer ends it
+ * (fs_rdma_peer_gone). */
 bool fs_rdma_lingering(struct fs_rdma *r);
 
 /* Tear down (agent thread only): disconnects and frees everything, the id
