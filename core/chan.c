@@ -53,16 +53,6 @@ bool fs_chan_arm_tx(struct fs_chan *ch, size_t need)
   return fs_ring_space_for(&ch->tx, need) >= need || fs_chan_peer_closed(ch);
 }
 
-void fs_chan_drain(struct fs_chan *ch)
-{
-  if (ch->ops->drain)
-    ch->ops->drain(ch);
-  uint64_t v;
-  int saved = errno;
-  (void)FS_REAL(read)(ch->my_efd, &v, sizeof v);
-  errno = saved;
-}
-
 void fs_chan_drop_end(struct fs_chan *ch, bool eof)
 {
   if (__atomic_sub_fetch(&ch->me->refs, 1, __ATOMIC_ACQ_REL) == 0) {

@@ -107,9 +107,6 @@ void fs_chan_efd_write(int efd);
 /* Write the peer's eventfd (ops->wake_peer of eventfd-based fabrics). */
 void fs_chan_efd_wake(struct fs_chan *ch);
 
-/* Drain my eventfd (non-blocking). */
-void fs_chan_drain(struct fs_chan *ch);
-
 /* Take in the peer's news (no-op on shm). */
 static inline void fs_chan_progress(struct fs_chan *ch)
 {
