@@ -148,11 +148,11 @@ host_echo() {
   t_check $? "... without delay: ${pre_s:-?}s preloaded, ${plain:-?}s plain (slack ${SLACK}s)"
 }
 
-# ---- unmodified programs, both sides preloaded ---------------------------------------------------
 # ---- a writer that quits right after its last bytes ----------------------------------------
 # exit_burst PORT close|exit: 8 MiB, the second half on rdma, then exit() at once (after close, or
 # with the socket open).  The kernel flushes unfinished rdma writes with the queue pair, so the
-# library waits at exit until they landed; the reader must get every byte.
+# library waits at exit until they landed; the reader must get every byte.  (Soft-RoCE posts
+# synchronously, so here this guards the exit path rather than reproducing the loss.)
 exit_burst() {
   local port=$1 end=$2 c st
   rm -f "$T_WORK/sink-$port"
@@ -181,6 +181,7 @@ exit_burst() {
   stop "$srv"
 }
 
+# ---- unmodified programs, both sides preloaded ---------------------------------------------------
 # Emulated, an upgrade (agent, route, CM handshake) and each `fabsock stat` take a while: sample
 # for up to 10 s, and let sockperf and iperf3 run long enough for that.
 probe_rdma() { stat_until "$T_WORK/st-$1" rdma 10 --peer "$VM_IP:$1"; }
