@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "policy/cidr.h"
+#include "tests/unit/check_run.h"
 
 static struct sockaddr_storage ss;
 
@@ -159,9 +160,5 @@ int main(void)
   tcase_add_test(tc, ports);
   tcase_add_test(tc, parsed_form);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_ENV);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return run_suite(s, false);
 }

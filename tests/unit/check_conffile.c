@@ -12,6 +12,7 @@
 
 #include "policy/conffile.h"
 #include "policy/policy.h"
+#include "tests/unit/check_run.h"
 
 static char errbuf[512];
 static struct fs_policy_action act;
@@ -239,9 +240,5 @@ int main(void)
   tcase_add_test(tc, get_process_policy);
   tcase_set_timeout(tc, 60);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_ENV);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return run_suite(s, false);
 }

@@ -12,6 +12,7 @@
 
 #include "core/conn.h"
 #include "preload/fdtab.h"
+#include "tests/unit/check_run.h"
 
 START_TEST(t_untracked_is_null)
 {
@@ -171,9 +172,5 @@ int main(void)
   tcase_add_test(tc, t_race_readers_closers);
   tcase_add_test(tc, t_move_high);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return run_suite(s, false);
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "policy/glob.h"
+#include "tests/unit/check_run.h"
 
 START_TEST(glob_vs_fnmatch)
 {
@@ -42,9 +43,5 @@ int main(void)
   TCase *tc = tcase_create("glob");
   tcase_add_test(tc, glob_vs_fnmatch);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_ENV);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return run_suite(s, false);
 }

@@ -20,6 +20,7 @@
 #include "gpu/gpu.h"
 #include "gpu/regcache.h"
 #include "tests/unit/fakecuda.h"
+#include "tests/unit/check_run.h"
 
 typedef fs_cu_result R;
 typedef fs_cu_ptr P;
@@ -849,10 +850,5 @@ int main(void)
            top ? fake_path : "fakecuda.so", top ? top : "unset");
     fflush(stdout);
   }
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK); /* each test starts with nothing loaded */
-  srunner_run_all(sr, CK_ENV);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? 0 : 1;
+  return run_suite(s, true); /* each test starts with nothing loaded */
 }

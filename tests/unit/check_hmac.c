@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/hmac.h"
+#include "tests/unit/check_run.h"
 
 static void hex(const uint8_t *d, char *out)
 {
@@ -109,9 +110,5 @@ int main(void)
   tcase_add_test(tc, t_hmac_rfc4231);
   tcase_add_test(tc, t_equal);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return run_suite(s, false);
 }

@@ -162,5 +162,5 @@ int main(void)
   tcase_add_test(tc, user_hook);
   tcase_add_test(tc, chain_exactly_once);
   suite_add_tcase(s, tc);
-  return run_suite(s);
+  return run_suite(s, false);
 }

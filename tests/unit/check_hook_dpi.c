@@ -413,5 +413,5 @@ int main(void)
   tcase_add_test(tc, actions);
   tcase_add_test(tc, shared_and_reloaded);
   suite_add_tcase(s, tc);
-  return run_suite(s);
+  return run_suite(s, false);
 }

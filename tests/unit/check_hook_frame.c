@@ -290,5 +290,5 @@ int main(void)
   tcase_add_test(tc, bad_args);
   tcase_add_test(tc, garbage_never_crashes);
   suite_add_tcase(s, tc);
-  return run_suite(s);
+  return run_suite(s, false);
 }

@@ -13,6 +13,7 @@
 
 #include "core/hook.h"
 #include "core/log.h"
+#include "tests/unit/check_run.h"
 
 /* Deterministic PRNG (xorshift64*). */
 static inline uint64_t rnd(uint64_t *s)
@@ -78,15 +79,6 @@ static inline const char *tmpfile_with(int slot, const void *text, size_t len)
   ck_assert_int_eq(write(fd, text, len), (ssize_t)len);
   close(fd);
   return path[slot];
-}
-
-static inline int run_suite(Suite *s)
-{
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_ENV);
-  int nf = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return nf ? EXIT_FAILURE : EXIT_SUCCESS;
 }
 
 #endif

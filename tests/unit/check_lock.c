@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "core/lock.h"
+#include "tests/unit/check_run.h"
 
 static fs_lock_t lk;
 static unsigned long counter;
@@ -93,9 +94,5 @@ int main(void)
   tcase_add_test(tc, t_contended);
   tcase_add_test(tc, t_errno_kept);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return run_suite(s, false);
 }

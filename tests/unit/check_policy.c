@@ -11,6 +11,7 @@
 
 #include "core/hmac.h"
 #include "policy/policy.h"
+#include "tests/unit/check_run.h"
 
 /* ---- helpers ---------------------------------------------------------- */
 
@@ -691,9 +692,5 @@ int main(void)
   tcase_set_timeout(tc, 120);
   suite_add_tcase(s, tc);
 
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_ENV);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return run_suite(s, false);
 }

@@ -13,6 +13,7 @@
 #include "core/rdma.h"
 #include "core/rdmacm.h"
 #include "core/reason.h"
+#include "tests/unit/check_run.h"
 
 static struct fs_rdmacm_msg good(void)
 {
@@ -204,9 +205,5 @@ int main(void)
   tcase_add_test(tc, t_auth);
   tcase_add_test(tc, t_auth_replay);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return run_suite(s, false);
 }

@@ -17,6 +17,7 @@
 #include "core/sock.h"
 #include "preload/fdtab.h"
 #include "preload/real.h"
+#include "tests/unit/check_run.h"
 
 START_TEST(t_names)
 {
@@ -232,9 +233,5 @@ int main(void)
   tcase_add_test(tc, t_diag);
   tcase_add_test(tc, t_hostile_requests);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return run_suite(s, false);
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "gpu/regcache.h"
+#include "tests/unit/check_run.h"
 
 /* ---- a simulated allocator ---------------------------------------------- */
 
@@ -442,10 +443,5 @@ int main(void)
   tcase_add_test(tc, test_errors);
   tcase_add_test(tc, test_threads);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK); /* each test starts with empty bookkeeping */
-  srunner_run_all(sr, CK_ENV);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? 0 : 1;
+  return run_suite(s, true); /* each test starts with empty bookkeeping */
 }

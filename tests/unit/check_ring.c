@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/ring.h"
+#include "tests/unit/check_run.h"
 
 #define RSZ 4096
 
@@ -210,9 +211,5 @@ int main(void)
   tcase_add_test(tc, t_space_cached_head);
   tcase_add_test(tc, t_hostile_producer);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return run_suite(s, false);
 }

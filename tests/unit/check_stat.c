@@ -19,6 +19,7 @@
 #include <dirent.h>
 
 #include "core/stat.h"
+#include "tests/unit/check_run.h"
 
 #define HDR sizeof(struct fs_stat_header)
 #define SLOT sizeof(struct fs_stat_conn)
@@ -669,12 +670,7 @@ static Suite *stat_suite(void)
 
 int main(void)
 {
-  SRunner *sr = srunner_create(stat_suite());
   /* The table is per-process state with no reset: every test needs its own
    * process, whatever CK_FORK says. */
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_ENV);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return run_suite(stat_suite(), true);
 }

@@ -1,0 +1,23 @@
+/* The runner every unit test program ends with (header-only). */
+#ifndef CHECK_RUN_H
+#define CHECK_RUN_H
+
+#include <check.h>
+#include <stdbool.h>
+#include <stdlib.h>
+
+/* Run suite s as the harness asks (CK_VERBOSITY, CK_TAP_LOG_FILE_NAME,
+ * CK_FORK); own_process: every test in a process of its own whatever
+ * CK_FORK says (state with no reset).  Returns main()'s exit status. */
+static inline int run_suite(Suite *s, bool own_process)
+{
+  SRunner *sr = srunner_create(s);
+  if (own_process)
+    srunner_set_fork_status(sr, CK_FORK);
+  srunner_run_all(sr, CK_ENV);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+
+#endif
