@@ -2,6 +2,7 @@
 #ifndef FS_CORE_CLOCK_H
 #define FS_CORE_CLOCK_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -40,6 +41,17 @@ static inline uint64_t fs_clock_spin_check(uint64_t *first, uint32_t *npi, unsig
     *npi = v ? (v > 1000000u ? 1000000u : (uint32_t)v) : 1;
   }
   return now - *first + (uint64_t)every * *npi;
+}
+
+/* A poll with nothing to wait on: false once deadline_ns (fs_clock_ns) has
+ * passed, else a nap of nap_ns and true. */
+static inline bool fs_clock_nap(uint64_t deadline_ns, long nap_ns)
+{
+  if (fs_clock_ns() >= deadline_ns)
+    return false;
+  struct timespec ts = { 0, nap_ns };
+  nanosleep(&ts, NULL);
+  return true;
 }
 
 /* Absolute deadline for a relative timeout (ts NULL: 0, none). */

@@ -710,10 +710,8 @@ bool fs_rdmacm_exit_drain(uint64_t deadline_ns)
     fs_rdmacm_tick();
     if (!fs_rdmacm_draining())
       return true;
-    if (fs_clock_ns() >= deadline_ns)
+    if (!fs_clock_nap(deadline_ns, 100000))
       return false;
-    struct timespec ts = { 0, 100000 };
-    nanosleep(&ts, NULL);
   }
 }
 

@@ -873,12 +873,9 @@ bool fs_rdv_exit_drain(uint64_t deadline_ns)
   /* The agent holds its lock across each batch, briefly: wait for it, but
    * never past the deadline (exit() may come from a thread that holds it
    * no longer, or from a signal handler on a thread that does). */
-  while (pthread_mutex_trylock(&A.lock) != 0) {
-    if (fs_clock_ns() >= deadline_ns)
+  while (pthread_mutex_trylock(&A.lock) != 0)
+    if (!fs_clock_nap(deadline_ns, 100000))
       return false;
-    struct timespec ts = { 0, 100000 };
-    nanosleep(&ts, NULL);
-  }
   bool done = !A.running || fs_rdmacm_exit_drain(deadline_ns);
   pthread_mutex_unlock(&A.lock); /* a later destructor may still close a listener */
   return done;

@@ -73,10 +73,8 @@ static void fs_sock_exit_drain(void)
   for (;;) {
     busy = 0;
     fs_fdtab_foreach(fs_sock_exit_look, &busy);
-    if (!busy || fs_clock_ns() >= deadline)
+    if (!busy || !fs_clock_nap(deadline, 100000))
       break;
-    struct timespec ts = { 0, 100000 };
-    nanosleep(&ts, NULL);
   }
   bool closed_ok = fs_rdv_exit_drain(deadline);
   uint64_t ms = (fs_clock_ns() - t0) / 1000000u;
@@ -559,12 +557,9 @@ void fs_sock_setsockopt(struct fs_conn *c, int fd, int level, int name, const vo
 static bool fs_sock_trylock_for(fs_lock_t *m, int ms)
 {
   uint64_t end = fs_clock_ns() + (uint64_t)ms * 1000000u;
-  while (!fs_lock_try(m)) {
-    if (fs_clock_ns() >= end)
+  while (!fs_lock_try(m))
+    if (!fs_clock_nap(end, 1000000))
       return false;
-    struct timespec ts = { 0, 1000000 };
-    nanosleep(&ts, NULL);
-  }
   return true;
 }
 
