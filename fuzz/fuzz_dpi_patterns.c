@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/hook_ac.h"
-#include "core/hook_dpi.h"
-#include "core/log.h"
+#include "hooks/hook_ac.h"
+#include "hooks/hook_dpi.h"
+#include "base/log.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -9,8 +9,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "core/hook.h"
-#include "core/log.h"
+#include "hooks/hook.h"
+#include "base/log.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -1,4 +1,4 @@
-/* libFuzzer harness for the rdma connect-request check (core/rdmacm.h): the
+/* libFuzzer harness for the rdma connect-request check (fabric/rdma/rdmacm.h): the
  * private data of an rdma_cm connect request comes from anyone on the
  * network.  Whatever it is, the check returns 0 only for a well-formed v1
  * request whose fields are in range, verification under a key never passes
@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/rdmacm.h"
+#include "fabric/rdma/rdmacm.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

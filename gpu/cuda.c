@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "gpu/cuda.h"
-#include "core/log.h"
+#include "base/log.h"
 
 static struct fs_cuda fs_cuda_tab;
 static const struct fs_cuda *fs_cuda_ptr; /* set once by fs_cuda_load; read atomically */

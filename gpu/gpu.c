@@ -9,7 +9,7 @@
 
 #include "gpu/gpu.h"
 #include "gpu/cuda.h"
-#include "core/log.h"
+#include "base/log.h"
 
 #define FS_GPU_MAX_DEVICES 64
 #define FS_GPU_POOL_MAX 64

@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 
 #include "policy/conffile.h"
-#include "preload/real.h"
+#include "base/real.h"
 
 #ifndef SYSCONFDIR
 #define SYSCONFDIR "/etc"

@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/log.h"
+#include "base/log.h"
 #include "policy/conffile.h"
 #include "policy/cidr.h"
 #include "policy/glob.h"
@@ -552,6 +552,8 @@ const char *fs_fabric_name(int fabric)
 static pthread_once_t fs_policy_once = PTHREAD_ONCE_INIT;
 static const struct fs_policy *fs_policy_global;
 static bool fs_policy_disabled;
+static bool fs_policy_env_off; /* FABSOCK_DISABLE: not even tracked */
+static uint32_t fs_policy_ring;  /* FABSOCK_SHM_RING, bytes; 0 = the fabric's default */
 static struct fs_policy fs_policy_fallback; /* no rules, every match tcp */
 
 static const char *fs_policy_getenv(const char *name)
@@ -578,8 +580,19 @@ static void fs_policy_load(void)
       fs_log(FS_LOG_WARN, "FABSOCK_DISABLE: '%.32s' taken as 1", v);
     fs_log(FS_LOG_INFO, "FABSOCK_DISABLE set: running unaccelerated");
     fs_policy_disabled = true;
+    fs_policy_env_off = true;
     fs_policy_global = &fs_policy_fallback;
     return;
+  }
+  v = getenv("FABSOCK_SHM_RING");
+  if (v != NULL && *v) {
+    char *end;
+    unsigned long n = strtoul(v, &end, 0);
+    if (*end == 'K' || *end == 'k')
+      n <<= 10;
+    else if (*end == 'M' || *end == 'm')
+      n <<= 20;
+    fs_policy_ring = n > UINT32_MAX ? 0 : (uint32_t)n; /* the fabric checks the bounds */
   }
   rc = fs_conffile_load(fs_policy_getenv, &p, err, sizeof err);
   if (rc < 0) {
@@ -600,4 +613,16 @@ const struct fs_policy *fs_policy_get(bool *disabled)
   if (disabled != NULL)
     *disabled = fs_policy_disabled;
   return fs_policy_global;
+}
+
+bool fs_policy_off(void)
+{
+  (void)fs_policy_get(NULL);
+  return fs_policy_env_off;
+}
+
+uint32_t fs_policy_ring_size(void)
+{
+  (void)fs_policy_get(NULL);
+  return fs_policy_ring;
 }

@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-#include "core/hmac.h"
+#include "base/hmac.h"
 
 enum fs_fabric { FS_FABRIC_AUTO = 0, FS_FABRIC_RDMA, FS_FABRIC_SHM, FS_FABRIC_TCP };
 /* Values are part of the stat file format: append only. */
@@ -70,6 +70,13 @@ void fs_policy_match(const struct fs_policy *p, const struct fs_policy_query *q,
  * on a bad config it logs file:line and returns a policy whose every match
  * is fabric=tcp with reason disabled.  *disabled tells which. */
 const struct fs_policy *fs_policy_get(bool *disabled);
+
+/* FABSOCK_DISABLE is set: the process runs untouched (no socket tracked). */
+bool fs_policy_off(void);
+
+/* FABSOCK_SHM_RING in bytes (K/M suffixes), 0 if unset; the fabric checks
+ * it against its bounds and uses its default otherwise. */
+uint32_t fs_policy_ring_size(void);
 
 const char *fs_fabric_name(int fabric);
 

@@ -4,11 +4,11 @@
 #include <sys/sendfile.h>
 #include <unistd.h>
 
-#include "core/sock.h"
+#include "engine/sock.h"
 #include "preload/boundary.h"
 #include "preload/export.h"
-#include "preload/fdtab.h"
-#include "preload/real.h"
+#include "engine/fdtab.h"
+#include "base/real.h"
 
 static ssize_t fs_io_recv(struct fs_conn *c, int fd, struct fs_io *io)
 {

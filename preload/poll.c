@@ -5,11 +5,11 @@
 #include <sys/epoll.h>
 #include <sys/select.h>
 
-#include "core/ready.h"
+#include "engine/ready.h"
 #include "preload/boundary.h"
 #include "preload/export.h"
-#include "preload/fdtab.h"
-#include "preload/real.h"
+#include "engine/fdtab.h"
+#include "base/real.h"
 
 static bool fs_poll_tracked(const struct pollfd *fds, nfds_t n)
 {

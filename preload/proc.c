@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "core/sock.h"
+#include "engine/sock.h"
 #include "preload/export.h"
-#include "preload/real.h"
+#include "base/real.h"
 
 FS_EXPORT pid_t fork(void)
 {

@@ -7,13 +7,14 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
-#include "core/rdv.h"
-#include "core/ready.h"
-#include "core/sock.h"
+#include "base/fdreg.h"
+#include "engine/agent.h"
+#include "engine/ready.h"
+#include "engine/sock.h"
 #include "preload/boundary.h"
 #include "preload/export.h"
-#include "preload/fdtab.h"
-#include "preload/real.h"
+#include "engine/fdtab.h"
+#include "base/real.h"
 
 FS_EXPORT int socket(int domain, int type, int protocol)
 {
@@ -113,9 +114,9 @@ static void fs_forget(int fd)
 
 FS_EXPORT int close(int fd)
 {
-  /* One of ours (see fs_fdtab_set_internal): the application never opened
+  /* One of ours (see fs_fdreg_set): the application never opened
    * it, so closing it is a blanket close; it stays ours. */
-  if (__builtin_expect(fs_fdtab_internal(fd), 0))
+  if (__builtin_expect(fs_fdreg_is(fd), 0))
     return 0;
   fs_forget(fd);
   if (__builtin_expect(fs_ready_epoll_tracked(fd), 0))
@@ -127,19 +128,19 @@ FS_EXPORT int close(int fd)
 static int fs_close_range_skip(unsigned lo, unsigned hi, int flags)
 {
   unsigned cur = lo;
-  while (cur <= hi && cur < FS_FDTAB_INTERNAL_MAX) {
+  while (cur <= hi && cur < FS_FDREG_MAX) {
     unsigned next = cur;
-    while (next <= hi && next < FS_FDTAB_INTERNAL_MAX && !fs_fdtab_internal((int)next))
+    while (next <= hi && next < FS_FDREG_MAX && !fs_fdreg_is((int)next))
       next++;
     if (next > cur && FS_REAL(close_range)(cur, next - 1, flags) < 0)
       return -1;
-    if (next > hi || next >= FS_FDTAB_INTERNAL_MAX) {
+    if (next > hi || next >= FS_FDREG_MAX) {
       cur = next;
       break;
     }
     cur = next + 1; /* skip ours */
   }
-  if (cur <= hi && cur >= FS_FDTAB_INTERNAL_MAX)
+  if (cur <= hi && cur >= FS_FDREG_MAX)
     return FS_REAL(close_range)(cur, hi, flags);
   return 0;
 }
@@ -158,9 +159,9 @@ FS_EXPORT int close_range(unsigned lo, unsigned hi, int flags)
   }
   /* The agent must not open a descriptor while the application closes
    * them all (it would take a number the application expects closed). */
-  fs_rdv_pause();
+  fs_agent_pause();
   int rc = fs_close_range_skip(lo, hi, flags);
-  fs_rdv_resume();
+  fs_agent_resume();
   return rc;
 }
 
@@ -170,14 +171,14 @@ FS_EXPORT void closefrom(int lowfd)
   for (int fd = lowfd < 0 ? 0 : lowfd; fd < fs_fdtab_hiwater; fd++)
     fs_forget(fd);
   errno = saved;
-  fs_rdv_pause(); /* see close_range */
+  fs_agent_pause(); /* see close_range */
   if (fs_close_range_skip((unsigned)(lowfd < 0 ? 0 : lowfd), ~0U, 0) < 0) {
     /* Old kernel: fall back like glibc does. */
     for (int fd = lowfd < 0 ? 0 : lowfd; fd < 65536; fd++)
-      if (!fs_fdtab_internal(fd))
+      if (!fs_fdreg_is(fd))
         FS_REAL(close)(fd);
   }
-  fs_rdv_resume();
+  fs_agent_resume();
   errno = saved;
 }
 
@@ -216,7 +217,7 @@ FS_EXPORT int dup2(int fd, int nfd)
   fs_dup_prepare(fd, nfd);
   int rc = FS_REAL(dup2)(fd, nfd);
   if (rc >= 0 && fd != nfd)
-    fs_fdtab_set_internal(nfd, false); /* the application took that number over */
+    fs_fdreg_set(nfd, false); /* the application took that number over */
   if (rc >= 0 && fd != nfd && fs_fdtab_tracked(fd))
     fs_dup_track(fd, rc);
   return rc;
@@ -227,7 +228,7 @@ FS_EXPORT int dup3(int fd, int nfd, int flags)
   fs_dup_prepare(fd, nfd);
   int rc = FS_REAL(dup3)(fd, nfd, flags);
   if (rc >= 0)
-    fs_fdtab_set_internal(nfd, false); /* the application took that number over */
+    fs_fdreg_set(nfd, false); /* the application took that number over */
   if (rc >= 0 && fs_fdtab_tracked(fd))
     fs_dup_track(fd, rc);
   return rc;

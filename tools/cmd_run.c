@@ -46,7 +46,7 @@ static int fs_tool_run_usage_error(const char *fmt, ...)
   return FS_TOOL_EXIT_USAGE;
 }
 
-/* FABSOCK_LOG grammar (core/log.h): comma-separated level words and "syslog". */
+/* FABSOCK_LOG grammar (base/log.h): comma-separated level words and "syslog". */
 static int fs_tool_log_valid(const char *spec)
 {
   static const char *const words[] = { "off", "error", "warn", "info", "debug", "syslog" };

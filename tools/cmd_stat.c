@@ -1,4 +1,4 @@
-/* `fabsock stat`: read every process's table (core/stat.h) and print its
+/* `fabsock stat`: read every process's table (base/stat.h) and print its
  * connections as a table or as JSON.  Tables of dead processes (or of a
  * reused pid) are removed when they belong to us. */
 #include <dirent.h>
@@ -19,11 +19,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/reason.h"
-#include "core/stat.h"
+#include "base/reason.h"
+#include "base/stat.h"
 #include "tools/fabsock.h"
 
-/* Local copies of the enum names (core/conn.h, policy/policy.h): the tool
+/* Local copies of the enum names (engine/conn.h, policy/policy.h): the tool
  * does not link the library.  Values are part of the stat file format. */
 static const char *fs_tool_state_name(int s)
 {

@@ -1,8 +1,8 @@
 /* The `fabsock` command: shared declarations of its subcommands.
  *
  * The tool never links libfscore (it must run where the library's
- * dependencies are absent); it compiles core/reason.c and reads
- * core/stat.h's file format on its own. */
+ * dependencies are absent); it compiles base/reason.c and reads
+ * base/stat.h's file format on its own. */
 #ifndef FS_TOOLS_FABSOCK_H
 #define FS_TOOLS_FABSOCK_H
 

@@ -10,8 +10,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "core/conn.h"
-#include "preload/fdtab.h"
+#include "base/fdreg.h"
+#include "engine/conn.h"
+#include "engine/fdtab.h"
 #include "tests/unit/check_run.h"
 
 START_TEST(t_untracked_is_null)
@@ -137,26 +138,26 @@ START_TEST(t_move_high)
   int fd = eventfd(0, 0);
   ck_assert_int_ge(fd, 0);
   ck_assert_int_lt(fd, 768);
-  int hi = fs_fdtab_move_high(fd);
+  int hi = fs_fdreg_move_high(fd);
   ck_assert_int_ge(hi, 768);
   ck_assert_int_lt(hi, 1024);
-  ck_assert(fs_fdtab_internal(hi));
-  ck_assert(!fs_fdtab_internal(fd));
+  ck_assert(fs_fdreg_is(hi));
+  ck_assert(!fs_fdreg_is(fd));
   ck_assert_int_eq(fcntl(fd, F_GETFD), -1); /* the low number is free again */
   ck_assert_int_eq(errno, EBADF);
   ck_assert_int_eq(fcntl(hi, F_GETFD), FD_CLOEXEC);
   ck_assert_int_eq(write(hi, &(uint64_t){ 1 }, 8), 8); /* the same eventfd */
-  fs_fdtab_close_internal(hi);
-  ck_assert(!fs_fdtab_internal(hi));
+  fs_fdreg_close(hi);
+  ck_assert(!fs_fdreg_is(hi));
   /* no room up there (limit 16): the fd stays where it is, marked */
   rl.rlim_cur = 16;
   ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
   fd = eventfd(0, 0);
   ck_assert_int_ge(fd, 0);
-  int same = fs_fdtab_move_high(fd);
+  int same = fs_fdreg_move_high(fd);
   ck_assert(same == fd || same >= 12);
-  ck_assert(fs_fdtab_internal(same));
-  fs_fdtab_close_internal(same);
+  ck_assert(fs_fdreg_is(same));
+  fs_fdreg_close(same);
 }
 END_TEST
 

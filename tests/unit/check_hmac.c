@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/hmac.h"
+#include "base/hmac.h"
 #include "tests/unit/check_run.h"
 
 static void hex(const uint8_t *d, char *out)

@@ -3,7 +3,7 @@
 #include <limits.h>
 
 #include "tests/unit/check_hook_util.h"
-#include "core/hook_dpi.h"
+#include "hooks/hook_dpi.h"
 
 static char example_so[PATH_MAX], badabi_so[PATH_MAX];
 

@@ -1,8 +1,8 @@
 /* Built-in dpi hook: pattern file parsing, the Aho-Corasick scanner against a
  * naive matcher (dense and compact layouts, any chunk split), actions. */
 #include "tests/unit/check_hook_util.h"
-#include "core/hook_ac.h"
-#include "core/hook_dpi.h"
+#include "hooks/hook_ac.h"
+#include "hooks/hook_dpi.h"
 
 static int parse(const char *text, struct fs_hook_dpi_patterns **ps, char *err)
 {
@@ -251,7 +251,7 @@ END_TEST
 
 /* Every match event (end offset, patterns ending there, the longest of them)
  * in order, against a naive search, whatever the chunking: the scanner may
- * skip bytes (core/hook_ac.h) but must report exactly what a plain walk does.
+ * skip bytes (hooks/hook_ac.h) but must report exactly what a plain walk does.
  * Alphabets from 2 letters (prefixes everywhere) to all 256 bytes, patterns
  * from 1 to 40 bytes (start filters 1 to 4 bytes wide), dense and compact
  * layouts. */

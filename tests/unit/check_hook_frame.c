@@ -1,7 +1,7 @@
 /* Built-in frame hook: header widths, endianness, magic, limits, lines,
  * arbitrary chunk splits, resynchronization, the wake hint. */
 #include "tests/unit/check_hook_util.h"
-#include "core/hook_frame.h"
+#include "hooks/hook_frame.h"
 
 /* Append one frame: [magic][len][payload]. */
 static size_t put_frame(uint8_t *out, const uint8_t *magic, unsigned mlen, unsigned width,

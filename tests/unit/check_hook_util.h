@@ -11,8 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/hook.h"
-#include "core/log.h"
+#include "hooks/hook.h"
+#include "base/log.h"
 #include "tests/unit/check_run.h"
 
 /* Deterministic PRNG (xorshift64*). */

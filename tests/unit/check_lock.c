@@ -5,7 +5,7 @@
 #include <pthread.h>
 #include <time.h>
 
-#include "core/lock.h"
+#include "base/lock.h"
 #include "tests/unit/check_run.h"
 
 static fs_lock_t lk;

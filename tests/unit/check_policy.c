@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/hmac.h"
+#include "base/hmac.h"
 #include "policy/policy.h"
 #include "tests/unit/check_run.h"
 

@@ -1,6 +1,6 @@
 /* Unit tests for the rdma fabric's pure parts: the connect request check
  * (hostile private data is refused with a reason, never trusted) and the
- * 30-bit position arithmetic of the immediate-data format (core/rdma.h).
+ * 30-bit position arithmetic of the immediate-data format (fabric/rdma/rdma.h).
  * The live fabric needs a verbs device: tests/vm runs it over Soft-RoCE. */
 #include <arpa/inet.h>
 #include <check.h>
@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/rdma.h"
-#include "core/rdmacm.h"
-#include "core/reason.h"
+#include "fabric/rdma/rdma.h"
+#include "fabric/rdma/rdmacm.h"
+#include "base/reason.h"
 #include "tests/unit/check_run.h"
 
 static struct fs_rdmacm_msg good(void)

@@ -12,11 +12,11 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "core/rdv.h"
-#include "core/shm.h"
-#include "core/sock.h"
-#include "preload/fdtab.h"
-#include "preload/real.h"
+#include "fabric/shm/rdv.h"
+#include "fabric/shm/shm.h"
+#include "engine/sock.h"
+#include "engine/fdtab.h"
+#include "base/real.h"
 #include "tests/unit/check_run.h"
 
 START_TEST(t_names)

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/ring.h"
+#include "fabric/ring.h"
 #include "tests/unit/check_run.h"
 
 #define RSZ 4096

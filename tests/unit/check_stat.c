@@ -1,4 +1,4 @@
-/* Unit tests for core/stat.c (the per-process table) and for the `fabsock`
+/* Unit tests for base/stat.c (the per-process table) and for the `fabsock`
  * command that reads it (run when the harness sets FABSOCK_BIN). */
 #include <check.h>
 #include <errno.h>
@@ -18,7 +18,7 @@
 #include <unistd.h>
 #include <dirent.h>
 
-#include "core/stat.h"
+#include "base/stat.h"
 #include "tests/unit/check_run.h"
 
 #define HDR sizeof(struct fs_stat_header)

@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/hook.h"
+#include "hooks/hook.h"
 
 #define CHUNK 65536
 

@@ -1,0 +1,61 @@
+/* The registry of the library's own descriptors.  See base/fdreg.h. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <sys/resource.h>
+
+#include "base/fdreg.h"
+#include "base/real.h"
+
+static uint64_t fs_fdreg_bits[FS_FDREG_MAX / 64];
+
+void fs_fdreg_set(int fd, bool on)
+{
+  if (fd < 0 || fd >= FS_FDREG_MAX)
+    return;
+  uint64_t bit = 1ull << (fd & 63);
+  if (on)
+    __atomic_fetch_or(&fs_fdreg_bits[fd / 64], bit, __ATOMIC_RELEASE);
+  else
+    __atomic_fetch_and(&fs_fdreg_bits[fd / 64], ~bit, __ATOMIC_RELEASE);
+}
+
+bool fs_fdreg_is(int fd)
+{
+  if (fd < 0 || fd >= FS_FDREG_MAX)
+    return false;
+  return (__atomic_load_n(&fs_fdreg_bits[fd / 64], __ATOMIC_ACQUIRE) >> (fd & 63)) & 1;
+}
+
+int fs_fdreg_high(int fd)
+{
+  int saved = errno;
+  struct rlimit rl;
+  unsigned long lim = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? (unsigned long)rl.rlim_cur
+                                                                                          : 1024;
+  unsigned long base = lim / 4 * 3; /* where the engine stops accelerating */
+  if (base > FS_FDREG_MAX * 3ul / 4)
+    base = FS_FDREG_MAX * 3ul / 4;
+  if (fd >= 0 && (unsigned long)fd < base) {
+    int hi = FS_REAL(fcntl)(fd, F_DUPFD_CLOEXEC, (int)base);
+    if (hi >= 0) {
+      FS_REAL(close)(fd);
+      fd = hi;
+    }
+  }
+  errno = saved;
+  return fd;
+}
+
+int fs_fdreg_move_high(int fd)
+{
+  fd = fs_fdreg_high(fd);
+  fs_fdreg_set(fd, true);
+  return fd;
+}
+
+void fs_fdreg_close(int fd)
+{
+  fs_fdreg_set(fd, false);
+  FS_REAL(close)(fd);
+}

@@ -1,0 +1,33 @@
+/* The registry of the library's own descriptors.
+ *
+ * A bit per fd, lock-free.  The preload boundary asks it before it lets
+ * the application close(), closefrom() or close_range() a descriptor; every
+ * layer that keeps a descriptor longer than one call registers it here. */
+#ifndef FS_BASE_FDREG_H
+#define FS_BASE_FDREG_H
+
+#include <stdbool.h>
+
+/* Descriptors libfabsock itself holds (wake eventfds, the agent's epoll and
+ * unix sockets, rdma event channels and device fds).  An application that
+ * closes "everything" (close() in a loop, closefrom, close_range) must not
+ * take them from under the library, which would then use numbers the
+ * application reuses.  Covers fds below FS_FDREG_MAX. */
+#define FS_FDREG_MAX 65536
+void fs_fdreg_set(int fd, bool on);
+bool fs_fdreg_is(int fd);
+/* Close one of the library's descriptors (and forget that it was ours). */
+void fs_fdreg_close(int fd);
+/* A descriptor the library just created in the background (the agent
+ * thread), moved to the top quarter of RLIMIT_NOFILE (close-on-exec; errno
+ * kept).  An application hands out the lowest free numbers and may be
+ * closing "everything" in another thread that very moment; a library fd at
+ * a number it just closed would look like its own fd still open, and take
+ * the number its next open() expects.  Returns the fd to use (the same one
+ * if there is no room up there, or fd < 0). */
+int fs_fdreg_high(int fd);
+/* fs_fdreg_high, and the fd is marked ours (one the library keeps: closed
+ * with fs_fdreg_close). */
+int fs_fdreg_move_high(int fd);
+
+#endif

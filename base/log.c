@@ -1,0 +1,68 @@
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <syslog.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "base/real.h"
+
+int fs_log_level = FS_LOG_WARN;
+static int fs_log_syslog;
+
+int fs_log_configure(const char *spec)
+{
+  static const char *const names[] = { "off", "error", "warn", "info", "debug" };
+  int rc = 0;
+  if (spec == NULL)
+    return 0;
+  while (*spec) {
+    size_t n = strcspn(spec, ",");
+    int found = 0;
+    for (int i = 0; i < 5; i++)
+      if (strlen(names[i]) == n && strncasecmp(spec, names[i], n) == 0) {
+        fs_log_level = i;
+        found = 1;
+      }
+    if (n == 6 && strncasecmp(spec, "syslog", 6) == 0) {
+      fs_log_syslog = 1;
+      found = 1;
+    }
+    if (!found && n > 0)
+      rc = -EINVAL;
+    spec += n;
+    if (*spec == ',')
+      spec++;
+  }
+  return rc;
+}
+
+void fs_log_emit(int level, const char *fmt, ...)
+{
+  static const char *const tags[] = { "", "error", "warn", "info", "debug" };
+  int saved = errno;
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  if (fs_log_syslog) {
+    static const int prio[] = { LOG_ERR, LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG };
+    vsyslog(prio[level], fmt, ap);
+  } else {
+    int n = snprintf(buf, sizeof buf, "fabsock[%d] %s: ", (int)getpid(), tags[level]);
+    if (n < 0)
+      n = 0;
+    int m = vsnprintf(buf + n, sizeof buf - (size_t)n - 1, fmt, ap);
+    if (m < 0)
+      m = 0;
+    size_t len = (size_t)n + (size_t)m;
+    if (len > sizeof buf - 2)
+      len = sizeof buf - 2;
+    buf[len++] = '\n';
+    /* One write so lines from threads do not interleave. */
+    (void)FS_REAL(write)(2, buf, len);
+  }
+  va_end(ap);
+  errno = saved;
+}

@@ -1,0 +1,294 @@
+/* The per-process connection table behind `fabsock stat` (format: base/stat.h).
+ *
+ * The file is created lazily by the first fs_stat_slot_alloc(), so a process
+ * that never opens a tracked socket leaves nothing in /dev/shm.  Which slots
+ * are taken is known only to this process (a bitmap under a mutex); readers
+ * go by each slot's `used` word.  Any failure turns stats off for the process
+ * (alloc returns NULL) and is logged once at debug level: statistics never
+ * make an application call fail.  Every entry point preserves errno. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "base/stat.h"
+#include "base/real.h"
+
+#define FS_STAT_HDR_LEN sizeof(struct fs_stat_header)
+#define FS_STAT_MAP_LEN (FS_STAT_HDR_LEN + (size_t)FS_STAT_SLOTS * sizeof(struct fs_stat_conn))
+#define FS_STAT_WORDS (FS_STAT_SLOTS / 64)
+
+enum { FS_STAT_UNTRIED = 0, FS_STAT_ON, FS_STAT_OFF };
+
+static pthread_mutex_t fs_stat_lock = PTHREAD_MUTEX_INITIALIZER;
+static int fs_stat_mode;                     /* FS_STAT_UNTRIED/ON/OFF */
+static struct fs_stat_header *fs_stat_hdr;   /* the mapping; stays mapped once made */
+static char fs_stat_path[PATH_MAX];          /* our file; "" when there is none */
+static uint64_t fs_stat_busy[FS_STAT_WORDS]; /* slot i taken: bit i%64 of word i/64 */
+static uint32_t fs_stat_hint;                /* every slot below this is taken */
+static bool fs_stat_logged, fs_stat_full_logged;
+
+static struct fs_stat_conn *fs_stat_slots(void)
+{
+  return (struct fs_stat_conn *)((char *)fs_stat_hdr + FS_STAT_HDR_LEN);
+}
+
+static void fs_stat_fail(const char *what, int err)
+{
+  if (!fs_stat_logged) {
+    fs_stat_logged = true;
+    fs_log(FS_LOG_DEBUG, "stat: %s: %s; connection statistics off", what, strerror(err));
+  }
+}
+
+/* Field 22 (starttime) of /proc/self/stat; 0 if unreadable.  The comm field
+ * may contain spaces and parentheses, so count from the last ')'. */
+static uint64_t fs_stat_proc_start(void)
+{
+  char buf[1024];
+  int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return 0;
+  ssize_t n = FS_REAL(read)(fd, buf, sizeof buf - 1);
+  FS_REAL(close)(fd);
+  if (n <= 0)
+    return 0;
+  buf[n] = '\0';
+  char *p = strrchr(buf, ')');
+  if (p == NULL)
+    return 0;
+  /* p+1 is " state ppid ...": field 3 follows the first space. */
+  for (int field = 2; field < 22; field++) {
+    p = strchr(p + 1, ' ');
+    if (p == NULL)
+      return 0;
+  }
+  return strtoull(p + 1, NULL, 10);
+}
+
+static void fs_stat_program(char *out, size_t len)
+{
+  char exe[PATH_MAX];
+  const char *name = program_invocation_short_name;
+  ssize_t got = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (got > 0) {
+    exe[got] = '\0';
+    static const char deleted[] = " (deleted)";
+    size_t dl = sizeof deleted - 1;
+    if ((size_t)got > dl && strcmp(exe + got - dl, deleted) == 0)
+      exe[got - dl] = '\0';
+    const char *slash = strrchr(exe, '/');
+    name = slash ? slash + 1 : exe;
+  }
+  if (name == NULL)
+    name = "";
+  size_t n = strnlen(name, len - 1);
+  memset(out, 0, len);
+  memcpy(out, name, n);
+}
+
+/* Header fields for a table owned by pid; magic is left for the caller to
+ * publish last, so a reader never trusts a half-written header. */
+static void fs_stat_fill_header(struct fs_stat_header *h, int pid, uint32_t hi_water)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  h->version = FS_STAT_VERSION;
+  h->pid = pid;
+  h->nslots = FS_STAT_SLOTS;
+  h->start_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+  h->proc_start = fs_stat_proc_start();
+  fs_stat_program(h->program, sizeof h->program);
+  h->hi_water = hi_water;
+}
+
+/* Create "<dir>/fabsock.<pid>.stat" at full (sparse) size; returns the fd or
+ * -errno, the path in path.  A file already there carries our pid, so its
+ * owner is gone (a dead process, or our own image before exec): replace it. */
+static int fs_stat_create(int pid, char *path, size_t len)
+{
+  const char *dir = secure_getenv("FABSOCK_STATDIR");
+  if (dir == NULL || *dir == '\0')
+    dir = "/dev/shm";
+  int n = snprintf(path, len, "%s/fabsock.%d.stat", dir, pid);
+  if (n < 0 || (size_t)n >= len)
+    return -ENAMETOOLONG;
+  int fd = -1;
+  for (int attempt = 0; attempt < 2 && fd < 0; attempt++) {
+    fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0 && (errno != EEXIST || attempt > 0 || unlink(path) < 0))
+      return -errno;
+  }
+  if (ftruncate(fd, (off_t)FS_STAT_MAP_LEN) < 0) {
+    int err = errno;
+    unlink(path);
+    FS_REAL(close)(fd);
+    return -err;
+  }
+  return fd;
+}
+
+/* First allocation: make the file and map it.  Called with the lock held. */
+static void fs_stat_init(void)
+{
+  const char *env = getenv("FABSOCK_STAT");
+  fs_stat_mode = FS_STAT_OFF;
+  if (env != NULL && strcmp(env, "0") == 0)
+    return;
+  char path[PATH_MAX];
+  int fd = fs_stat_create((int)getpid(), path, sizeof path);
+  if (fd < 0) {
+    fs_stat_fail(fd == -ENAMETOOLONG ? "FABSOCK_STATDIR" : path, -fd);
+    return;
+  }
+  void *map = mmap(NULL, FS_STAT_MAP_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  int err = errno;
+  FS_REAL(close)(fd);
+  if (map == MAP_FAILED) {
+    unlink(path);
+    fs_stat_fail(path, err);
+    return;
+  }
+  struct fs_stat_header *h = map;
+  fs_stat_fill_header(h, (int)getpid(), 0);
+  __atomic_store_n(&h->magic, FS_STAT_MAGIC, __ATOMIC_RELEASE);
+  __atomic_store_n(&fs_stat_hdr, h, __ATOMIC_RELEASE);
+  memcpy(fs_stat_path, path, sizeof path);
+  memset(fs_stat_busy, 0, sizeof fs_stat_busy);
+  fs_stat_hint = 0;
+  fs_stat_mode = FS_STAT_ON;
+}
+
+struct fs_stat_conn *fs_stat_slot_alloc(void)
+{
+  int saved = errno;
+  struct fs_stat_conn *s = NULL;
+  pthread_mutex_lock(&fs_stat_lock);
+  if (fs_stat_mode == FS_STAT_UNTRIED)
+    fs_stat_init();
+  if (fs_stat_mode == FS_STAT_ON) {
+    for (uint32_t w = fs_stat_hint / 64; w < FS_STAT_WORDS; w++) {
+      if (fs_stat_busy[w] == UINT64_MAX)
+        continue;
+      uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(~fs_stat_busy[w]);
+      fs_stat_busy[w] |= 1ull << (i % 64);
+      fs_stat_hint = i + 1;
+      if (i + 1 > fs_stat_hdr->hi_water)
+        __atomic_store_n(&fs_stat_hdr->hi_water, i + 1, __ATOMIC_RELEASE);
+      s = &fs_stat_slots()[i];
+      break;
+    }
+    if (s == NULL && !fs_stat_full_logged) {
+      fs_stat_full_logged = true;
+      fs_log(FS_LOG_DEBUG, "stat: all %d slots taken; further sockets are not listed", FS_STAT_SLOTS);
+    }
+  }
+  pthread_mutex_unlock(&fs_stat_lock);
+  errno = saved;
+  return s;
+}
+
+void fs_stat_slot_free(struct fs_stat_conn *s)
+{
+  int saved = errno;
+  struct fs_stat_header *h = __atomic_load_n(&fs_stat_hdr, __ATOMIC_ACQUIRE);
+  if (s == NULL || h == NULL)
+    goto out;
+  /* Only our own slots: anything else (a stray pointer) is ignored. */
+  uintptr_t off = (uintptr_t)s - ((uintptr_t)h + FS_STAT_HDR_LEN);
+  if (off >= (uintptr_t)FS_STAT_SLOTS * sizeof *s || off % sizeof *s != 0)
+    goto out;
+  uint32_t i = (uint32_t)(off / sizeof *s);
+  uint64_t bit = 1ull << (i % 64);
+  pthread_mutex_lock(&fs_stat_lock);
+  if (fs_stat_busy[i / 64] & bit) { /* not allocated: nothing to do */
+    /* Unpublish first, so a reader never sees a live slot half zeroed. */
+    __atomic_store_n(&s->used, 0, __ATOMIC_RELEASE);
+    memset((char *)s + sizeof s->used, 0, sizeof *s - sizeof s->used);
+    fs_stat_busy[i / 64] &= ~bit;
+    if (i < fs_stat_hint)
+      fs_stat_hint = i;
+  }
+  pthread_mutex_unlock(&fs_stat_lock);
+out:
+  errno = saved;
+}
+
+/* Give the child its own file with the slots it owns (its copy of the
+ * bitmap; the parent may have moved on since fork), then map that file over
+ * the old mapping, which is still the parent's file, so slot pointers held by
+ * connections stay valid.  The copy goes through a temporary mapping. */
+static int fs_stat_rehome(char *path, size_t len)
+{
+  int fd = fs_stat_create((int)getpid(), path, len);
+  if (fd < 0)
+    return fd;
+  int rc = 0;
+  struct fs_stat_header *nh = mmap(NULL, FS_STAT_MAP_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (nh == MAP_FAILED) {
+    rc = -errno;
+  } else {
+    struct fs_stat_conn *from = fs_stat_slots();
+    struct fs_stat_conn *to = (struct fs_stat_conn *)((char *)nh + FS_STAT_HDR_LEN);
+    uint32_t hi = 0;
+    for (uint32_t w = 0; w < FS_STAT_WORDS; w++)
+      for (uint64_t bits = fs_stat_busy[w]; bits != 0; bits &= bits - 1) {
+        uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(bits);
+        memcpy(&to[i], &from[i], sizeof to[i]);
+        hi = i + 1;
+      }
+    fs_stat_fill_header(nh, (int)getpid(), hi);
+    __atomic_store_n(&nh->magic, FS_STAT_MAGIC, __ATOMIC_RELEASE);
+    munmap(nh, FS_STAT_MAP_LEN);
+    if (mmap(fs_stat_hdr, FS_STAT_MAP_LEN, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED)
+      rc = -errno;
+  }
+  FS_REAL(close)(fd);
+  if (rc < 0)
+    unlink(path);
+  return rc;
+}
+
+void fs_stat_atfork_child(void)
+{
+  int saved = errno;
+  pthread_mutex_init(&fs_stat_lock, NULL);
+  if (fs_stat_hdr == NULL)
+    goto out;
+  char path[PATH_MAX];
+  int rc = fs_stat_mode == FS_STAT_ON ? fs_stat_rehome(path, sizeof path) : -ENOENT;
+  if (rc == 0) {
+    memcpy(fs_stat_path, path, sizeof path);
+    goto out;
+  }
+  /* Never write into the parent's file: park the slots on private memory. */
+  if (fs_stat_mode == FS_STAT_ON)
+    fs_stat_fail("fork", -rc);
+  fs_stat_mode = FS_STAT_OFF;
+  fs_stat_path[0] = '\0';
+  if (mmap(fs_stat_hdr, FS_STAT_MAP_LEN, PROT_READ | PROT_WRITE,
+           MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED)
+    fs_log(FS_LOG_WARN, "stat: cannot detach the parent's table after fork: %s", strerror(errno));
+out:
+  errno = saved;
+}
+
+void fs_stat_shutdown(void)
+{
+  int saved = errno;
+  pthread_mutex_lock(&fs_stat_lock);
+  if (fs_stat_path[0] != '\0')
+    unlink(fs_stat_path);
+  fs_stat_path[0] = '\0';
+  /* Keep the mapping: late frees and counter updates still land in it. */
+  fs_stat_mode = FS_STAT_OFF;
+  pthread_mutex_unlock(&fs_stat_lock);
+  errno = saved;
+}

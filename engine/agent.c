@@ -1,0 +1,357 @@
+/* The agent thread.  See engine/agent.h.  Everything here uses FS_REAL()
+ * only. */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+
+#include "base/clock.h"
+#include "base/fdreg.h"
+#include "base/log.h"
+#include "base/real.h"
+#include "engine/agent.h"
+#include "fabric/fabric.h"
+
+
+/* An fd the agent watches for a fabric (or its own wake eventfd). */
+struct fs_agent_watch {
+  int fd;
+  bool (*fn)(void *arg);
+  void *arg;
+  struct fs_agent_watch *next;
+};
+
+struct fs_agent_job {
+  struct fs_conn *c;
+  void (*fn)(struct fs_conn *c); /* NULL: an upgrade (fs_agent_connect) */
+  struct fs_agent_job *next;
+};
+
+static struct {
+  pthread_mutex_t lock;       /* agent state and the fabrics'; held across each batch */
+  pthread_mutex_t qlock;      /* job queue */
+  bool running;
+  int epfd, evfd;
+  struct fs_agent_watch evwatch;
+  struct fs_agent_watch *watches;
+  struct fs_agent_job *jobs;
+} A = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, false, -1, -1, { 0 }, NULL, NULL };
+
+#define FS_FOREACH_FABRIC(f) for (const struct fs_fabric_ops *const *f = fs_fabrics; *f; f++)
+
+/* ---- watches ----------------------------------------------------------- */
+
+static int fs_agent_add(struct fs_agent_watch *w)
+{
+  fs_fdreg_set(w->fd, true); /* the application's blanket closes skip it */
+  struct epoll_event ev = { .events = EPOLLIN, .data.ptr = w };
+  return FS_REAL(epoll_ctl)(A.epfd, EPOLL_CTL_ADD, w->fd, &ev) < 0 ? -errno : 0;
+}
+
+int fs_agent_watch(int fd, bool (*fn)(void *arg), void *arg)
+{
+  struct fs_agent_watch *w = calloc(1, sizeof *w);
+  if (!w)
+    return -ENOMEM;
+  w->fd = fd;
+  w->fn = fn;
+  w->arg = arg;
+  int rc = fs_agent_add(w);
+  if (rc < 0) {
+    free(w);
+    return rc;
+  }
+  w->next = A.watches;
+  A.watches = w;
+  return 0;
+}
+
+void fs_agent_unwatch(int fd)
+{
+  for (struct fs_agent_watch **pp = &A.watches; *pp; pp = &(*pp)->next)
+    if ((*pp)->fd == fd) {
+      struct fs_agent_watch *w = *pp;
+      *pp = w->next;
+      /* Leave the epoll set explicitly: close() alone does not when a
+       * forked child still holds a copy, and the agent would then get
+       * events for a watch it has freed. */
+      FS_REAL(epoll_ctl)(A.epfd, EPOLL_CTL_DEL, fd, NULL);
+      free(w);
+      return;
+    }
+}
+
+static bool fs_agent_evfd(void *arg)
+{
+  (void)arg;
+  uint64_t v;
+  (void)FS_REAL(read)(A.evfd, &v, sizeof v);
+  return false;
+}
+
+void fs_agent_kick(void)
+{
+  uint64_t one = 1;
+  if (A.evfd >= 0)
+    (void)FS_REAL(write)(A.evfd, &one, sizeof one);
+}
+
+/* ---- jobs -------------------------------------------------------------- */
+
+/* Offer c to each fabric the policy allows, in registration order. */
+static void fs_agent_connect(struct fs_conn *c)
+{
+  if (!fs_host->may_upgrade(&c->link)) {
+    fs_conn_put(c);
+    return;
+  }
+  int reason = FS_REASON_REMOTE_HOST; /* no fabric of this build reaches the peer */
+  FS_FOREACH_FABRIC(f) {
+    if (c->policy.fabric != FS_FABRIC_AUTO && (int)c->policy.fabric != (*f)->id)
+      continue;
+    int rc = (*f)->connect(&c->link);
+    if (rc == 0)
+      return; /* the fabric holds c's reference now */
+    reason = rc > 0 ? rc : -rc;
+    if (rc > 0)
+      break;
+  }
+  fs_host->failed(&c->link, reason);
+  fs_conn_put(c);
+}
+
+static void fs_agent_run_jobs(void)
+{
+  pthread_mutex_lock(&A.qlock);
+  struct fs_agent_job *jobs = A.jobs;
+  A.jobs = NULL;
+  pthread_mutex_unlock(&A.qlock);
+  while (jobs) {
+    struct fs_agent_job *j = jobs;
+    jobs = j->next;
+    if (j->fn) {
+      /* May block (a re-send on TCP): drop the agent lock so fork and
+       * others go on. */
+      pthread_mutex_unlock(&A.lock);
+      j->fn(j->c);
+      fs_conn_put(j->c);
+      pthread_mutex_lock(&A.lock);
+    } else {
+      fs_agent_connect(j->c);
+    }
+    free(j);
+  }
+}
+
+/* ---- the thread -------------------------------------------------------- */
+
+static int fs_agent_next_timeout(void)
+{
+  int timeout = -1;
+  FS_FOREACH_FABRIC(f) {
+    int t = (*f)->next_timeout();
+    if (t >= 0 && (timeout < 0 || t < timeout))
+      timeout = t;
+  }
+  return timeout;
+}
+
+static void *fs_agent_main(void *arg)
+{
+  (void)arg;
+  struct epoll_event ev[16];
+  pthread_mutex_lock(&A.lock);
+  for (;;) {
+    int timeout = fs_agent_next_timeout();
+    int epfd = A.epfd;
+    pthread_mutex_unlock(&A.lock);
+    int n = FS_REAL(epoll_wait)(epfd, ev, 16, timeout);
+    pthread_mutex_lock(&A.lock);
+    for (int i = 0; i < n; i++) {
+      struct fs_agent_watch *w = ev[i].data.ptr;
+      /* A watch dropped by this call may be named again later in ev[]:
+       * stop (level-triggered, the rest come back at once). */
+      if (w->fn(w->arg))
+        break;
+    }
+    fs_agent_run_jobs();
+    FS_FOREACH_FABRIC(f)
+      (*f)->tick();
+  }
+  return NULL;
+}
+
+/* Start the agent (A.lock held). */
+static int fs_agent_start(void)
+{
+  if (A.running)
+    return 0;
+  A.epfd = FS_REAL(epoll_create1)(EPOLL_CLOEXEC);
+  A.evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  fs_fdreg_set(A.epfd, true);
+  fs_fdreg_set(A.evfd, true);
+  if (A.epfd < 0 || A.evfd < 0)
+    goto fail;
+  A.evwatch = (struct fs_agent_watch){ A.evfd, fs_agent_evfd, NULL, NULL };
+  if (fs_agent_add(&A.evwatch) < 0)
+    goto fail;
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pthread_attr_t at;
+  pthread_attr_init(&at);
+  pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+  pthread_attr_setstacksize(&at, 256 * 1024);
+  pthread_t tid;
+  int rc = pthread_create(&tid, &at, fs_agent_main, NULL);
+  pthread_attr_destroy(&at);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (rc != 0)
+    goto fail;
+  A.running = true;
+  return 0;
+fail:
+  fs_log(FS_LOG_WARN, "cannot start the rendezvous agent; staying on TCP");
+  if (A.epfd >= 0)
+    fs_fdreg_close(A.epfd);
+  if (A.evfd >= 0)
+    fs_fdreg_close(A.evfd);
+  A.epfd = A.evfd = -1;
+  return -EAGAIN;
+}
+
+static void fs_agent_queue(struct fs_conn *c, void (*fn)(struct fs_conn *c))
+{
+  struct fs_agent_job *j = malloc(sizeof *j);
+  int rc = -ENOMEM;
+  if (j) {
+    pthread_mutex_lock(&A.lock);
+    rc = fs_agent_start();
+    pthread_mutex_unlock(&A.lock);
+  }
+  if (rc < 0) {
+    if (!fn)
+      fs_host->failed(&c->link, FS_REASON_RESOURCES);
+    else
+      fn(c); /* last resort: inline */
+    free(j);
+    return;
+  }
+  fs_conn_get(c);
+  j->c = c;
+  j->fn = fn;
+  pthread_mutex_lock(&A.qlock);
+  j->next = A.jobs;
+  A.jobs = j;
+  pthread_mutex_unlock(&A.qlock);
+  fs_agent_kick();
+}
+
+void fs_agent_upgrade(struct fs_conn *c)
+{
+  fs_agent_queue(c, NULL);
+}
+
+void fs_agent_run(struct fs_conn *c, void (*fn)(struct fs_conn *c))
+{
+  fs_agent_queue(c, fn);
+}
+
+/* ---- listeners and process events ------------------------------------- */
+
+bool fs_agent_listen(struct fs_conn *c, int fd, int fabric)
+{
+  bool served = false;
+  pthread_mutex_lock(&A.lock);
+  if (fs_agent_start() == 0)
+    FS_FOREACH_FABRIC(f)
+      if (fabric == FS_FABRIC_AUTO || fabric == (*f)->id)
+        served |= (*f)->listen(&c->link, fd);
+  pthread_mutex_unlock(&A.lock);
+  return served;
+}
+
+void fs_agent_unlisten(struct fs_conn *c)
+{
+  pthread_mutex_lock(&A.lock);
+  FS_FOREACH_FABRIC(f)
+    (*f)->unlisten(&c->link);
+  pthread_mutex_unlock(&A.lock);
+}
+
+void fs_agent_accepted(void)
+{
+  FS_FOREACH_FABRIC(f)
+    if ((*f)->held()) {
+      fs_agent_kick();
+      return;
+    }
+}
+
+void fs_agent_pause(void)
+{
+  pthread_mutex_lock(&A.lock);
+}
+
+void fs_agent_resume(void)
+{
+  pthread_mutex_unlock(&A.lock);
+}
+
+bool fs_agent_exit_drain(uint64_t deadline_ns)
+{
+  /* The agent holds its lock across each batch, briefly: wait for it, but
+   * never past the deadline (exit() may come from a thread that holds it
+   * no longer, or from a signal handler on a thread that does). */
+  while (pthread_mutex_trylock(&A.lock) != 0)
+    if (!fs_clock_nap(deadline_ns, 100000))
+      return false;
+  bool done = true;
+  if (A.running)
+    FS_FOREACH_FABRIC(f)
+      done &= (*f)->exit_drain(deadline_ns);
+  pthread_mutex_unlock(&A.lock); /* a later destructor may still close a listener */
+  return done;
+}
+
+void fs_agent_before_fork(void)
+{
+  pthread_mutex_lock(&A.lock);
+  pthread_mutex_lock(&A.qlock);
+}
+
+void fs_agent_after_fork(bool child)
+{
+  if (!child) {
+    pthread_mutex_unlock(&A.qlock);
+    pthread_mutex_unlock(&A.lock);
+    return;
+  }
+  /* The child has no agent thread.  It does not serve the parent's
+   * rendezvous names (the parent still does) and abandons in-flight
+   * handshakes (the parent goes on serving them).  Each fabric closes its
+   * own fds; the watches only go. */
+  FS_FOREACH_FABRIC(f)
+    (*f)->after_fork_child();
+  for (struct fs_agent_watch *w = A.watches, *next; w; w = next) {
+    next = w->next;
+    free(w);
+  }
+  for (struct fs_agent_job *j = A.jobs, *next; j; j = next) {
+    next = j->next;
+    fs_conn_put(j->c);
+    free(j);
+  }
+  A.watches = NULL;
+  A.jobs = NULL;
+  if (A.epfd >= 0)
+    fs_fdreg_close(A.epfd);
+  if (A.evfd >= 0)
+    fs_fdreg_close(A.evfd);
+  A.epfd = A.evfd = -1;
+  A.running = false;
+  pthread_mutex_init(&A.qlock, NULL);
+  pthread_mutex_init(&A.lock, NULL);
+}

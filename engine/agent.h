@@ -1,0 +1,60 @@
+/* The agent: one background thread per process, started on first need.
+ *
+ * It runs every rendezvous (the fabrics' connect, listen and events, which
+ * it reaches through fabric/fabric.h), their timers, and the re-sends a
+ * peer's downgrade asks for.  The application never waits for it: a
+ * connection keeps using TCP until the agent attaches a channel.
+ *
+ * One lock (the agent lock) is held across each batch of events and jobs,
+ * and across every fabric op; fork takes it so that no rendezvous is half
+ * done in the child. */
+#ifndef FS_ENGINE_AGENT_H
+#define FS_ENGINE_AGENT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine/conn.h"
+
+/* Queue an upgrade attempt for a connected (connecting-end) socket: the
+ * agent offers it to each fabric the policy allows, in registration order. */
+void fs_agent_upgrade(struct fs_conn *c);
+
+/* Run fn(c) on the agent thread, without the agent lock (it may block),
+ * holding a reference on c meanwhile.  If the agent cannot start, fn runs
+ * here and now. */
+void fs_agent_run(struct fs_conn *c, void (*fn)(struct fs_conn *c));
+
+/* Listening socket c (fd): every fabric the policy allows (fabric: enum
+ * fs_fabric, auto for all) serves rendezvous beside it.  At once, not
+ * queued: a client that connects right after listen() returns must find
+ * them there.  True if any fabric serves it. */
+bool fs_agent_listen(struct fs_conn *c, int fd, int fabric);
+
+/* A listening socket is closed. */
+void fs_agent_unlisten(struct fs_conn *c);
+
+/* A connection was accepted: held requests may now be answered. */
+void fs_agent_accepted(void);
+
+/* Hold the agent between its batches (the application closes every fd:
+ * the agent must not open one meanwhile, e.g. for a rendezvous of a
+ * connection being closed).  Not from the agent thread. */
+void fs_agent_pause(void);
+void fs_agent_resume(void);
+
+/* Process exit (not the agent thread): with the agent lock, let the
+ * fabrics land closed channels' last writes until deadline_ns
+ * (fs_clock_ns).  True if none is left waiting. */
+bool fs_agent_exit_drain(uint64_t deadline_ns);
+
+/* Fork: the agent lock is held across fork so no rendezvous is half done. */
+void fs_agent_before_fork(void);
+void fs_agent_after_fork(bool child);
+
+/* The agent's part of struct fs_fabric_host (fabric/fabric.h). */
+int fs_agent_watch(int fd, bool (*fn)(void *arg), void *arg);
+void fs_agent_unwatch(int fd);
+void fs_agent_kick(void);
+
+#endif

@@ -1,0 +1,97 @@
+#include <errno.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "engine/conn.h"
+
+void (*fs_conn_release_hook)(struct fs_conn *c);
+void (*fs_conn_last_fd_hook)(struct fs_conn *c);
+
+static pthread_mutex_t fs_conn_pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct fs_conn *fs_conn_free_list;
+
+const char *fs_conn_state_name(int state)
+{
+  static const char *const names[] = {
+    "passthrough", "tcp", "upgrading", "fabric", "downgrading", "listen", "unconnected", "closed",
+  };
+  if (state < 0 || state > FS_STATE_CLOSED)
+    return "unknown";
+  return names[state];
+}
+
+/* Refill the free list with one page-aligned batch straight from mmap, so the
+ * memory is never handed back (type stability) and never comes from the
+ * application's malloc. */
+static int fs_conn_refill(void)
+{
+  size_t batch = 64;
+  size_t sz = batch * sizeof(struct fs_conn);
+  void *mem = mmap(NULL, sz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED)
+    return -ENOMEM;
+  struct fs_conn *arr = mem;
+  for (size_t i = 0; i < batch; i++) {
+    arr[i].free_next = fs_conn_free_list;
+    fs_conn_free_list = &arr[i];
+  }
+  return 0;
+}
+
+struct fs_conn *fs_conn_new(int fd, int family)
+{
+  pthread_mutex_lock(&fs_conn_pool_lock);
+  if (fs_conn_free_list == NULL && fs_conn_refill() < 0) {
+    pthread_mutex_unlock(&fs_conn_pool_lock);
+    return NULL;
+  }
+  struct fs_conn *c = fs_conn_free_list;
+  fs_conn_free_list = c->free_next;
+  pthread_mutex_unlock(&fs_conn_pool_lock);
+
+  /* refs stays 0 (dead to racing readers) until everything else is set. */
+  memset((char *)c + sizeof c->refs, 0, sizeof *c - sizeof c->refs);
+  pthread_mutex_init(&c->lock, NULL);
+  fs_lock_init(&c->txlock);
+  fs_lock_init(&c->rxlock);
+  c->fd = fd;
+  c->wake_fd = -1;
+  c->family = family;
+  c->state = FS_STATE_UNCONNECTED;
+  c->stat = fs_stat_slot_alloc();
+  if (c->stat) {
+    c->stat->fd = fd;
+    c->stat->family = (uint8_t)family;
+    c->stat->state = FS_STATE_UNCONNECTED;
+    c->stat->fabric = FS_FABRIC_TCP;
+    __atomic_store_n(&c->stat->used, 1, __ATOMIC_RELEASE);
+  }
+  __atomic_store_n(&c->refs, 1, __ATOMIC_RELEASE);
+  return c;
+}
+
+void fs_conn_set_state(struct fs_conn *c, int state, int reason)
+{
+  __atomic_store_n(&c->state, (uint32_t)state, __ATOMIC_RELEASE);
+  c->reason = (uint8_t)reason;
+  if (c->stat) {
+    c->stat->state = (uint8_t)state;
+    c->stat->reason = (uint8_t)reason;
+  }
+}
+
+void fs_conn_put(struct fs_conn *c)
+{
+  if (__atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) != 0)
+    return;
+  if (fs_conn_release_hook)
+    fs_conn_release_hook(c);
+  if (c->stat)
+    fs_stat_slot_free(c->stat);
+  c->stat = NULL;
+  pthread_mutex_destroy(&c->lock);
+  pthread_mutex_lock(&fs_conn_pool_lock);
+  c->free_next = fs_conn_free_list;
+  fs_conn_free_list = c;
+  pthread_mutex_unlock(&fs_conn_pool_lock);
+}

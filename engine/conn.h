@@ -1,0 +1,125 @@
+/* The connection object: one per tracked TCP socket (shared by its dups).
+ *
+ * Lifetime: reference counted.  Memory is type-stable: freed objects go to a
+ * free list and are only ever reused as connections, which is what lets the
+ * fd table hand out references without a lock (see engine/fdtab.h). */
+#ifndef FS_ENGINE_CONN_H
+#define FS_ENGINE_CONN_H
+
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "base/lock.h"
+#include "base/reason.h"
+#include "base/stat.h"
+#include "fabric/fabric.h"
+#include "policy/policy.h"
+
+/* Values are part of the stat file format: append only. */
+enum fs_conn_state {
+  FS_STATE_PASSTHROUGH = 0, /* never accelerated: calls go straight to libc */
+  FS_STATE_TCP,             /* established on TCP; eligible for upgrade */
+  FS_STATE_UPGRADING,       /* fabric being set up while TCP carries data */
+  FS_STATE_FABRIC,          /* data on the fabric; TCP idle, for liveness */
+  FS_STATE_DOWNGRADING,     /* REVERT sent; back to TCP once drained */
+  FS_STATE_LISTEN,          /* listening socket */
+  FS_STATE_UNCONNECTED,     /* created, not yet connected or listening */
+  FS_STATE_CLOSED,
+};
+
+const char *fs_conn_state_name(int state);
+
+struct fs_chan;     /* fabric channel (fabric/chan.h) */
+struct fs_hookset;  /* hook instances (hooks/hook.h) */
+
+struct fs_conn {
+  uint32_t refs;              /* atomic */
+  uint32_t state;             /* atomic; enum fs_conn_state */
+  pthread_mutex_t lock;       /* state changes, fabric attach and teardown */
+  fs_lock_t txlock;           /* one sender at a time: SWITCH/REVERT ordering */
+  fs_lock_t rxlock;           /* one receiver at a time */
+  /* What fabrics see of it (fabric/fabric.h), by name here too. */
+  union {
+    struct fs_link link;
+    struct {
+      FS_LINK_FIELDS
+    };
+  };
+  uint8_t dir;                /* enum fs_dir; 0 until connected/accepted */
+  uint8_t reason;             /* enum fs_reason */
+  uint8_t tx_flow, rx_flow;   /* enum fs_flow (fabric/chan.h) per direction */
+  bool nonblock;              /* O_NONBLOCK as last set through us */
+  bool connecting;            /* non-blocking connect in progress */
+  bool no_upgrade;            /* never try (again) */
+  bool upgrade_queued;        /* a rendezvous is queued or running */
+  bool shut_wr, shut_rd;      /* shutdown() seen */
+  bool hook_closed;           /* a hook closed the connection */
+  bool served;                /* listening: some fabric serves rendezvous beside it */
+  bool peer_revert_done;      /* we answered the peer's rx revert */
+  bool reverted;              /* back on TCP for good; the channel is dead */
+  bool peer_close_seen;       /* one send after the peer closed was taken */
+  bool resend_queued;         /* a re-send for the peer's revert is queued */
+  int resend_fd;              /* the fd to re-send on */
+  uint32_t spin_us;           /* adaptive spin budget */
+  uint32_t tx_news;           /* the channel's news count at our last send (txlock) */
+  /* A sender and a receiver asleep on wake_fd (each under its direction's
+   * lock, so at most one each; atomic), and the room the sender waits for:
+   * whichever drains the wake fd passes the wake on (engine/sockio.c). */
+  uint32_t tx_sleeping, rx_sleeping;
+  size_t tx_need;
+  uint32_t nfds;              /* fds in this process naming it; atomic */
+  uint32_t visit;             /* dedupe mark for whole-table walks */
+  uint64_t tcp_tx, tcp_rx;    /* bytes carried by TCP so far (SWITCH/REVERT) */
+  uint64_t fab_tx, fab_rx;    /* bytes carried by the fabric */
+  uint64_t crossed_ns;        /* accepting end: when the threshold was crossed */
+  struct fs_stat_conn *stat;  /* may be NULL (stats off) */
+  struct fs_hookset *hooks;   /* may be NULL */
+  struct fs_chan *chan;       /* atomic pointer; set while on a fabric */
+  void *ep_ents;              /* epoll entries naming it (engine/epoll.c); under lock */
+  struct fs_conn *free_next;  /* free list link */
+};
+
+/* A new connection with one reference, state UNCONNECTED; NULL if out of memory. */
+struct fs_conn *fs_conn_new(int fd, int family);
+
+static inline void fs_conn_get(struct fs_conn *c)
+{
+  __atomic_fetch_add(&c->refs, 1, __ATOMIC_RELAXED);
+}
+
+/* Take a reference unless the object is already dead (refs == 0). */
+static inline bool fs_conn_tryget(struct fs_conn *c)
+{
+  uint32_t r = __atomic_load_n(&c->refs, __ATOMIC_RELAXED);
+  while (r != 0)
+    if (__atomic_compare_exchange_n(&c->refs, &r, r + 1, 1, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+      return true;
+  return false;
+}
+
+void fs_conn_put(struct fs_conn *c);
+
+static inline int fs_conn_state(const struct fs_conn *c)
+{
+  return (int)__atomic_load_n(&c->state, __ATOMIC_ACQUIRE);
+}
+
+void fs_conn_set_state(struct fs_conn *c, int state, int reason);
+
+/* Destructor hook for the engine (fabric teardown); set once at init. */
+extern void (*fs_conn_release_hook)(struct fs_conn *c);
+
+/* The connection's last fd in this process is gone without a close() we
+ * saw (its number came back as another socket); set once at init. */
+extern void (*fs_conn_last_fd_hook)(struct fs_conn *c);
+
+/* The connection a fabric's link belongs to. */
+static inline struct fs_conn *fs_conn_of(struct fs_link *l)
+{
+  return (struct fs_conn *)((char *)l - __builtin_offsetof(struct fs_conn, link));
+}
+
+#endif

@@ -1,0 +1,141 @@
+/* The cutover rules.  See engine/cutover.h. */
+#include <errno.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include "base/log.h"
+#include "base/real.h"
+#include "engine/agent.h"
+#include "engine/cutover.h"
+
+void fs_cutover_tcp_for_good(struct fs_conn *c, int reason)
+{
+  c->reverted = true;
+  c->no_upgrade = true;
+  if (c->tx_flow != FS_FLOW_EOF)
+    c->tx_flow = FS_FLOW_TCP;
+  if (c->rx_flow != FS_FLOW_EOF)
+    c->rx_flow = FS_FLOW_TCP;
+  fs_conn_set_state(c, FS_STATE_TCP, reason);
+  if (c->stat)
+    c->stat->fabric = FS_FABRIC_TCP;
+}
+
+
+struct fs_chan *fs_cutover_chan(struct fs_conn *c)
+{
+  return fs_cutover_chan_known(c, true);
+}
+
+
+void fs_cutover_switch_tx(struct fs_conn *c, struct fs_chan *ch)
+{
+  if (c->tx_flow != FS_FLOW_TCP || c->shut_wr || c->reverted || c->peer_revert_done ||
+      fs_chan_peer_reverted(ch) ||
+      !__atomic_load_n(&ch->peer->attached, __ATOMIC_ACQUIRE))
+    return; /* never onto the fabric again once either end went back to TCP */
+  if (fs_ring_put_ctl(&ch->tx, FS_REC_SWITCH, c->tcp_tx) == 0) {
+    c->tx_flow = FS_FLOW_FABRIC;
+    fs_chan_kick_data(ch);
+  }
+}
+
+
+void fs_cutover_tx_revert(struct fs_conn *c, struct fs_chan *ch)
+{
+  if (c->tx_flow == FS_FLOW_FABRIC && fs_ring_put_ctl(&ch->tx, FS_REC_REVERT, c->fab_tx) == 0)
+    c->tx_flow = FS_FLOW_TCP;
+}
+
+void fs_cutover_tx_eof(struct fs_conn *c, struct fs_chan *ch)
+{
+  if (c->tx_flow == FS_FLOW_FABRIC) {
+    (void)fs_ring_put_ctl(&ch->tx, FS_REC_EOF, 0);
+    c->tx_flow = FS_FLOW_EOF;
+  }
+}
+
+void fs_cutover_last_close(struct fs_conn *c, struct fs_chan *ch)
+{
+  if (fs_chan_unref(ch)) {
+    fs_cutover_tx_eof(c, ch);
+    fs_chan_close_end(ch);
+  }
+  c->tx_flow = FS_FLOW_EOF;
+}
+
+/* Write everything still unread in our tx ring to TCP (the peer stopped
+ * reading the ring: fs_sock_downgrade on its side), then stay on TCP. */
+static int fs_cutover_resend(struct fs_conn *c, int fd, struct fs_chan *ch)
+{
+  char buf[16384];
+  for (;;) {
+    struct iovec v = { buf, sizeof buf };
+    /* Read the peer's unconsumed DATA as if we were its consumer: its head
+     * is frozen, and we advance it ourselves as we re-send. */
+    ssize_t n = fs_ring_get_data(&ch->tx, &v, 1, 0, sizeof buf, false);
+    if (n <= 0) {
+      uint32_t t, l;
+      uint64_t val;
+      if (n == 0 && fs_ring_peek(&ch->tx, &t, &l, &val) == 1 && t != FS_REC_DATA) {
+        fs_ring_pop(&ch->tx); /* our own SWITCH/EOF marks: TCP needs none */
+        continue;
+      }
+      break;
+    }
+    size_t off = 0;
+    while (off < (size_t)n) {
+      ssize_t w = FS_REAL(send)(fd, buf + off, (size_t)n - off, MSG_NOSIGNAL);
+      if (w < 0 && errno == EAGAIN) {
+        struct pollfd p = { fd, POLLOUT, 0 };
+        FS_REAL(poll)(&p, 1, 1000);
+        continue;
+      }
+      if (w < 0)
+        return -errno;
+      off += (size_t)w;
+      c->tcp_tx += (uint64_t)w;
+    }
+  }
+  return 0;
+}
+
+/* The peer stopped reading its rx ring (it downgraded): our unread ring
+ * bytes must go again on TCP before anything new.  That can block for as
+ * long as the peer's new image takes to read, so it runs on the agent
+ * thread (fs_cutover_resend_job), which holds our tx lock meanwhile. */
+void fs_cutover_service(struct fs_conn *c, int fd)
+{
+  /* Nothing to answer, the common case, in three loads; callers just took
+   * the peer's news in. */
+  struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
+  if (!ch || !fs_chan_peer_reverted(ch) || c->peer_revert_done ||
+      fs_cutover_chan_known(c, false) != ch)
+    return;
+  bool expect = false;
+  if (__atomic_compare_exchange_n(&c->resend_queued, &expect, true, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+    c->resend_fd = fd;
+    fs_agent_run(c, fs_cutover_resend_job);
+  }
+}
+
+void fs_cutover_resend_job(struct fs_conn *c)
+{
+  struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
+  fs_lock(&c->txlock);
+  if (ch && !c->peer_revert_done) {
+    int fd = c->resend_fd, was = c->tx_flow;
+    if (was != FS_FLOW_TCP)
+      (void)fs_cutover_resend(c, fd, ch);
+    if (was == FS_FLOW_EOF)
+      FS_REAL(shutdown)(fd, SHUT_WR);
+    c->tx_flow = was == FS_FLOW_EOF ? FS_FLOW_EOF : FS_FLOW_TCP;
+    c->no_upgrade = true;
+    __atomic_store_n(&c->peer_revert_done, true, __ATOMIC_RELEASE);
+    fs_log(FS_LOG_INFO, "fd %d: peer went back to tcp", fd);
+  }
+  fs_unlock(&c->txlock);
+  if (c->wake_fd >= 0) /* our own waiters: writable again, on TCP */
+    fs_chan_efd_write(c->wake_fd);
+}
+

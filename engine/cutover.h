@@ -1,0 +1,127 @@
+/* The cutover rules of the engine, each written once.
+ *
+ * A connection's two directions move between TCP and its fabric channel
+ * on records in the rings (fabric/ring.h), never on bytes in the TCP
+ * stream:
+ *   SWITCH(n)  the sender's next bytes come on the fabric, after exactly n
+ *              bytes on TCP: the receiver moves rx over once it has read n.
+ *   REVERT(n)  the sender's fabric bytes end here (after n of them): the
+ *              rest comes on TCP.
+ *   EOF        the sender shut down its direction (after its last bytes).
+ * And the rx_revert flag of an end (fabric/chan.h): that end stopped
+ * reading its ring at its head; the peer re-sends what it did not read, on
+ * TCP, before anything new (fs_cutover_service).
+ *
+ * The tx-side rules run with the connection's txlock held, the rx-side
+ * ones with its rxlock (or a try-lock of it). */
+#ifndef FS_ENGINE_CUTOVER_H
+#define FS_ENGINE_CUTOVER_H
+
+#include <stdbool.h>
+
+#include "engine/conn.h"
+#include "fabric/chan.h"
+
+/* c stays on TCP for good: no channel used again, no upgrade; directions not
+ * at EOF read and write TCP; state tcp with reason, fabric tcp in the stats.
+ * (The caller has settled what the fabric still held.) */
+void fs_cutover_tcp_for_good(struct fs_conn *c, int reason);
+
+/* fs_sockio_chan, taking in the peer's news first only with progress: other
+ * callers act on what is already known here (a completion poll on rdma
+ * costs about as much as the rest of a small send or receive).  A receive
+ * takes news in once, where it looks at the ring (fs_sockio_rx_step), a
+ * send at most once (fs_sockio_tx_look); waits poll as they spin. */
+static inline __attribute__((always_inline)) struct fs_chan *fs_cutover_chan_known(struct fs_conn *c, bool progress)
+{
+  struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
+  if (!ch || c->reverted)
+    return NULL;
+  if (progress)
+    fs_chan_progress(ch);
+  /* Another process sharing this end since fork downgraded it (it exec'd
+   * or passed the fd on): the stream continues on TCP for us too. */
+  if (__builtin_expect(__atomic_load_n(&ch->me->reverted, __ATOMIC_ACQUIRE), 0)) {
+    fs_cutover_tcp_for_good(c, FS_REASON_EXEC);
+    return NULL;
+  }
+  /* The peer gave the channel up without ever attaching it (its attach
+   * lost a race with close or fork): it never left TCP, and neither do we. */
+  if (__builtin_expect(fs_chan_peer_closed(ch), 0) && !__atomic_load_n(&ch->peer->attached, __ATOMIC_ACQUIRE) &&
+      c->tx_flow == FS_FLOW_TCP && c->rx_flow == FS_FLOW_TCP) {
+    fs_cutover_tcp_for_good(c, FS_REASON_REJECTED);
+    return NULL;
+  }
+  return ch;
+}
+
+/* The connection's live channel, or NULL when it is on TCP (never
+ * attached, reverted here, reverted by another process sharing it since
+ * fork, or given up by the peer before it attached).  Every path that asks
+ * "is this connection on a fabric" asks this. */
+struct fs_chan *fs_cutover_chan(struct fs_conn *c);
+
+/* What heads ch's rx ring: 1 a SWITCH (*n: the TCP bytes before it), 0
+ * nothing, 2 another record, < 0 a broken ring. */
+static inline int fs_cutover_switch_head(struct fs_chan *ch, uint64_t *n)
+{
+  uint32_t t, l;
+  int pr = fs_ring_peek(&ch->rx, &t, &l, n);
+  return pr == 1 && t != FS_REC_SWITCH ? 2 : pr;
+}
+
+/* rx on TCP: is a record at the ring's head to act on now (readable)?  A
+ * SWITCH is, once every TCP byte before it was read; until then the
+ * socket's data (which ends a sleep) comes first, as does the socket's EOF
+ * after a peer's close with nothing in the ring. */
+static inline bool fs_cutover_switch_due(struct fs_conn *c, struct fs_chan *ch)
+{
+  uint32_t t, l;
+  uint64_t n;
+  int pr = fs_ring_peek(&ch->rx, &t, &l, &n);
+  return pr < 0 || (pr == 1 && (t != FS_REC_SWITCH || c->tcp_rx >= n)); /* a broken ring: rx_step says so */
+}
+
+/* rxlock held, rx on TCP: if the peer's SWITCH is at the head and every
+ * TCP byte before it was read, move rx to the fabric (true). */
+static inline bool fs_cutover_rx_switch(struct fs_conn *c, struct fs_chan *ch)
+{
+  uint64_t n;
+  if (c->rx_flow != FS_FLOW_TCP || fs_cutover_switch_head(ch, &n) != 1 || c->tcp_rx < n)
+    return false;
+  fs_ring_pop(&ch->rx);
+  fs_chan_kick_space(ch);
+  c->rx_flow = FS_FLOW_FABRIC;
+  return true;
+}
+
+/* rxlock held: the peer's REVERT is at the head: rx goes back to TCP. */
+static inline void fs_cutover_rx_revert(struct fs_conn *c, struct fs_chan *ch)
+{
+  fs_ring_pop(&ch->rx);
+  fs_chan_kick_space(ch);
+  c->rx_flow = FS_FLOW_TCP;
+  c->no_upgrade = true;
+}
+
+/* txlock held: if c has a channel and its tx is still on TCP, write
+ * SWITCH(tcp_tx) and move tx to the fabric. */
+void fs_cutover_switch_tx(struct fs_conn *c, struct fs_chan *ch);
+
+/* txlock held: end our fabric bytes with REVERT(fab_tx); tx is on TCP now. */
+void fs_cutover_tx_revert(struct fs_conn *c, struct fs_chan *ch);
+
+/* txlock held: shutdown(SHUT_WR) on the fabric: EOF after our last bytes. */
+void fs_cutover_tx_eof(struct fs_conn *c, struct fs_chan *ch);
+
+/* txlock held, the connection's last fd in this process closed: drop our
+ * hold on the end; the last holder anywhere ends a tx still on the fabric
+ * with EOF, then marks the end closed.  tx is at EOF here from now on. */
+void fs_cutover_last_close(struct fs_conn *c, struct fs_chan *ch);
+
+/* Answer a pending peer revert request (see fs_sock_downgrade): queue the
+ * re-send of our unread ring bytes on the agent (fs_cutover_resend_job). */
+void fs_cutover_service(struct fs_conn *c, int fd);
+void fs_cutover_resend_job(struct fs_conn *c);
+
+#endif

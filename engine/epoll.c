@@ -1,0 +1,506 @@
+/* epoll over tracked sockets (declared in engine/ready.h): the interest
+ * lists (epoll_ctl).  Waiting is engine/epoll_wait.c; engine/epoll.h holds
+ * what the two share.
+ *
+ * Per epoll instance we keep the interest entries of tracked fds.  In the
+ * kernel set, a tracked fd is registered with data = its entry, and its
+ * connection's wake eventfd (edge-triggered) with data = entry | 1, so one
+ * kernel epoll_wait sleeps for TCP and fabric events alike; returned events
+ * are mapped back to the application's events and epoll_data.  Entries live
+ * in one private mapping, so a returned tag is recognised by address range,
+ * magic and owner: an application's own epoll_data never falls in it. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "base/clock.h"
+#include "engine/cutover.h"
+#include "engine/ready.h"
+#include "engine/wait.h"
+#include "engine/sockio.h"
+#include "engine/epoll.h"
+#include "engine/fdtab.h"
+#include "base/real.h"
+
+void fs_ep_idle_del(struct fs_ep *ep, struct fs_ep_ent *e)
+{
+  if (!e->on_idle)
+    return;
+  if (e->iprev)
+    e->iprev->inext = e->inext;
+  else
+    ep->idle = e->inext;
+  if (e->inext)
+    e->inext->iprev = e->iprev;
+  else
+    ep->idle_tail = e->iprev;
+  e->inext = e->iprev = NULL;
+  e->on_idle = false;
+  ep->nidle--;
+}
+
+void fs_ep_recheck_add(struct fs_ep *ep, struct fs_ep_ent *e)
+{
+  fs_ep_idle_del(ep, e);
+  if (!e->on_recheck) {
+    e->on_recheck = true;
+    e->rnext = ep->recheck;
+    ep->recheck = e;
+  }
+}
+
+static void fs_ep_recheck_del(struct fs_ep *ep, struct fs_ep_ent *e)
+{
+  if (!e->on_recheck)
+    return;
+  for (struct fs_ep_ent **pp = &ep->recheck; *pp; pp = &(*pp)->rnext)
+    if (*pp == e) {
+      *pp = e->rnext;
+      break;
+    }
+  e->on_recheck = false;
+}
+
+/* Put fd (a connection's wake eventfd, or its fabric's event fd) in the
+ * kernel set, edge-triggered, tagged as e's wake (e | 1).  0 or -errno;
+ * errno is left alone. */
+int fs_ep_add_wake(int epfd, int fd, struct fs_ep_ent *e)
+{
+  struct epoll_event wev = { .events = EPOLLIN | EPOLLET, .data.u64 = (uint64_t)(uintptr_t)e | 1 };
+  int saved = errno;
+  int rc = FS_REAL(epoll_ctl)(epfd, EPOLL_CTL_ADD, fd, &wev) == 0 ? 0 : -errno;
+  errno = saved;
+  return rc;
+}
+
+
+static struct fs_ep *fs_ep_tab[FS_FDTAB_SIZE];
+static pthread_mutex_t fs_ep_alloc_lock = PTHREAD_MUTEX_INITIALIZER;
+char *fs_ep_arena;
+static char *fs_ep_bump;
+static struct fs_ep_ent *fs_ep_free;
+
+static struct fs_ep_ent *fs_ep_ent_new(void)
+{
+  struct fs_ep_ent *e = NULL;
+  pthread_mutex_lock(&fs_ep_alloc_lock);
+  if (!fs_ep_arena) {
+    void *m = mmap(NULL, FS_EP_ARENA, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m != MAP_FAILED)
+      fs_ep_arena = fs_ep_bump = m;
+  }
+  if (fs_ep_free) {
+    e = fs_ep_free;
+    fs_ep_free = e->next;
+  } else if (fs_ep_arena && fs_ep_bump + sizeof *e <= fs_ep_arena + FS_EP_ARENA) {
+    e = (struct fs_ep_ent *)fs_ep_bump;
+    fs_ep_bump += (sizeof *e + 63) & ~(size_t)63;
+  }
+  pthread_mutex_unlock(&fs_ep_alloc_lock);
+  if (e)
+    memset(e, 0, sizeof *e);
+  return e;
+}
+
+static void fs_ep_ent_free(struct fs_ep_ent *e)
+{
+  e->magic = 0;
+  e->alive = false;
+  pthread_mutex_lock(&fs_ep_alloc_lock);
+  e->next = fs_ep_free;
+  fs_ep_free = e;
+  pthread_mutex_unlock(&fs_ep_alloc_lock);
+}
+
+struct fs_ep_ent *fs_ep_tag(struct fs_ep *ep, uint64_t u64)
+{
+  char *p = (char *)(uintptr_t)(u64 & ~(uint64_t)1);
+  if (!fs_ep_arena || p < fs_ep_arena || p >= fs_ep_bump || ((uintptr_t)(p - fs_ep_arena) & 63))
+    return NULL;
+  struct fs_ep_ent *e = (struct fs_ep_ent *)p;
+  return e->magic == FS_EP_MAGIC && e->ep == ep && e->alive ? e : FS_EP_STALE;
+}
+
+/* Drop an entry already removed from its ep list (ep->lock held): out of
+ * the connection's list, the wake fd out of the kernel set, then free. */
+void fs_ep_unlink(struct fs_ep_ent *e)
+{
+  struct fs_conn *c = e->c;
+  fs_ep_recheck_del(e->ep, e);
+  fs_ep_idle_del(e->ep, e);
+  if (e->needs_setup)
+    e->ep->nsetup--;
+  if (!e->parked)
+    e->ep->nents--;
+  pthread_mutex_lock(&c->lock);
+  for (struct fs_ep_ent **pp = (struct fs_ep_ent **)&c->ep_ents; *pp; pp = &(*pp)->cnext)
+    if (*pp == e) {
+      *pp = e->cnext;
+      break;
+    }
+  pthread_mutex_unlock(&c->lock);
+  if (e->wake_reg && c->wake_fd >= 0)
+    FS_REAL(epoll_ctl)(e->ep->epfd, EPOLL_CTL_DEL, c->wake_fd, NULL);
+  if (e->wait_fd >= 0)
+    FS_REAL(epoll_ctl)(e->ep->epfd, EPOLL_CTL_DEL, e->wait_fd, NULL);
+  if (e->tcp_parked)
+    FS_REAL(epoll_ctl)(e->ep->epfd, EPOLL_CTL_DEL, e->fd, NULL);
+  e->alive = false;
+  fs_conn_put(c);
+  fs_ep_ent_free(e);
+}
+
+/* ep->ents and ep->parked are doubly linked: a server with thousands of
+ * connections must not walk them at every epoll_ctl. */
+static void fs_ep_list_push(struct fs_ep_ent **head, struct fs_ep_ent *e)
+{
+  e->prev = NULL;
+  e->next = *head;
+  if (*head)
+    (*head)->prev = e;
+  *head = e;
+}
+
+void fs_ep_list_del(struct fs_ep_ent **head, struct fs_ep_ent *e)
+{
+  if (e->prev)
+    e->prev->next = e->next;
+  else
+    *head = e->next;
+  if (e->next)
+    e->next->prev = e->prev;
+  e->next = e->prev = NULL;
+}
+
+/* The entry of (ep, fd) for connection c, live or parked (ep->lock held):
+ * found through c's own short list, not by walking ep's. */
+static struct fs_ep_ent *fs_ep_find(struct fs_ep *ep, struct fs_conn *c, int fd, bool parked)
+{
+  struct fs_ep_ent *e;
+  pthread_mutex_lock(&c->lock);
+  for (e = c->ep_ents; e; e = e->cnext)
+    if (e->ep == ep && e->fd == fd && e->parked == parked && e->alive)
+      break;
+  pthread_mutex_unlock(&c->lock);
+  return e;
+}
+
+/* DEL of an entry with wake fds in the kernel set (ep->lock held, e out of
+ * ep->ents, its fd out of the kernel set): keep it for a re-ADD. */
+static void fs_ep_park(struct fs_ep *ep, struct fs_ep_ent *e)
+{
+  fs_ep_recheck_del(ep, e);
+  fs_ep_idle_del(ep, e);
+  if (e->needs_setup) {
+    e->needs_setup = false;
+    ep->nsetup--;
+  }
+  ep->nents--;
+  e->parked = true;
+  fs_ep_list_push(&ep->parked, e);
+}
+
+void fs_ready_epoll_forget_conn(struct fs_conn *c)
+{
+  for (;;) {
+    pthread_mutex_lock(&c->lock);
+    struct fs_ep_ent *e = c->ep_ents;
+    struct fs_ep *ep = e ? e->ep : NULL;
+    pthread_mutex_unlock(&c->lock);
+    if (!e)
+      return;
+    pthread_mutex_lock(&ep->lock);
+    /* Still ours?  (A DEL or close may have dropped it meanwhile.) */
+    bool found = e->alive && e->ep == ep && e->c == c;
+    if (found) {
+      fs_ep_list_del(e->parked ? &ep->parked : &ep->ents, e);
+      if (!e->parked)
+        FS_REAL(epoll_ctl)(ep->epfd, EPOLL_CTL_DEL, e->fd, NULL);
+      fs_ep_unlink(e);
+    }
+    pthread_mutex_unlock(&ep->lock);
+    if (!found) { /* raced with a DEL or epoll close: it unlinks itself */
+      pthread_mutex_lock(&c->lock);
+      if (c->ep_ents == e)
+        c->ep_ents = e->cnext;
+      pthread_mutex_unlock(&c->lock);
+    }
+  }
+}
+
+void fs_ready_epoll_fd_closing(struct fs_conn *c, int fd)
+{
+  /* A parked entry's TCP registration is keyed by (fd, socket): once fd is
+   * closed it could neither be found nor removed, and it would outlive fd
+   * while a dup keeps the socket open.  Take it out now. */
+  for (;;) {
+    struct fs_ep_ent *e;
+    pthread_mutex_lock(&c->lock);
+    for (e = c->ep_ents; e; e = e->cnext)
+      if (e->tcp_parked && e->fd == fd)
+        break;
+    struct fs_ep *ep = e ? e->ep : NULL;
+    pthread_mutex_unlock(&c->lock);
+    if (!e)
+      return;
+    pthread_mutex_lock(&ep->lock);
+    if (e->alive && e->ep == ep && e->c == c && e->tcp_parked && e->fd == fd) {
+      FS_REAL(epoll_ctl)(ep->epfd, EPOLL_CTL_DEL, fd, NULL);
+      e->tcp_parked = false;
+    }
+    pthread_mutex_unlock(&ep->lock);
+  }
+}
+
+bool fs_ready_epoll_tracked(int epfd)
+{
+  return (unsigned)epfd < FS_FDTAB_SIZE && __atomic_load_n(&fs_ep_tab[epfd], __ATOMIC_ACQUIRE) != NULL;
+}
+
+struct fs_ep *fs_ep_get(int epfd, bool create)
+{
+  if ((unsigned)epfd >= FS_FDTAB_SIZE)
+    return NULL;
+  struct fs_ep *ep = __atomic_load_n(&fs_ep_tab[epfd], __ATOMIC_ACQUIRE);
+  if (ep || !create)
+    return ep;
+  ep = calloc(1, sizeof *ep);
+  if (!ep)
+    return NULL;
+  pthread_mutex_init(&ep->lock, NULL);
+  ep->epfd = epfd;
+  ep->spin_us = 50;
+  ep->ns_look = 500;
+  struct fs_ep *expect = NULL;
+  if (!__atomic_compare_exchange_n(&fs_ep_tab[epfd], &expect, ep, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+    free(ep);
+    ep = expect;
+  }
+  return ep;
+}
+
+/* Kernel event mask for the TCP fd: a fabric tx is never asked of TCP. */
+uint32_t fs_ep_kernel_events(struct fs_ep_ent *e)
+{
+  /* RDHUP tells us of a peer's death on TCP; the kernel refuses it beside
+   * EPOLLEXCLUSIVE, where IN (the EOF) has to do. */
+  uint32_t ev = e->events & EPOLLEXCLUSIVE ? e->events : e->events | EPOLLRDHUP;
+  struct fs_chan *ch = fs_cutover_chan(e->c);
+  e->out_masked = false;
+  if (ch && e->c->tx_flow == FS_FLOW_FABRIC) {
+    ev &= ~(uint32_t)EPOLLOUT;
+    e->out_masked = true;
+  }
+  return ev;
+}
+
+int fs_ep_kmod(int epfd, struct fs_ep_ent *e, uint32_t events)
+{
+  struct epoll_event kev = { .events = events, .data.u64 = (uint64_t)(uintptr_t)e };
+  if (FS_REAL(epoll_ctl)(epfd, EPOLL_CTL_MOD, e->fd, &kev) < 0)
+    return -errno;
+  e->kmask = events;
+  return 0;
+}
+
+/* fd is parked in ep with its TCP registration kept: not in the set as far
+ * as the application knows, whatever the kernel would say (ep->lock held). */
+static bool fs_ep_not_in(struct fs_ep *ep, struct fs_conn *c, int fd)
+{
+  struct fs_ep_ent *p = fs_ep_find(ep, c, fd, true);
+  return p && p->tcp_parked;
+}
+
+/* ADD of fd: its parked entry for the same connection comes back (ep->lock
+ * held).  0, -errno from the kernel, or -ENOENT: none, make a new one. */
+static int fs_ep_revive(struct fs_ep *ep, int epfd, int fd, struct fs_conn *c, struct epoll_event *ev)
+{
+  struct fs_ep_ent *e = fs_ep_find(ep, c, fd, true);
+  if (!e)
+    return -ENOENT;
+  fs_ep_list_del(&ep->parked, e);
+  e->events = ev->events;
+  e->data = ev->data;
+  e->oneshot_fired = false;
+  e->edge_pending = true;
+  e->parked = false;
+  uint32_t km = fs_ep_kernel_events(e);
+  int rc = 0;
+  bool add = true;
+  if (e->tcp_parked) {
+    /* Its TCP fd never left the kernel set: change its mask if need be
+     * (EXCLUSIVE is not allowed in a MOD: leave and join again). */
+    e->tcp_parked = false;
+    if (km & EPOLLEXCLUSIVE) {
+      FS_REAL(epoll_ctl)(epfd, EPOLL_CTL_DEL, fd, NULL);
+    } else {
+      add = false;
+      if (km != e->kmask || (km & (EPOLLET | EPOLLONESHOT)))
+        if ((rc = fs_ep_kmod(epfd, e, km)) < 0)
+          e->tcp_parked = true; /* fs_ep_unlink takes it out */
+    }
+  }
+  if (add) {
+    struct epoll_event kev = { .events = km, .data.u64 = (uint64_t)(uintptr_t)e };
+    e->kmask = km;
+    if (FS_REAL(epoll_ctl)(epfd, EPOLL_CTL_ADD, fd, &kev) < 0)
+      rc = -errno;
+  }
+  if (rc < 0) {
+    e->parked = true; /* fs_ep_unlink: not counted */
+    fs_ep_unlink(e);
+    return rc;
+  }
+  fs_ep_list_push(&ep->ents, e);
+  ep->nents++;
+  fs_ep_recheck_add(ep, e); /* whatever happened while parked */
+  return 0;
+}
+
+int fs_ready_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
+{
+  struct fs_conn *c = fs_fdtab_get(fd);
+  struct fs_ep *ep = fs_ep_get(epfd, op == EPOLL_CTL_ADD && c);
+  if (!c || !ep) {
+    if (c)
+      fs_conn_put(c);
+    if (op == EPOLL_CTL_ADD && c)
+      return -ENOMEM;
+    int r = FS_REAL(epoll_ctl)(epfd, op, fd, ev);
+    return r < 0 ? -errno : 0;
+  }
+  pthread_mutex_lock(&ep->lock);
+  struct fs_ep_ent *e = fs_ep_find(ep, c, fd, false);
+  int rc = 0;
+  switch (op) {
+  case EPOLL_CTL_ADD: {
+    if (e) {
+      rc = -EEXIST;
+      break;
+    }
+    if (ep->parked && (rc = fs_ep_revive(ep, epfd, fd, c, ev)) != -ENOENT)
+      break;
+    rc = 0;
+    e = fs_ep_ent_new();
+    if (!e) {
+      rc = -ENOMEM;
+      break;
+    }
+    e->magic = FS_EP_MAGIC;
+    e->wait_fd = -1;
+    e->ep = ep;
+    e->fd = fd;
+    e->c = c;
+    fs_conn_get(c);
+    e->events = ev->events;
+    e->data = ev->data;
+    e->edge_pending = true;
+    struct epoll_event kev = { .events = fs_ep_kernel_events(e), .data.u64 = (uint64_t)(uintptr_t)e };
+    e->kmask = kev.events;
+    if (FS_REAL(epoll_ctl)(epfd, EPOLL_CTL_ADD, fd, &kev) < 0) {
+      rc = -errno;
+      fs_conn_put(c);
+      fs_ep_ent_free(e);
+      break;
+    }
+    if (c->wake_fd >= 0) {
+      e->wake_reg = fs_ep_add_wake(epfd, c->wake_fd, e) == 0;
+      ep->any_fabric = true; /* it may move to a fabric: the safety net applies */
+    }
+    e->alive = true;
+    fs_ep_list_push(&ep->ents, e);
+    ep->nents++;
+    fs_ep_recheck_add(ep, e);
+    if (!e->wake_reg && !c->no_upgrade) {
+      e->needs_setup = true;
+      ep->nsetup++;
+    }
+    pthread_mutex_lock(&c->lock);
+    e->cnext = c->ep_ents;
+    c->ep_ents = e;
+    pthread_mutex_unlock(&c->lock);
+    break;
+  }
+  case EPOLL_CTL_MOD:
+    if (!e) {
+      rc = fs_ep_not_in(ep, c, fd) ? -ENOENT : FS_REAL(epoll_ctl)(epfd, op, fd, ev) < 0 ? -errno : -ENOENT;
+      break;
+    }
+  {
+    /* The kernel first: a MOD it refuses (EPOLLEXCLUSIVE) changes nothing.
+     * Event loops MOD between IN and IN|OUT at every request; with tx on a
+     * fabric the kernel watches IN either way, so a level-triggered mask
+     * that stays the same costs no system call.  (ET and ONESHOT MODs re-arm
+     * in the kernel, and an EXCLUSIVE one is refused: those still ask it.) */
+    uint32_t old = e->events;
+    e->events = ev->events;
+    uint32_t km = fs_ep_kernel_events(e);
+    if (km == e->kmask && !(km & (EPOLLET | EPOLLONESHOT | EPOLLEXCLUSIVE)))
+      rc = 0;
+    else
+      rc = fs_ep_kmod(epfd, e, km);
+    if (rc < 0) {
+      e->events = old;
+      fs_ep_kernel_events(e); /* out_masked as before */
+      break;
+    }
+    e->data = ev->data;
+    e->oneshot_fired = false;
+    e->edge_pending = true;
+    fs_ep_recheck_add(ep, e);
+    break;
+  }
+  case EPOLL_CTL_DEL:
+    if (!e) {
+      rc = fs_ep_not_in(ep, c, fd) ? -ENOENT : FS_REAL(epoll_ctl)(epfd, op, fd, ev) < 0 ? -errno : -ENOENT;
+      break;
+    }
+    fs_ep_list_del(&ep->ents, e);
+    /* Event loops (ae, libevent) DEL and re-ADD at every request.  With tx
+     * on a fabric the TCP fd's kernel mask (IN, RDHUP) hears nothing until
+     * the end, so a level-triggered one stays in the kernel set while
+     * parked: the DEL and the re-ADD cost no system call. */
+    if (e->wake_reg && fs_cutover_chan(c) && c->tx_flow == FS_FLOW_FABRIC && e->out_masked &&
+        !(e->kmask & (EPOLLOUT | EPOLLET | EPOLLONESHOT | EPOLLEXCLUSIVE))) {
+      e->tcp_parked = true;
+      rc = 0;
+    } else {
+      rc = FS_REAL(epoll_ctl)(epfd, EPOLL_CTL_DEL, fd, NULL) < 0 ? -errno : 0;
+    }
+    if (rc == 0 && e->wake_reg)
+      fs_ep_park(ep, e);
+    else
+      fs_ep_unlink(e);
+    break;
+  default:
+    rc = -EINVAL;
+  }
+  pthread_mutex_unlock(&ep->lock);
+  fs_conn_put(c);
+  return rc;
+}
+
+void fs_ready_epoll_close(int epfd)
+{
+  if ((unsigned)epfd >= FS_FDTAB_SIZE)
+    return;
+  struct fs_ep *ep = __atomic_exchange_n(&fs_ep_tab[epfd], NULL, __ATOMIC_ACQ_REL);
+  if (!ep)
+    return;
+  pthread_mutex_lock(&ep->lock);
+  struct fs_ep_ent *lists[2] = { ep->ents, ep->parked };
+  ep->ents = ep->parked = NULL;
+  for (int l = 0; l < 2; l++)
+    for (struct fs_ep_ent *e = lists[l], *n; e; e = n) {
+      n = e->next;
+      e->wake_reg = e->tcp_parked = false; /* the kernel set dies with the fd */
+      e->wait_fd = -1;
+      fs_ep_unlink(e);
+    }
+  pthread_mutex_unlock(&ep->lock);
+  /* ep itself is not freed: a thread may still be in epoll_wait on it. */
+}
+
+/* Fabric readiness of an entry, translated to the application's mask. */

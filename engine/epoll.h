@@ -1,0 +1,99 @@
+/* epoll over tracked sockets: what the interest lists (engine/epoll.c) and
+ * the wait (engine/epoll_wait.c) share.  Private to those two files; the
+ * entry points are declared in engine/ready.h. */
+#ifndef FS_ENGINE_EPOLL_H
+#define FS_ENGINE_EPOLL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/epoll.h>
+
+#include "engine/conn.h"
+
+#define FS_EP_MAGIC 0x46534550u
+#define FS_EP_ARENA (64u << 20)
+
+struct fs_ep;
+
+struct fs_ep_ent {
+  uint32_t magic;
+  bool alive, oneshot_fired, edge_pending, out_masked, wake_reg;
+  bool parked;               /* DELeted, wake fds kept in the kernel set (ep->parked) */
+  bool tcp_parked;           /* parked with its TCP fd still in the kernel set */
+  struct fs_ep *ep;
+  int fd;
+  struct fs_conn *c;
+  uint32_t events;           /* the application's */
+  epoll_data_t data;         /* the application's */
+  struct fs_ep_ent *next;    /* in ep->ents, ep->parked, or the free list */
+  struct fs_ep_ent *prev;    /* in ep->ents or ep->parked: O(1) removal */
+  struct fs_ep_ent *cnext;   /* in the connection's list (c->ep_ents) */
+  struct fs_ep_ent *rnext;   /* in ep->recheck */
+  bool on_recheck;           /* look at it in the next epoll_wait */
+  bool on_idle;              /* in ep->idle: a fabric entry not armed */
+  struct fs_ep_ent *inext, *iprev; /* in ep->idle (newest first) */
+  bool needs_setup;          /* its wake fd is not in the kernel set yet */
+  int wait_fd;               /* its fabric's event fd in the kernel set, or -1 */
+  uint32_t kmask;            /* the TCP fd's events in the kernel set */
+  /* EPOLLET on a fabric: the rx ring's tail and the tx ring's head at the
+   * last report.  A wake or a re-check is an edge only if one moved since
+   * (new data, new room) or the kernel reported something; edge_pending
+   * (ADD, MOD) reports the state as it is. */
+  uint64_t et_rx_tail, et_tx_head;
+};
+
+struct fs_ep {
+  pthread_mutex_t lock;
+  int epfd;
+  uint32_t spin_us;          /* adaptive: how long epoll_wait spins on fabric rings */
+  uint32_t ns_look;          /* what one look of that spin takes (learnt); atomic */
+  int nents, nsetup;         /* entries; entries with needs_setup */
+  int nidle, sleepers;       /* entries in idle; threads asleep in the kernel */
+  bool any_fabric;           /* some entry is or may become a fabric one */
+  bool had_chan;             /* some entry has been on a fabric (spinning pays) */
+  uint64_t swept_ns;         /* last safety-net look after a short timeout; atomic */
+  uint32_t empty_polls;      /* zero-timeout calls that found nothing; atomic */
+  struct fs_ep_ent *ents;
+  /* Level-triggered readiness without scanning every entry: an entry is
+   * looked at again only if it was reported last time, was added or
+   * modified, or the kernel woke us for it; every other fabric entry is
+   * armed (its peer's next publish raises its wake fd) or idle. */
+  struct fs_ep_ent *recheck;
+  /* Fabric entries looked at but not armed.  Arming makes the peer pay a
+   * system call (the wake) at its next publish; while this epoll is not
+   * asleep nobody needs that, so entries are armed only when a thread is
+   * about to sleep (or sleeps), and meanwhile each epoll_wait peeks at their
+   * rings: a busy event loop and its busy peers exchange no wakes at all.
+   * At most FS_EP_IDLE_MAX (the oldest are armed), which bounds the peek. */
+  struct fs_ep_ent *idle, *idle_tail;
+  /* Entries the application DELeted whose wake fds are still in the kernel
+   * set.  Event loops (libevent, ae, libuv) DEL and ADD the same fd as their
+   * interest changes, often at every request; kept registrations make the
+   * re-ADD cost one system call, as on plain TCP, instead of three.  A
+   * parked entry is dropped for good at its first wake event, at close of
+   * its fd or of the epoll fd, or when its fd number comes back as another
+   * connection. */
+  struct fs_ep_ent *parked;
+};
+
+#define FS_EP_IDLE_MAX 64
+
+/* Entries live in one private mapping (engine/epoll.c). */
+extern char *fs_ep_arena;
+
+/* The entry a kernel tag names; NULL if the tag is application data;
+ * FS_EP_STALE if it names one of ours that is gone (a registration the
+ * kernel kept past its entry): never the application's, so dropped. */
+#define FS_EP_STALE ((struct fs_ep_ent *)&fs_ep_arena)
+int fs_ep_add_wake(int epfd, int fd, struct fs_ep_ent *e);
+struct fs_ep *fs_ep_get(int epfd, bool create);
+void fs_ep_idle_del(struct fs_ep *ep, struct fs_ep_ent *e);
+uint32_t fs_ep_kernel_events(struct fs_ep_ent *e);
+int fs_ep_kmod(int epfd, struct fs_ep_ent *e, uint32_t events);
+void fs_ep_list_del(struct fs_ep_ent **head, struct fs_ep_ent *e);
+void fs_ep_recheck_add(struct fs_ep *ep, struct fs_ep_ent *e);
+struct fs_ep_ent *fs_ep_tag(struct fs_ep *ep, uint64_t u64);
+void fs_ep_unlink(struct fs_ep_ent *e);
+
+#endif

@@ -1,0 +1,34 @@
+/* One application I/O call, described exactly (no code: a type the send
+ * and receive paths and the gpu staging share). */
+#ifndef FS_ENGINE_IO_H
+#define FS_ENGINE_IO_H
+
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+struct fs_conn;
+
+enum fs_io_op {
+  FS_IO_READ, FS_IO_READV, FS_IO_RECV, FS_IO_RECVFROM, FS_IO_RECVMSG,
+  FS_IO_WRITE, FS_IO_WRITEV, FS_IO_SEND, FS_IO_SENDTO, FS_IO_SENDMSG,
+};
+
+/* One application call, described exactly, so that on TCP the engine can
+ * replay it with the same libc function and on a fabric honour its flags. */
+struct fs_io {
+  enum fs_io_op op;
+  int flags;
+  struct iovec *iov;
+  int iovcnt;
+  struct msghdr *msg;          /* RECVMSG/SENDMSG */
+  struct sockaddr *from;       /* RECVFROM */
+  socklen_t *fromlen;
+  const struct sockaddr *to;   /* SENDTO */
+  socklen_t tolen;
+};
+
+/* A send or receive entry point (fs_sock_send, fs_sock_recv). */
+typedef ssize_t (*fs_io_fn)(struct fs_conn *c, int fd, struct fs_io *io);
+
+#endif

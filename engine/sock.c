@@ -1,0 +1,671 @@
+/* Socket engine, lifecycle half: tracking, policy, upgrade decisions,
+ * attach/detach of fabric channels, close, fork and exec.  The data path
+ * is in engine/sockio.c. */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/fdreg.h"
+#include "base/clock.h"
+#include "base/addr.h"
+#include "fabric/chan.h"
+#include "fabric/fabric.h"
+#include "hooks/hook.h"
+#include "base/log.h"
+#include "engine/agent.h"
+#include "engine/cutover.h"
+#include "engine/ready.h"
+#include "engine/sock.h"
+#include "engine/fdtab.h"
+#include "base/real.h"
+
+extern char *program_invocation_short_name;
+
+static bool fs_sock_disabled;
+static bool fs_sock_inited;
+
+static void fs_sock_release(struct fs_conn *c)
+{
+  struct fs_chan *ch = c->chan;
+  if (ch) {
+    c->chan = NULL;
+    ch->ops->release(ch);
+  }
+  if (c->hooks) {
+    fs_hook_close(c->hooks);
+    c->hooks = NULL;
+  }
+  if (c->wake_fd >= 0) {
+    fs_fdreg_close(c->wake_fd);
+    c->wake_fd = -1;
+  }
+}
+
+#define FS_SOCK_EXIT_MS 2000 /* the most exit() waits for writes to land */
+
+static void fs_sock_exit_look(int fd, struct fs_conn *c, void *arg)
+{
+  (void)fd;
+  struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
+  if (ch && ch->ops->lingering(ch))
+    ++*(int *)arg;
+}
+
+static bool fs_sock_exit_pending(void)
+{
+  for (const struct fs_fabric_ops *const *f = fs_fabrics; *f; f++)
+    if ((*f)->exit_pending())
+      return true;
+  return false;
+}
+
+/* Process exit: a fabric's writes we posted may not have left the device
+ * yet (rdma: the kernel flushes them with the queue pair, where TCP would
+ * deliver them after the process is gone; the peer would read EOF early).
+ * So wait, bounded, until the writes of open and of closed connections
+ * landed (or their peers are gone).  Costs a load per fabric where none
+ * was set up. */
+static void fs_sock_exit_drain(void)
+{
+  if (!fs_sock_exit_pending())
+    return;
+  int saved = errno;
+  uint64_t t0 = fs_clock_ns(), deadline = t0 + (uint64_t)FS_SOCK_EXIT_MS * 1000000u;
+  int busy;
+  for (;;) {
+    busy = 0;
+    fs_fdtab_foreach(fs_sock_exit_look, &busy);
+    if (!busy || !fs_clock_nap(deadline, 100000))
+      break;
+  }
+  bool closed_ok = fs_agent_exit_drain(deadline);
+  uint64_t ms = (fs_clock_ns() - t0) / 1000000u;
+  if (busy || !closed_ok)
+    fs_log(FS_LOG_WARN, "exit: fabric writes still unconfirmed after %llu ms; the peer may miss the last bytes",
+           (unsigned long long)ms);
+  else
+    fs_log(FS_LOG_DEBUG, "exit: fabric writes confirmed (%llu ms)", (unsigned long long)ms);
+  errno = saved;
+}
+
+__attribute__((destructor)) static void fs_sock_fini(void)
+{
+  fs_sock_exit_drain();
+  fs_stat_shutdown();
+}
+
+/* ---- what the engine lends the fabrics (fabric/fabric.h) ------------- */
+
+static void fs_sock_link_get(struct fs_link *l)
+{
+  fs_conn_get(fs_conn_of(l));
+}
+
+static void fs_sock_link_put(struct fs_link *l)
+{
+  fs_conn_put(fs_conn_of(l));
+}
+
+static struct fs_link *fs_sock_link_find(const struct sockaddr *local, const struct sockaddr *peer)
+{
+  struct fs_conn *c = fs_sock_find(local, peer);
+  return c ? &c->link : NULL;
+}
+
+static bool fs_sock_link_may_upgrade(struct fs_link *l)
+{
+  return fs_sock_may_upgrade(fs_conn_of(l));
+}
+
+static int fs_sock_link_may_attach(struct fs_link *l, uint32_t uid)
+{
+  return fs_sock_may_attach(fs_conn_of(l), uid);
+}
+
+static int fs_sock_link_attach(struct fs_link *l, struct fs_chan *ch)
+{
+  return fs_sock_attach(fs_conn_of(l), ch);
+}
+
+static void fs_sock_link_failed(struct fs_link *l, int reason)
+{
+  fs_sock_upgrade_failed(fs_conn_of(l), reason);
+}
+
+static void fs_sock_link_refused(struct fs_link *l, int reason)
+{
+  fs_sock_refused(fs_conn_of(l), reason);
+}
+
+static const struct fs_fabric_host fs_sock_host = {
+  .get = fs_sock_link_get,
+  .put = fs_sock_link_put,
+  .find = fs_sock_link_find,
+  .may_upgrade = fs_sock_link_may_upgrade,
+  .may_attach = fs_sock_link_may_attach,
+  .attach = fs_sock_link_attach,
+  .failed = fs_sock_link_failed,
+  .refused = fs_sock_link_refused,
+  .watch = fs_agent_watch,
+  .unwatch = fs_agent_unwatch,
+  .kick = fs_agent_kick,
+};
+
+void fs_sock_init(void)
+{
+  if (__atomic_load_n(&fs_sock_inited, __ATOMIC_ACQUIRE))
+    return;
+  fs_sock_disabled = fs_policy_off();
+  fs_conn_release_hook = fs_sock_release;
+  fs_conn_last_fd_hook = fs_sock_last_close;
+  fs_fabric_set_host(&fs_sock_host);
+  __atomic_store_n(&fs_sock_inited, true, __ATOMIC_RELEASE);
+}
+
+static void fs_sock_stat_addrs(struct fs_conn *c)
+{
+  struct fs_stat_conn *s = c->stat;
+  if (!s)
+    return;
+  const struct sockaddr *l = (const struct sockaddr *)&c->local, *p = (const struct sockaddr *)&c->peer;
+  s->family = (uint8_t)c->local.ss_family;
+  s->lport = fs_addr_port(l);
+  s->pport = fs_addr_port(p);
+  if (l->sa_family == AF_INET) {
+    memcpy(s->laddr, &((const struct sockaddr_in *)l)->sin_addr, 4);
+    memcpy(s->paddr, &((const struct sockaddr_in *)p)->sin_addr, 4);
+  } else if (l->sa_family == AF_INET6) {
+    memcpy(s->laddr, &((const struct sockaddr_in6 *)l)->sin6_addr, 16);
+    memcpy(s->paddr, &((const struct sockaddr_in6 *)p)->sin6_addr, 16);
+  }
+  s->dir = c->dir;
+}
+
+void fs_sock_created(int fd, int domain, int type, int protocol)
+{
+  fs_sock_init();
+  if (fs_sock_disabled)
+    return;
+  if ((type & ~(SOCK_NONBLOCK | SOCK_CLOEXEC)) != SOCK_STREAM || (protocol != 0 && protocol != IPPROTO_TCP))
+    return;
+  struct fs_conn *c = fs_conn_new(fd, domain);
+  if (!c)
+    return;
+  c->nonblock = (type & SOCK_NONBLOCK) != 0;
+  fs_fdtab_install(fd, c);
+  fs_conn_put(c);
+}
+
+/* Acceleration costs two extra fds per connection (wake eventfds).  Near
+ * RLIMIT_NOFILE the application must get every fd it would get without us:
+ * above 3/4 of the soft limit we stop accelerating new connections. */
+static bool fs_sock_fd_budget_ok(int fd)
+{
+  static unsigned long cached;
+  unsigned long lim = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+  if (lim == 0 || (unsigned long)fd >= lim / 4 * 3) {
+    struct rlimit rl;
+    lim = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? (unsigned long)rl.rlim_cur : 1024;
+    __atomic_store_n(&cached, lim, __ATOMIC_RELAXED);
+  }
+  return (unsigned long)fd < lim / 4 * 3;
+}
+
+/* The connection is established: learn addresses, match policy, arm upgrade. */
+static void fs_sock_establish(struct fs_conn *c, int fd, int dir)
+{
+  socklen_t ll = sizeof c->local, pl = sizeof c->peer;
+  if (getsockname(fd, (struct sockaddr *)&c->local, &ll) < 0 ||
+      getpeername(fd, (struct sockaddr *)&c->peer, &pl) < 0) {
+    c->no_upgrade = true;
+    fs_conn_set_state(c, FS_STATE_TCP, FS_REASON_ERROR);
+    return;
+  }
+  c->dir = (uint8_t)dir;
+  c->connecting = false;
+  fs_sock_stat_addrs(c);
+  bool disabled = false;
+  const struct fs_policy *pol = fs_policy_get(&disabled);
+  struct fs_policy_query q = { program_invocation_short_name, dir, (struct sockaddr *)&c->local,
+                               (struct sockaddr *)&c->peer };
+  fs_policy_match(pol, &q, &c->policy);
+  c->spin_us = c->policy.busy_poll ? 0 : (c->policy.spin_us >= 0 ? (uint32_t)c->policy.spin_us : 50);
+  if (c->policy.hooks[0]) {
+    struct fabsock_conn_info ci = { sizeof ci, fd, c->family, FS_FABRIC_TCP, dir, c->local, c->peer };
+    /* Fail closed: a connection its inspection hooks cannot watch is not
+     * allowed to carry data (the reason is logged once by the hook module). */
+    if (fs_hook_open(c->policy.hooks, &ci, c->stat, &c->hooks) < 0) {
+      c->hooks = NULL;
+      c->hook_closed = true;
+      c->no_upgrade = true;
+      fs_conn_set_state(c, FS_STATE_TCP, FS_REASON_HOOK);
+      FS_REAL(shutdown)(fd, SHUT_RDWR);
+      return;
+    }
+  }
+  int reason = FS_REASON_PENDING;
+  if (disabled)
+    reason = FS_REASON_DISABLED;
+  else if (c->policy.fabric == FS_FABRIC_TCP || c->policy.upgrade_bytes == FS_POLICY_UPGRADE_NEVER)
+    reason = FS_REASON_POLICY;
+  else if (c->policy.fabric != FS_FABRIC_AUTO && !fs_fabric_by_id(c->policy.fabric))
+    reason = FS_REASON_NO_DEVICE; /* that fabric is not in this build */
+  else if (!fs_sock_fd_budget_ok(fd) || (c->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
+    reason = FS_REASON_RESOURCES;
+  if (c->wake_fd >= 0)
+    fs_fdreg_set(c->wake_fd, true);
+  c->no_upgrade = reason != FS_REASON_PENDING;
+  fs_conn_set_state(c, FS_STATE_TCP, reason);
+  if (c->stat)
+    c->stat->fabric = FS_FABRIC_TCP;
+  if (dir == FS_DIR_CONNECT && !c->no_upgrade && c->policy.upgrade_bytes == 0)
+    fs_sock_maybe_upgrade(c);
+}
+
+static void fs_sock_established(struct fs_conn *c, int fd, int dir)
+{
+  fs_sock_establish(c, fd, dir);
+  __atomic_store_n(&c->ready, true, __ATOMIC_RELEASE);
+}
+
+/* An accepting end whose peer has not asked for a rendezvous long after
+ * the threshold was crossed has a peer without libfabsock: stop paying for
+ * the chance.  Time, not bytes: a fast stream crosses any byte margin
+ * before a busy peer's agent gets to run.  Never sooner than twice the
+ * set-up bound (policy), which a peer's attempt may take to complete. */
+#define FS_SOCK_GIVEUP_NS (3000000000ull)
+
+static uint64_t fs_sock_giveup_ns(const struct fs_conn *c)
+{
+  uint64_t bound = 2u * (uint64_t)c->policy.timeout_ms * 1000000u;
+  return bound > FS_SOCK_GIVEUP_NS ? bound : FS_SOCK_GIVEUP_NS;
+}
+
+void fs_sock_maybe_upgrade(struct fs_conn *c)
+{
+  if (c->no_upgrade || __atomic_load_n(&c->chan, __ATOMIC_RELAXED))
+    return;
+  if (c->dir == FS_DIR_ACCEPT) {
+    if (c->tcp_tx + c->tcp_rx < c->policy.upgrade_bytes)
+      return;
+    uint64_t now = fs_clock_coarse_ns();
+    if (!c->crossed_ns) {
+      c->crossed_ns = now;
+      return;
+    }
+    if (now - c->crossed_ns > fs_sock_giveup_ns(c)) {
+      pthread_mutex_lock(&c->lock);
+      if (!c->chan) {
+        c->no_upgrade = true;
+        fs_conn_set_state(c, FS_STATE_TCP, FS_REASON_NO_PEER);
+      }
+      pthread_mutex_unlock(&c->lock);
+    }
+    return;
+  }
+  if (c->dir != FS_DIR_CONNECT)
+    return;
+  if (c->tcp_tx + c->tcp_rx < c->policy.upgrade_bytes)
+    return;
+  bool expect = false;
+  if (!__atomic_compare_exchange_n(&c->upgrade_queued, &expect, true, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+    return;
+  fs_conn_set_state(c, FS_STATE_UPGRADING, FS_REASON_PENDING);
+  fs_agent_upgrade(c);
+}
+
+void fs_sock_accepted(struct fs_conn *lc, int nfd, int flags)
+{
+  struct fs_conn *c = fs_conn_new(nfd, lc->family);
+  if (!c)
+    return;
+  c->nonblock = (flags & SOCK_NONBLOCK) != 0;
+  if (fs_fdtab_install(nfd, c) == 0)
+    fs_sock_established(c, nfd, FS_DIR_ACCEPT);
+  fs_conn_put(c);
+  fs_agent_accepted();
+}
+
+void fs_sock_connect_done(struct fs_conn *c, int fd, int rc)
+{
+  if (rc == 0)
+    fs_sock_established(c, fd, FS_DIR_CONNECT);
+  else if (rc == -EINPROGRESS || rc == -EALREADY || rc == -EINTR)
+    c->connecting = true;
+}
+
+void fs_sock_check_connected(struct fs_conn *c, int fd)
+{
+  struct sockaddr_storage ss;
+  socklen_t sl = sizeof ss;
+  int saved = errno;
+  if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0) {
+    pthread_mutex_lock(&c->lock);
+    if (c->connecting)
+      fs_sock_established(c, fd, FS_DIR_CONNECT);
+    pthread_mutex_unlock(&c->lock);
+  }
+  errno = saved;
+}
+
+void fs_sock_listening(struct fs_conn *c, int fd)
+{
+  fs_conn_set_state(c, FS_STATE_LISTEN, FS_REASON_NONE);
+  socklen_t ll = sizeof c->local;
+  if (getsockname(fd, (struct sockaddr *)&c->local, &ll) == 0 && c->stat) {
+    c->stat->listening = 1;
+    fs_sock_stat_addrs(c);
+  }
+  bool disabled = false;
+  const struct fs_policy *pol = fs_policy_get(&disabled);
+  struct fs_policy_action act;
+  struct fs_policy_query q = { program_invocation_short_name, FS_DIR_ACCEPT, (struct sockaddr *)&c->local, NULL };
+  fs_policy_match(pol, &q, &act);
+  if (disabled || act.fabric == FS_FABRIC_TCP || c->served || c->listener_shared)
+    return;
+  c->served = fs_agent_listen(c, fd, act.fabric);
+}
+
+struct fs_sock_find_arg {
+  const struct sockaddr *local, *peer;
+  struct fs_conn *found;
+};
+
+static void fs_sock_find_one(int fd, struct fs_conn *c, void *arg)
+{
+  struct fs_sock_find_arg *a = arg;
+  if (a->found || c->dir != FS_DIR_ACCEPT)
+    return;
+  if (fs_addr_eq((struct sockaddr *)&c->local, a->local) && fs_addr_eq((struct sockaddr *)&c->peer, a->peer)) {
+    fs_conn_get(c);
+    a->found = c;
+  }
+}
+
+struct fs_conn *fs_sock_find(const struct sockaddr *local, const struct sockaddr *peer)
+{
+  struct fs_sock_find_arg a = { local, peer, NULL };
+  fs_fdtab_foreach(fs_sock_find_one, &a);
+  return a.found;
+}
+
+bool fs_sock_may_upgrade(struct fs_conn *c)
+{
+  return !c->no_upgrade && __atomic_load_n(&c->nfds, __ATOMIC_ACQUIRE) > 0 && c->wake_fd >= 0;
+}
+
+int fs_sock_may_attach(struct fs_conn *c, uint32_t uid)
+{
+  if (c->no_upgrade || c->wake_fd < 0)
+    return c->reason && c->reason != FS_REASON_PENDING ? c->reason : FS_REASON_POLICY;
+  if (__atomic_load_n(&c->chan, __ATOMIC_ACQUIRE))
+    return FS_REASON_PROTOCOL; /* a replay */
+  if (uid != geteuid() && !c->policy.any_uid)
+    return FS_REASON_PEER_UID;
+  return 0;
+}
+
+int fs_sock_attach(struct fs_conn *c, struct fs_chan *ch)
+{
+  pthread_mutex_lock(&c->lock);
+  if (__atomic_load_n(&c->nfds, __ATOMIC_ACQUIRE) == 0 || c->no_upgrade || c->chan) {
+    pthread_mutex_unlock(&c->lock);
+    return -ESTALE;
+  }
+  __atomic_store_n(&c->chan, ch, __ATOMIC_RELEASE);
+  __atomic_store_n(&ch->me->attached, 1, __ATOMIC_RELEASE);
+  fs_conn_set_state(c, FS_STATE_FABRIC, FS_REASON_NONE);
+  if (c->stat)
+    c->stat->fabric = (uint8_t)ch->ops->fabric;
+  pthread_mutex_unlock(&c->lock);
+  fs_log(FS_LOG_DEBUG, "fd %d on %s", c->fd, ch->ops->name);
+  /* Our sender switches now if it is idle; a busy one does at its next send. */
+  if (fs_lock_try(&c->txlock)) {
+    fs_cutover_switch_tx(c, ch);
+    fs_unlock(&c->txlock);
+  }
+  /* Wake our own threads blocked on the TCP path: data may now come here. */
+  fs_chan_efd_write(c->wake_fd);
+  return 0;
+}
+
+void fs_sock_upgrade_failed(struct fs_conn *c, int reason)
+{
+  pthread_mutex_lock(&c->lock);
+  c->no_upgrade = true;
+  if (!c->chan)
+    fs_conn_set_state(c, FS_STATE_TCP, reason);
+  pthread_mutex_unlock(&c->lock);
+  fs_log(FS_LOG_DEBUG, "fd %d stays on tcp: %s", c->fd, fs_reason_name(reason));
+}
+
+void fs_sock_refused(struct fs_conn *c, int reason)
+{
+  pthread_mutex_lock(&c->lock);
+  if (!c->chan && !c->no_upgrade)
+    fs_conn_set_state(c, fs_conn_state(c), reason);
+  pthread_mutex_unlock(&c->lock);
+}
+
+void fs_sock_last_close(struct fs_conn *c)
+{
+  pthread_mutex_lock(&c->lock);
+  int st = fs_conn_state(c);
+  fs_conn_set_state(c, FS_STATE_CLOSED, c->reason);
+  c->no_upgrade = true;
+  struct fs_chan *ch = c->chan;
+  pthread_mutex_unlock(&c->lock);
+  if (st == FS_STATE_LISTEN)
+    fs_agent_unlisten(c);
+  fs_ready_epoll_forget_conn(c);
+  if (ch) {
+    fs_lock(&c->txlock);
+    fs_cutover_last_close(c, ch);
+    fs_unlock(&c->txlock);
+  }
+}
+
+void fs_sock_close(struct fs_conn *c, int fd)
+{
+  if (__atomic_load_n(&c->nfds, __ATOMIC_ACQUIRE) == 0)
+    fs_sock_last_close(c);
+  else
+    fs_ready_epoll_fd_closing(c, fd);
+  fs_conn_put(c);
+}
+
+/* ---- fork / exec / fd passing ---------------------------------------- */
+
+static uint32_t fs_sock_epoch;
+
+static void fs_sock_fork_prep(int fd, struct fs_conn *c, void *arg)
+{
+  (void)arg;
+  if (c->visit == fs_sock_epoch)
+    return;
+  c->visit = fs_sock_epoch;
+  struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
+  if (ch && !ch->ops->fork_shares(ch)) {
+    /* The child cannot use this end (a queue pair): both go back to TCP first. */
+    fs_sock_downgrade(c, fd, FS_REASON_FORK);
+  } else if (ch) { /* the child will hold this end too */
+    __atomic_fetch_add(&ch->me->refs, 1, __ATOMIC_ACQ_REL);
+  }
+}
+
+void fs_sock_before_fork(void)
+{
+  /* Agent lock first: no channel can be attached between the count of
+   * shared ends below and the fork. */
+  fs_agent_before_fork();
+  fs_sock_epoch++;
+  fs_fdtab_foreach(fs_sock_fork_prep, NULL);
+}
+
+static void fs_sock_fork_fix(int fd, struct fs_conn *c, void *arg)
+{
+  pid_t pid = *(pid_t *)arg;
+  (void)fd;
+  if (c->visit == fs_sock_epoch)
+    return;
+  c->visit = fs_sock_epoch;
+  if (pid == 0) { /* the threads that held these are gone */
+    pthread_mutex_init(&c->lock, NULL);
+    fs_lock_init(&c->txlock);
+    fs_lock_init(&c->rxlock);
+  }
+  struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
+  if (ch && !ch->ops->fork_shares(ch)) { /* downgraded before the fork, unless a thread was inside a call */
+    if (pid == 0) {
+      ch->ops->forget(ch);
+      fs_cutover_tcp_for_good(c, FS_REASON_FORK); /* the child has TCP only */
+    }
+    return;
+  }
+  if (pid < 0) {
+    if (ch)
+      __atomic_fetch_sub(&ch->me->refs, 1, __ATOMIC_ACQ_REL);
+    return;
+  }
+  if (fs_conn_state(c) == FS_STATE_LISTEN)
+    c->listener_shared = true;
+  /* Two processes now share the TCP socket: byte counts can no longer be
+   * kept, so a connection not yet on a fabric stays on TCP. */
+  if (!ch && !c->no_upgrade) {
+    c->no_upgrade = true;
+    fs_conn_set_state(c, FS_STATE_TCP, FS_REASON_FORK);
+  }
+}
+
+void fs_sock_after_fork(pid_t pid)
+{
+  if (pid == 0)
+    fs_stat_atfork_child();
+  fs_sock_epoch++;
+  fs_fdtab_foreach(fs_sock_fork_fix, &pid);
+  /* Agent lock last, as it was taken first: until the walk above has marked
+   * every connection that forked without a channel no_upgrade, the parent's
+   * agent must not attach one (a rendezvous acked just before the fork).
+   * Such a channel would be the parent's alone, its end counted once: the
+   * parent's close() then writes EOF on it while the child, which really
+   * serves the connection, stays on TCP, and the peer reads EOF early. */
+  fs_agent_after_fork(pid == 0);
+}
+
+static void fs_sock_exec_one(int fd, struct fs_conn *c, void *arg)
+{
+  (void)arg;
+  int fl = FS_REAL(fcntl)(fd, F_GETFD, 0);
+  if (fl >= 0 && !(fl & FD_CLOEXEC))
+    fs_sock_downgrade(c, fd, FS_REASON_EXEC);
+}
+
+void fs_sock_before_exec(void)
+{
+  fs_fdtab_foreach(fs_sock_exec_one, NULL);
+}
+
+void fs_sock_scm_rights(const struct msghdr *msg)
+{
+  for (struct cmsghdr *cm = CMSG_FIRSTHDR(msg); cm; cm = CMSG_NXTHDR((struct msghdr *)msg, cm)) {
+    if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+      continue;
+    size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < n; i++) {
+      int fd;
+      memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof fd);
+      struct fs_conn *c = fs_fdtab_get(fd);
+      if (c) {
+        fs_sock_downgrade(c, fd, FS_REASON_FD_PASSED);
+        fs_conn_put(c);
+      }
+    }
+  }
+}
+
+void fs_sock_set_nonblock(struct fs_conn *c, bool on)
+{
+  c->nonblock = on;
+}
+
+void fs_sock_setsockopt(struct fs_conn *c, int fd, int level, int name, const void *val, socklen_t len)
+{
+  (void)fd;
+  (void)val;
+  (void)len;
+  /* Urgent data has no place on a fabric: keep such a connection on TCP. */
+  if (level == SOL_SOCKET && name == SO_OOBINLINE && !c->chan) {
+    c->no_upgrade = true;
+    fs_conn_set_state(c, fs_conn_state(c), FS_REASON_SOCKOPT);
+  }
+}
+
+/* Take m within ms milliseconds, or give up. */
+static bool fs_sock_trylock_for(fs_lock_t *m, int ms)
+{
+  uint64_t end = fs_clock_ns() + (uint64_t)ms * 1000000u;
+  while (!fs_lock_try(m))
+    if (!fs_clock_nap(end, 1000000))
+      return false;
+  return true;
+}
+
+/* Bring c back to plain TCP for good, before its fd leaves this process
+ * image (exec) or this process (SCM_RIGHTS).  Our tx: a REVERT record ends
+ * our fabric bytes and TCP carries the rest.  Our rx: we stop reading the
+ * ring where we are and flag it (ep->rx_revert); the peer re-sends whatever
+ * we did not read on TCP before anything new (fs_cutover_service), so the
+ * next reader of the TCP socket sees every byte in order. */
+void fs_sock_downgrade(struct fs_conn *c, int fd, int reason)
+{
+  (void)fd;
+  struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
+  if (!ch || c->reverted) {
+    if (!c->no_upgrade) {
+      c->no_upgrade = true;
+      fs_conn_set_state(c, fs_conn_state(c), reason);
+    }
+    return;
+  }
+  if (reason == FS_REASON_FORK) {
+    /* In fork's prepare handler a thread of ours may sit in a blocking
+     * recv or send holding these locks for as long as its peer is silent:
+     * never make fork wait on that.  Such a connection stays on its fabric in
+     * the parent; the child must not use it (logged). */
+    if (!fs_sock_trylock_for(&c->rxlock, 100)) {
+      fs_log(FS_LOG_WARN, "fd %d: a thread is inside recv at fork; it stays on %s in the parent only", fd,
+             ch->ops->name);
+      return;
+    }
+    if (!fs_sock_trylock_for(&c->txlock, 100)) {
+      fs_unlock(&c->rxlock);
+      fs_log(FS_LOG_WARN, "fd %d: a thread is inside send at fork; it stays on %s in the parent only", fd,
+             ch->ops->name);
+      return;
+    }
+  } else {
+    fs_lock(&c->rxlock);
+    fs_lock(&c->txlock);
+  }
+  fs_cutover_tx_revert(c, ch);
+  if (c->rx_flow != FS_FLOW_EOF) {
+    __atomic_store_n(&ch->me->rx_revert, 1, __ATOMIC_RELEASE);
+    c->rx_flow = FS_FLOW_TCP;
+  }
+  c->reverted = true;
+  c->no_upgrade = true;
+  __atomic_store_n(&ch->me->reverted, 1, __ATOMIC_RELEASE);
+  fs_conn_set_state(c, FS_STATE_TCP, reason);
+  if (c->stat)
+    c->stat->fabric = FS_FABRIC_TCP;
+  fs_unlock(&c->txlock);
+  fs_unlock(&c->rxlock);
+  ch->ops->wake_peer(ch);
+  fs_log(FS_LOG_INFO, "fd %d back to tcp (%s)", fd, fs_reason_name(reason));
+}

@@ -1,0 +1,89 @@
+/* The socket engine: what the preload wrappers call for a tracked socket.
+ *
+ * A tracked socket is an AF_INET/AF_INET6 SOCK_STREAM socket created (or
+ * accepted) in this process.  Every entry point returns a count or -errno and
+ * leaves errno alone; the wrappers own errno. */
+#ifndef FS_ENGINE_SOCK_H
+#define FS_ENGINE_SOCK_H
+
+#include <stdbool.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include "engine/conn.h"
+#include "engine/io.h"
+
+/* Process-wide set-up, idempotent and cheap after the first call. */
+void fs_sock_init(void);
+
+/* socket() succeeded: track fd if it is a TCP stream socket and policy allows. */
+void fs_sock_created(int fd, int domain, int type, int protocol);
+
+/* accept()/accept4() on a tracked listener returned nfd. */
+void fs_sock_accepted(struct fs_conn *lc, int nfd, int flags);
+
+/* connect() returned rc (0 or -errno) on c. */
+void fs_sock_connect_done(struct fs_conn *c, int fd, int rc);
+
+/* listen() succeeded on c. */
+void fs_sock_listening(struct fs_conn *c, int fd);
+
+ssize_t fs_sock_send(struct fs_conn *c, int fd, struct fs_io *io);
+ssize_t fs_sock_recv(struct fs_conn *c, int fd, struct fs_io *io);
+
+/* Run io on the kernel socket with the exact libc call it describes. */
+ssize_t fs_sock_tcp_io(int fd, struct fs_io *io);
+
+/* shutdown(): honoured on the fabric (EOF record) and on TCP. */
+int fs_sock_shutdown(struct fs_conn *c, int fd, int how);
+
+/* close() of fd whose entry was taken from the table (c has that ref). */
+void fs_sock_close(struct fs_conn *c, int fd);
+
+/* FIONREAD on a fabric connection; -ENOTSUP means ask the kernel. */
+int fs_sock_fionread(struct fs_conn *c, int fd, int *out);
+
+/* O_NONBLOCK changed through fcntl/ioctl/accept4/socket. */
+void fs_sock_set_nonblock(struct fs_conn *c, bool on);
+
+/* SO_* options the fabric must know about (after a successful setsockopt). */
+void fs_sock_setsockopt(struct fs_conn *c, int fd, int level, int name, const void *val, socklen_t len);
+
+/* fd is about to leave this process (SCM_RIGHTS) or the image (exec): bring
+ * the connection back to plain TCP first. */
+void fs_sock_downgrade(struct fs_conn *c, int fd, int reason);
+
+/* Process events. */
+void fs_sock_before_fork(void);
+void fs_sock_after_fork(pid_t pid);
+void fs_sock_before_exec(void);
+
+/* sendmsg() on any socket carrying SCM_RIGHTS: downgrade tracked fds in it. */
+void fs_sock_scm_rights(const struct msghdr *msg);
+
+/* The upgrade threshold may have been crossed: start a rendezvous (connecting
+ * end) or give up on a silent peer (accepting end). */
+void fs_sock_maybe_upgrade(struct fs_conn *c);
+
+/* A non-blocking connect may have completed: set the connection up. */
+void fs_sock_check_connected(struct fs_conn *c, int fd);
+
+/* ---- for the fabrics, through the host table (fabric/fabric.h) ---- */
+struct fs_chan;
+/* A referenced accepted connection with these addresses, or NULL. */
+struct fs_conn *fs_sock_find(const struct sockaddr *local, const struct sockaddr *peer);
+/* 0 if c may take a channel from a peer of this uid, else a reason. */
+int fs_sock_may_attach(struct fs_conn *c, uint32_t uid);
+bool fs_sock_may_upgrade(struct fs_conn *c);
+/* Put ch on c (0), or -ESTALE if c can no longer take it (caller drops ch). */
+int fs_sock_attach(struct fs_conn *c, struct fs_chan *ch);
+void fs_sock_upgrade_failed(struct fs_conn *c, int reason);
+/* A peer's rendezvous for accepted c was refused for reason: stat shows it,
+ * but c may still take a later valid one (a forged request must not cost
+ * the real one). */
+void fs_sock_refused(struct fs_conn *c, int reason);
+/* The connection's fd count reached zero (from close or a stale entry). */
+void fs_sock_last_close(struct fs_conn *c);
+
+#endif

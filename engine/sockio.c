@@ -1,0 +1,644 @@
+/* Socket engine, data half.  See engine/sockio.h and fabric/ring.h. */
+#include <errno.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/clock.h"
+#include "engine/cutover.h"
+#include "engine/wait.h"
+#include "engine/gpuio.h"
+#include "hooks/hook.h"
+#include "base/log.h"
+#include "engine/sock.h"
+#include "engine/sockio.h"
+#include "base/real.h"
+
+/* Small steps of every send and receive: inline, whatever the compiler
+ * thinks of their callers' size (each call and return is a lookup on an
+ * emulated CPU, where the rdma fabric is tested). */
+#define FS_SOCKIO_HOT static inline __attribute__((always_inline))
+
+
+static size_t fs_iov_total(const struct iovec *iov, int n)
+{
+  size_t t = 0;
+  for (int i = 0; i < n; i++)
+    t += iov[i].iov_len;
+  return t;
+}
+
+/* A hook closed the connection, while the application's fd stays open.
+ * On TCP it is aborted as a middlebox would: connect(AF_UNSPEC) makes the
+ * kernel send a reset now and drop both queues, so a peer still sending
+ * fails at once.  (Shutting down and discarding was not enough: after
+ * SHUT_RD the kernel sends no window update, and a peer blocked on a full
+ * window waited for its backed-off zero-window probe, seconds later.)  The
+ * shutdown after it only sets the socket's shutdown flags, so poll reports
+ * the end.  On a fabric the peer sees our end closed (EOF after the ring,
+ * then EPIPE); TCP there is idle and is shut down. */
+static void fs_sockio_hook_shut(struct fs_conn *c, int fd)
+{
+  int saved = errno;
+  c->hook_closed = true;
+  fs_conn_set_state(c, fs_conn_state(c), FS_REASON_HOOK);
+  struct fs_chan *ch = fs_cutover_chan(c);
+  if (!ch) {
+    struct sockaddr sa = { .sa_family = AF_UNSPEC };
+    FS_REAL(connect)(fd, &sa, sizeof sa);
+  }
+  FS_REAL(shutdown)(fd, SHUT_RDWR);
+  if (ch)
+    fs_chan_shut(ch);
+  errno = saved;
+}
+
+/* Feed the first n bytes of an iovec to a hook direction. */
+static int fs_sockio_hook(struct fs_conn *c, int fd, const struct iovec *iov, int cnt, size_t n, bool tx)
+{
+  for (int i = 0; i < cnt && n > 0; i++) {
+    size_t l = iov[i].iov_len < n ? iov[i].iov_len : n;
+    int rc = tx ? fs_hook_send(c->hooks, iov[i].iov_base, l) : fs_hook_recv(c->hooks, iov[i].iov_base, l);
+    if (rc < 0) {
+      fs_sockio_hook_shut(c, fd);
+      return rc;
+    }
+    n -= l;
+  }
+  return 0;
+}
+
+/* Bytes moved: run the hooks (0, or -ECONNABORTED when one closed the
+ * connection).  Called with the direction's lock held, so a hook sees the
+ * calls of one direction one at a time, in the order the bytes moved. */
+FS_SOCKIO_HOT int fs_sockio_hooks(struct fs_conn *c, int fd, struct fs_io *io, ssize_t r, bool tx, bool peek)
+{
+  if (r <= 0 || peek || !c->hooks)
+    return 0;
+  return fs_sockio_hook(c, fd, io->iov, io->iovcnt, (size_t)r, tx);
+}
+
+/* Bytes moved: count them.  owned: the direction's lock is held, so this
+ * thread is the counters' only writer and needs no locked instruction (a
+ * third of a small message's atomics).  The unlocked TCP path adds
+ * atomically; a call still in the locked path when a connection drops to
+ * it for good could lose one call's count, never more. */
+FS_SOCKIO_HOT void fs_sockio_count(struct fs_conn *c, ssize_t r, bool tx, bool peek, bool owned)
+{
+  if (r <= 0 || peek || !c->stat)
+    return;
+  int framed = c->hooks ? fs_hook_counts_msgs(c->hooks) : 0;
+  uint64_t *bytes = tx ? &c->stat->tx_bytes : &c->stat->rx_bytes;
+  uint64_t *msgs = tx ? &c->stat->tx_msgs : &c->stat->rx_msgs;
+  bool one = !(framed & (tx ? 1 : 2)); /* no framing known: one call, one message */
+  if (owned) {
+    __atomic_store_n(bytes, __atomic_load_n(bytes, __ATOMIC_RELAXED) + (uint64_t)r, __ATOMIC_RELAXED);
+    if (one)
+      __atomic_store_n(msgs, __atomic_load_n(msgs, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+  } else {
+    __atomic_fetch_add(bytes, (uint64_t)r, __ATOMIC_RELAXED);
+    if (one)
+      __atomic_fetch_add(msgs, 1, __ATOMIC_RELAXED);
+  }
+}
+
+/* Bytes moved, counted, and hooks run (hrc): maybe start an upgrade.  A
+ * send a hook closed the connection on still reports its bytes (they went);
+ * a receive fails (the application must not get them). */
+FS_SOCKIO_HOT ssize_t fs_sockio_done(struct fs_conn *c, ssize_t r, bool tx, bool peek, int hrc)
+{
+  if (r <= 0 || peek)
+    return r;
+  if (hrc < 0)
+    return tx ? r : -ECONNABORTED;
+  if (!c->no_upgrade && !c->upgrade_queued)
+    fs_sock_maybe_upgrade(c);
+  return r;
+}
+
+ssize_t fs_sock_tcp_io(int fd, struct fs_io *io)
+{
+  ssize_t r;
+  switch (io->op) {
+  case FS_IO_READ: r = FS_REAL(read)(fd, io->iov[0].iov_base, io->iov[0].iov_len); break;
+  case FS_IO_READV: r = FS_REAL(readv)(fd, io->iov, io->iovcnt); break;
+  case FS_IO_RECV: r = FS_REAL(recv)(fd, io->iov[0].iov_base, io->iov[0].iov_len, io->flags); break;
+  case FS_IO_RECVFROM:
+    r = FS_REAL(recvfrom)(fd, io->iov[0].iov_base, io->iov[0].iov_len, io->flags, io->from, io->fromlen);
+    break;
+  case FS_IO_RECVMSG: r = FS_REAL(recvmsg)(fd, io->msg, io->flags); break;
+  case FS_IO_WRITE: r = FS_REAL(write)(fd, io->iov[0].iov_base, io->iov[0].iov_len); break;
+  case FS_IO_WRITEV: r = FS_REAL(writev)(fd, io->iov, io->iovcnt); break;
+  case FS_IO_SEND: r = FS_REAL(send)(fd, io->iov[0].iov_base, io->iov[0].iov_len, io->flags); break;
+  case FS_IO_SENDTO:
+    r = FS_REAL(sendto)(fd, io->iov[0].iov_base, io->iov[0].iov_len, io->flags, io->to, io->tolen);
+    break;
+  case FS_IO_SENDMSG: r = FS_REAL(sendmsg)(fd, io->msg, io->flags); break;
+  default: return -EINVAL;
+  }
+  return r < 0 ? -errno : r;
+}
+
+/* The part of iov after `skip` bytes, as a new iovec (at most 64 entries). */
+static int fs_iov_sub(const struct iovec *iov, int cnt, size_t skip, struct iovec *out)
+{
+  int n = 0;
+  for (int i = 0; i < cnt && n < 64; i++) {
+    if (skip >= iov[i].iov_len) {
+      skip -= iov[i].iov_len;
+      continue;
+    }
+    out[n].iov_base = (char *)iov[i].iov_base + skip;
+    out[n].iov_len = iov[i].iov_len - skip;
+    skip = 0;
+    n++;
+  }
+  return n;
+}
+
+/* Non-blocking TCP read into iov after `skip` bytes. */
+static ssize_t fs_sockio_tcp_read(int fd, struct fs_io *io, size_t skip, size_t limit)
+{
+  struct iovec sub[64];
+  int n = fs_iov_sub(io->iov, io->iovcnt, skip, sub);
+  size_t tot = 0;
+  for (int i = 0; i < n; i++) {
+    if (tot + sub[i].iov_len > limit) {
+      sub[i].iov_len = limit - tot;
+      n = i + 1;
+      tot = limit;
+      break;
+    }
+    tot += sub[i].iov_len;
+  }
+  struct msghdr mh = { .msg_iov = sub, .msg_iovlen = (size_t)n };
+  ssize_t r = FS_REAL(recvmsg)(fd, &mh, (io->flags & MSG_PEEK) | MSG_DONTWAIT);
+  return r < 0 ? -errno : r;
+}
+
+/* ---- send -------------------------------------------------------------- */
+
+/* With txlock held: does this send take in the peer's news first?  Not when
+ * a look since our last send took something in (the receiver's, in a
+ * request-response exchange): such a send then costs no completion poll,
+ * and what arrived since waits for the next send or wait.  A sender alone
+ * looks at every send, or every other while credits come in. */
+static bool fs_sockio_tx_look(struct fs_conn *c, struct fs_chan *ch)
+{
+  uint32_t n = __atomic_load_n(&ch->news, __ATOMIC_RELAXED);
+  bool look = n == c->tx_news;
+  c->tx_news = n;
+  return look;
+}
+
+/* Sends wait (or EAGAIN) while a re-send for the peer is pending. */
+static int fs_sockio_wait_resend(struct fs_conn *c, int fd, struct fs_chan *ch, int flags)
+{
+  while (fs_chan_peer_reverted(ch) &&
+         !__atomic_load_n(&c->peer_revert_done, __ATOMIC_ACQUIRE)) {
+    fs_cutover_service(c, fd);
+    if (c->nonblock || (flags & MSG_DONTWAIT))
+      return -EAGAIN;
+    struct pollfd p = { c->wake_fd, POLLIN, 0 };
+    FS_REAL(poll)(&p, 1, 10);
+  }
+  return 0;
+}
+
+static void fs_sockio_sigpipe(int flags)
+{
+  if (!(flags & MSG_NOSIGNAL)) {
+    int saved = errno;
+    raise(SIGPIPE);
+    errno = saved;
+  }
+}
+
+static ssize_t fs_sockio_fabric_send(struct fs_conn *c, int fd, struct fs_chan *ch, struct fs_io *io, size_t total)
+{
+  int flags = (io->op == FS_IO_WRITE || io->op == FS_IO_WRITEV) ? 0 : io->flags;
+  if (flags & MSG_OOB)
+    return -EOPNOTSUPP;
+  bool nonblock = c->nonblock || (flags & MSG_DONTWAIT);
+  size_t sent = 0;
+  int budget = -2;
+  while (sent < total || total == 0) {
+    if (fs_chan_peer_closed(ch)) {
+      if (sent)
+        break;
+      /* TCP takes the first send after the peer closed (the reset comes
+       * back later) and fails the next: so do we, discarding the bytes. */
+      if (!c->peer_close_seen) {
+        c->peer_close_seen = true;
+        return (ssize_t)total;
+      }
+      fs_sockio_sigpipe(flags);
+      return -EPIPE;
+    }
+    if (total == 0)
+      return 0;
+    size_t n = fs_ring_put_data(&ch->tx, io->iov, io->iovcnt, sent, total - sent);
+    if (n) {
+      sent += n;
+      fs_chan_kick_data(ch);
+      continue;
+    }
+    size_t need = total - sent < 4096 ? total - sent : 4096;
+    if (nonblock) {
+      if (fs_chan_arm_tx(ch, need))
+        continue;
+      break;
+    }
+    if (fs_chan_peer_reverted(ch))
+      break; /* the caller re-sends on TCP */
+    uint64_t spun;
+    if (fs_wait_spin(c, fs_wait_cond_tx, ch, &need, &spun))
+      continue;
+    if (fs_chan_arm_tx(ch, need))
+      continue;
+    if (budget == -2)
+      budget = fs_wait_timeo(fd, SO_SNDTIMEO);
+    struct pollfd p = { fd, POLLRDHUP, 0 };
+    if (FS_REAL(poll)(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR))) {
+      if (sent)
+        break;
+      int err = 0;
+      socklen_t el = sizeof err;
+      FS_REAL(getsockopt)(fd, SOL_SOCKET, SO_ERROR, &err, &el);
+      fs_sockio_sigpipe(flags);
+      return err ? -err : -EPIPE;
+    }
+    int rc = fs_wait_sleep(c, fd, true, need, &budget);
+    if (rc < 0) {
+      if (sent)
+        break;
+      return rc;
+    }
+  }
+  if (sent == 0 && total > 0)
+    return -EAGAIN;
+  c->fab_tx += sent;
+  FS_STAT_BUMP(c->stat, fabric_tx, sent); /* txlock held: the only writer */
+  return (ssize_t)sent;
+}
+
+ssize_t fs_sock_send(struct fs_conn *c, int fd, struct fs_io *io)
+{
+  if (c->connecting)
+    fs_sock_check_connected(c, fd);
+  if (c->hook_closed)
+    return -ECONNABORTED;
+  if (__builtin_expect(fs_gpuio_device(io), 0))
+    return fs_gpuio_send(c, fd, io, fs_sock_send);
+  struct fs_chan *ch = fs_cutover_chan_known(c, false);
+  ssize_t r;
+  int hrc;
+  if (!ch && c->no_upgrade) {
+    if (!c->hooks) {
+      r = fs_sock_tcp_io(fd, io);
+      fs_sockio_count(c, r, true, false, false);
+      return fs_sockio_done(c, r, true, false, 0);
+    }
+    fs_lock(&c->txlock);
+    r = fs_sock_tcp_io(fd, io);
+    hrc = fs_sockio_hooks(c, fd, io, r, true, false);
+    fs_sockio_count(c, r, true, false, true);
+    fs_unlock(&c->txlock);
+    return fs_sockio_done(c, r, true, false, hrc);
+  }
+  int sflags = (io->op == FS_IO_WRITE || io->op == FS_IO_WRITEV) ? 0 : io->flags;
+  if (ch && __builtin_expect(fs_chan_peer_reverted(ch), 0)) {
+    int w = fs_sockio_wait_resend(c, fd, ch, sflags);
+    if (w < 0)
+      return w;
+  }
+  fs_lock(&c->txlock);
+  ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
+  ch = fs_cutover_chan_known(c, ch && fs_sockio_tx_look(c, ch));
+  if (ch && c->tx_flow == FS_FLOW_TCP)
+    fs_cutover_switch_tx(c, ch);
+  if (ch && c->tx_flow == FS_FLOW_FABRIC) {
+    r = fs_sockio_fabric_send(c, fd, ch, io, fs_iov_total(io->iov, io->iovcnt));
+    if (r == -EAGAIN && fs_chan_peer_reverted(ch)) {
+      /* the peer downgraded while we waited for room: go again, on TCP */
+      fs_unlock(&c->txlock);
+      int w = fs_sockio_wait_resend(c, fd, ch, sflags);
+      return w < 0 ? w : fs_sock_send(c, fd, io);
+    }
+  } else {
+    r = fs_sock_tcp_io(fd, io);
+    if (r > 0)
+      c->tcp_tx += (uint64_t)r;
+  }
+  hrc = fs_sockio_hooks(c, fd, io, r, true, false);
+  fs_sockio_count(c, r, true, false, true);
+  fs_unlock(&c->txlock);
+  return fs_sockio_done(c, r, true, false, hrc);
+}
+
+/* ---- receive ----------------------------------------------------------- */
+
+/* One step from whichever source is current: >0 bytes, 0 EOF, -EAGAIN
+ * nothing now (then *tcp_wait tells what to sleep on), other -errno. */
+static ssize_t fs_sockio_rx_step(struct fs_conn *c, int fd, struct fs_io *io, size_t skip, size_t want, bool peek)
+{
+  for (;;) {
+    struct fs_chan *ch = fs_cutover_chan_known(c, true);
+    if (c->rx_flow == FS_FLOW_EOF)
+      return 0;
+    if (c->rx_flow == FS_FLOW_TCP) {
+      size_t limit = want;
+      if (ch) {
+        uint64_t n;
+        int pr = fs_cutover_switch_head(ch, &n);
+        if (pr < 0 || pr == 2) { /* the peer broke the protocol: no SWITCH first */
+          fs_log(FS_LOG_WARN, "fd %d: corrupt ring before SWITCH; resetting", fd);
+          return -ECONNRESET;
+        }
+        if (pr == 1) {
+          if (fs_cutover_rx_switch(c, ch))
+            continue;
+          if (n - c->tcp_rx < limit)
+            limit = (size_t)(n - c->tcp_rx);
+        }
+      }
+      ssize_t r = fs_sockio_tcp_read(fd, io, skip, limit);
+      if (r > 0 && !peek)
+        c->tcp_rx += (uint64_t)r;
+      /* TCP EOF: the peer may have switched, sent and shut down since we
+       * looked at the ring (its SWITCH is published before its FIN). */
+      if (r == 0 && (ch = fs_cutover_chan(c)) && !fs_ring_empty(&ch->rx))
+        continue;
+      if (r == 0)
+        fs_log(FS_LOG_DEBUG, "fd %d: eof on tcp (chan %p, tcp_rx %llu)", fd, (void *)ch,
+               (unsigned long long)c->tcp_rx);
+      return r;
+    }
+    /* rx on the fabric */
+    ssize_t r = fs_ring_get_data(&ch->rx, io->iov, io->iovcnt, skip, want, peek);
+    if (r > 0) {
+      if (!peek) {
+        fs_chan_kick_space(ch);
+        c->fab_rx += (uint64_t)r;
+        FS_STAT_BUMP(c->stat, fabric_rx, (uint64_t)r); /* rxlock held: the only writer */
+      }
+      return r;
+    }
+    uint32_t t = 0, l;
+    uint64_t n;
+    int pr = r < 0 ? (int)r : fs_ring_peek(&ch->rx, &t, &l, &n);
+    if (pr < 0) {
+      fs_log(FS_LOG_WARN, "fd %d: corrupt ring; resetting", fd);
+      return -ECONNRESET;
+    }
+    if (pr == 1) {
+      if (t == FS_REC_EOF) {
+        if (!peek)
+          c->rx_flow = FS_FLOW_EOF;
+        fs_log(FS_LOG_DEBUG, "fd %d: eof record (tcp_rx %llu fab_rx %llu)", fd,
+               (unsigned long long)c->tcp_rx, (unsigned long long)c->fab_rx);
+        return 0;
+      }
+      if (t == FS_REC_REVERT) {
+        fs_cutover_rx_revert(c, ch);
+        continue;
+      }
+      if (t == FS_REC_DATA)
+        continue; /* published between our two looks at the ring */
+      fs_log(FS_LOG_WARN, "fd %d: unexpected record type %u on the fabric; resetting", fd, t);
+      return -ECONNRESET;
+    }
+    if (fs_chan_peer_closed(ch)) {
+      fs_log(FS_LOG_DEBUG, "fd %d: peer closed, ring empty (tcp_rx %llu fab_rx %llu)", fd,
+             (unsigned long long)c->tcp_rx, (unsigned long long)c->fab_rx);
+      return 0; /* closed with its tx on TCP or after EOF was consumed */
+    }
+    return -EAGAIN;
+  }
+}
+
+/* The ring is empty and the fabric said nothing: what does TCP say?  The
+ * peer's TCP socket closing before its fabric EOF means it died. */
+static ssize_t fs_sockio_liveness(int fd)
+{
+  char b;
+  ssize_t r = FS_REAL(recv)(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (r == 0)
+    return 0;
+  if (r < 0 && errno != EAGAIN)
+    return -errno;
+  return -EAGAIN;
+}
+
+static ssize_t fs_sockio_fabric_recv(struct fs_conn *c, int fd, struct fs_io *io, int flags)
+{
+  size_t total = fs_iov_total(io->iov, io->iovcnt);
+  bool peek = flags & MSG_PEEK, waitall = (flags & MSG_WAITALL) && !peek;
+  bool nonblock = c->nonblock || (flags & MSG_DONTWAIT);
+  size_t got = 0;
+  int budget = -2;
+  if (flags & MSG_OOB)
+    return -EINVAL; /* no urgent data on a fabric, as TCP without any */
+  if (total == 0) { /* as TCP: 0 if data or EOF is there, else EAGAIN if non-blocking */
+    struct fs_chan *ch = fs_cutover_chan(c);
+    if (c->rx_flow == FS_FLOW_FABRIC && ch && !fs_chan_rx_ready(ch) && !fs_chan_peer_closed(ch) && nonblock)
+      return -EAGAIN;
+    if (c->rx_flow == FS_FLOW_TCP && nonblock)
+      return fs_sockio_tcp_read(fd, io, 0, 0);
+    return 0; /* a blocking zero-length read does not wait */
+  }
+  /* How long this call waited: spins are estimated (fs_wait_spin), the
+   * clock is read only around a sleep. */
+  uint64_t spun_ns = 0, slept_at = 0;
+  bool waited = false;
+  for (;;) {
+    ssize_t r = fs_sockio_rx_step(c, fd, io, got, total - got, peek);
+    if (r > 0) {
+      got += (size_t)r;
+      if (waited && c->rx_flow == FS_FLOW_FABRIC) {
+        uint64_t w = spun_ns / 1000u;
+        if (slept_at)
+          w += fs_clock_us() - slept_at;
+        fs_wait_adapt(c, w);
+        waited = false;
+        spun_ns = slept_at = 0;
+      }
+      if (!waitall || got == total)
+        break;
+      continue;
+    }
+    if (r == 0 || (r != -EAGAIN && got))
+      break;
+    if (r != -EAGAIN)
+      return r;
+    struct fs_chan *ch = fs_cutover_chan_known(c, false); /* rx_step just looked */
+    if (ch && c->rx_flow == FS_FLOW_FABRIC) {
+      if (!nonblock) {
+        uint64_t s1;
+        bool ok = fs_wait_spin(c, fs_wait_cond_rx, ch, NULL, &s1);
+        spun_ns += s1;
+        waited = true;
+        if (ok)
+          continue;
+      }
+      if (fs_chan_arm_rx(ch))
+        continue;
+      ssize_t lv = fs_sockio_liveness(fd);
+      if (lv != -EAGAIN) {
+        if (got)
+          break;
+        if (fs_chan_rx_ready(ch))
+          continue; /* the EOF record beat the TCP close */
+        fs_log(FS_LOG_DEBUG, "fd %d: tcp says %zd with the ring empty: peer gone", fd, lv);
+        return lv;
+      }
+    } else if (ch && fs_chan_arm_rx(ch) && fs_cutover_switch_due(c, ch)) {
+      continue; /* the SWITCH came while we looked at TCP: no wake will say so */
+    }
+    if (nonblock)
+      return got ? (ssize_t)got : -EAGAIN;
+    if (budget == -2)
+      budget = fs_wait_timeo(fd, SO_RCVTIMEO);
+    fs_cutover_service(c, fd);
+    if (waited && !slept_at)
+      slept_at = fs_clock_us();
+    int rc = fs_wait_sleep(c, fd, false, 0, &budget);
+    if (rc < 0)
+      return got ? (ssize_t)got : rc;
+  }
+  return (ssize_t)got;
+}
+
+ssize_t fs_sock_recv(struct fs_conn *c, int fd, struct fs_io *io)
+{
+  if (c->connecting)
+    fs_sock_check_connected(c, fd);
+  if (c->hook_closed)
+    return -ECONNABORTED;
+  if (__builtin_expect(fs_gpuio_device(io), 0))
+    return fs_gpuio_recv(c, fd, io, fs_sock_recv);
+  int flags = (io->op == FS_IO_READ || io->op == FS_IO_READV) ? 0 : io->flags;
+  bool peek = flags & MSG_PEEK;
+  struct fs_chan *ch = fs_cutover_chan_known(c, false); /* fs_sockio_rx_step takes news in */
+  ssize_t r;
+  int hrc;
+  if (!ch && (c->no_upgrade || c->wake_fd < 0)) {
+    bool locked = c->hooks != NULL; /* hooks see one call at a time */
+    if (locked)
+      fs_lock(&c->rxlock);
+    r = fs_sock_tcp_io(fd, io);
+    if (r > 0 && !peek)
+      c->tcp_rx += (uint64_t)r;
+    hrc = fs_sockio_hooks(c, fd, io, r, false, peek);
+    fs_sockio_count(c, r, false, peek, locked);
+    if (locked)
+      fs_unlock(&c->rxlock);
+    return fs_sockio_done(c, r, false, peek, hrc);
+  }
+  if (ch && __builtin_expect(fs_chan_peer_reverted(ch), 0))
+    fs_cutover_service(c, fd);
+  fs_lock(&c->rxlock);
+  r = fs_sockio_fabric_recv(c, fd, io, flags);
+  hrc = fs_sockio_hooks(c, fd, io, r, false, peek);
+  fs_sockio_count(c, r, false, peek, true);
+  fs_unlock(&c->rxlock);
+  /* What a TCP recvfrom/recvmsg reports: no address, no control data. */
+  if (r >= 0) {
+    if (io->op == FS_IO_RECVFROM && io->from && io->fromlen)
+      *io->fromlen = 0;
+    if (io->op == FS_IO_RECVMSG) {
+      io->msg->msg_namelen = 0;
+      io->msg->msg_controllen = 0;
+      io->msg->msg_flags = 0;
+    }
+  }
+  return fs_sockio_done(c, r, false, peek, hrc);
+}
+
+int fs_sock_fionread(struct fs_conn *c, int fd, int *out)
+{
+  (void)fd;
+  struct fs_chan *ch = fs_cutover_chan(c);
+  if (!ch || c->rx_flow != FS_FLOW_FABRIC)
+    return -ENOTSUP;
+  size_t n = fs_ring_readable(&ch->rx);
+  *out = n > 0x7fffffff ? 0x7fffffff : (int)n;
+  return 0;
+}
+
+int fs_sock_shutdown(struct fs_conn *c, int fd, int how)
+{
+  if (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR)
+    return -EINVAL;
+  struct fs_chan *ch = fs_cutover_chan(c);
+  if (ch && how != SHUT_RD) {
+    fs_lock(&c->txlock);
+    fs_cutover_tx_eof(c, ch);
+    c->shut_wr = true;
+    fs_unlock(&c->txlock);
+    ch->ops->wake_peer(ch);
+  } else if (how != SHUT_RD) {
+    c->shut_wr = true;
+  }
+  if (how != SHUT_WR)
+    c->shut_rd = true;
+  /* The kernel socket is shut down too: the peer's liveness view and
+   * getsockopt/poll stay the kernel's.  A fabric EOF is already queued
+   * before the TCP FIN, so the peer reads all data first. */
+  int r = FS_REAL(shutdown)(fd, how);
+  return r < 0 ? -errno : 0;
+}
+
+short fs_sockio_ready(struct fs_conn *c, struct fs_chan *ch, short want, short kernel, bool arm)
+{
+  short r = 0;
+  /* Arm first, then look: whatever the peer publishes after our look
+   * finds the flag set and wakes us (Dekker with fs_chan_kick_*). */
+  if (arm) {
+    if (want & POLLIN)
+      __atomic_store_n(&ch->rx.ctl->want_data, 1, __ATOMIC_RELAXED);
+    if ((want & POLLOUT) && c->tx_flow == FS_FLOW_FABRIC)
+      __atomic_store_n(&ch->tx.ctl->want_space, 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    ch->ops->arm(ch);
+  }
+  fs_chan_progress(ch);
+  /* A SWITCH at the head with all TCP bytes read: move rx to the fabric now,
+   * or a lone SWITCH would look like readable data. */
+  if (c->rx_flow == FS_FLOW_TCP && !fs_ring_empty(&ch->rx) && fs_lock_try(&c->rxlock)) {
+    (void)fs_cutover_rx_switch(c, ch);
+    fs_unlock(&c->rxlock);
+  }
+  short dead = kernel & (POLLHUP | POLLERR);
+  bool closed = fs_chan_peer_closed(ch);
+  switch (c->rx_flow) {
+  case FS_FLOW_TCP:
+    r |= kernel & (POLLIN | POLLRDNORM | POLLRDHUP | POLLPRI);
+    if (fs_cutover_switch_due(c, ch))
+      r |= POLLIN | POLLRDNORM;
+    break;
+  case FS_FLOW_FABRIC:
+    if (!fs_ring_empty(&ch->rx) || closed)
+      r |= POLLIN | POLLRDNORM;
+    else if (kernel & (POLLIN | POLLRDHUP))
+      r |= POLLIN | POLLRDNORM | (kernel & POLLRDHUP); /* TCP closed first: the peer died */
+    if ((closed && fs_ring_readable(&ch->rx) == 0) || ((want & POLLRDHUP) && fs_ring_eof_queued(&ch->rx)))
+      r |= POLLRDHUP;
+    break;
+  default:
+    r |= POLLIN | POLLRDNORM | POLLRDHUP;
+    break;
+  }
+  if (fs_chan_peer_reverted(ch) && !c->peer_revert_done) {
+    /* a re-send on the agent is pending: writable once it is done */
+  } else if (c->tx_flow == FS_FLOW_FABRIC) {
+    if (fs_ring_space(&ch->tx) > 0 || closed)
+      r |= POLLOUT | POLLWRNORM;
+  } else {
+    r |= kernel & (POLLOUT | POLLWRNORM);
+  }
+  r |= dead;
+  return r;
+}

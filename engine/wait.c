@@ -1,0 +1,181 @@
+/* Waiting on a connection.  See engine/wait.h. */
+#include <errno.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/socket.h>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "base/real.h"
+#include "engine/cutover.h"
+#include "engine/wait.h"
+
+int fs_wait_timeo(int fd, int opt)
+{
+  struct timeval tv = { 0, 0 };
+  socklen_t l = sizeof tv;
+  if (FS_REAL(getsockopt)(fd, SOL_SOCKET, opt, &tv, &l) < 0 || (tv.tv_sec == 0 && tv.tv_usec == 0))
+    return -1;
+  long ms = tv.tv_sec * 1000 + (tv.tv_usec + 999) / 1000;
+  return ms > 0x7fffffff ? 0x7fffffff : (int)ms;
+}
+
+
+/* conn tx_sleeping / rx_sleeping: how a thread sleeps (0: it does not). */
+#define FS_SLEEP_RING 1 /* on the ring (its wait is over when fs_wait_over says so) */
+#define FS_SLEEP_TCP 2  /* a receiver on TCP with the ring armed for the peer's SWITCH */
+
+/* What a waiting receiver or sender waits for (need: the room it needs);
+ * the spins poll them, a sleeper looks once more, a waker looks for it. */
+bool fs_wait_cond_rx(struct fs_chan *ch, void *arg)
+{
+  (void)arg;
+  fs_ring_touch_head(&ch->rx);
+  return fs_chan_rx_ready(ch) || fs_chan_peer_closed(ch) ||
+         __atomic_load_n(&ch->peer->rx_revert, __ATOMIC_RELAXED);
+}
+
+bool fs_wait_cond_tx(struct fs_chan *ch, void *arg)
+{
+  fs_chan_progress(ch);
+  return fs_ring_space_for(&ch->tx, *(size_t *)arg) >= *(size_t *)arg || fs_chan_peer_closed(ch) ||
+         __atomic_load_n(&ch->peer->rx_revert, __ATOMIC_RELAXED);
+}
+
+static bool fs_wait_over(struct fs_chan *ch, bool tx, size_t need)
+{
+  return tx ? fs_wait_cond_tx(ch, &need) : fs_wait_cond_rx(ch, NULL);
+}
+
+/* This thread drained a wake fd (the eventfd, or rdma's completion
+ * channel) on which its connection's other direction may sleep too: data
+ * and room share them, and the peer wakes once per declared interest.  If
+ * the other one sleeps, its wait may be over (wake it again), or the wake
+ * it was owed cleared its interest (declare it again, then look once more).
+ * Its own look before sleeping, after marking itself, closes the rest. */
+static void fs_wait_pass_wake(struct fs_conn *c, struct fs_chan *ch, bool tx)
+{
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  bool otx = !tx;
+  uint32_t sl = __atomic_load_n(otx ? &c->tx_sleeping : &c->rx_sleeping, __ATOMIC_RELAXED);
+  if (!sl)
+    return;
+  size_t need = otx ? __atomic_load_n(&c->tx_need, __ATOMIC_RELAXED) : 0;
+  /* A receiver still on TCP (FS_SLEEP_TCP) waits for its socket and for
+   * the peer's SWITCH in the ring at once: only it can tell, so it looks. */
+  bool over = sl == FS_SLEEP_TCP || fs_wait_over(ch, otx, need);
+  if (!over)
+    over = otx ? fs_chan_arm_tx(ch, need) : fs_chan_arm_rx(ch);
+  if (over)
+    fs_chan_efd_write(c->wake_fd);
+}
+
+/* Sleep until the wake fd or the TCP socket says something (need: the room
+ * a sender waits for).  Returns 0, -EAGAIN on SO_*TIMEO expiry, -EINTR. */
+int fs_wait_sleep(struct fs_conn *c, int fd, bool tx, size_t need, int *budget_ms)
+{
+  struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
+  int wfd = ch ? ch->wait_fd : -1;
+  uint32_t *sleeping = tx ? &c->tx_sleeping : &c->rx_sleeping;
+  /* A wait on the ring itself; or a receiver still on TCP that armed the
+   * ring for the peer's SWITCH: the wake it is owed may be drained by the
+   * sender too (marked, so that one hands it on), though only its socket
+   * and the SWITCH can tell whether its wait is over. */
+  bool counted = ch && c->wake_fd >= 0 && (tx ? c->tx_flow : c->rx_flow) == FS_FLOW_FABRIC;
+  bool marked = counted || (!tx && ch && c->wake_fd >= 0);
+  if (marked) {
+    if (tx)
+      __atomic_store_n(&c->tx_need, need, __ATOMIC_RELAXED);
+    __atomic_store_n(sleeping, counted ? FS_SLEEP_RING : FS_SLEEP_TCP, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (counted && fs_wait_over(ch, tx, need)) {
+      __atomic_store_n(sleeping, 0, __ATOMIC_RELAXED);
+      return 0;
+    }
+    /* Arming drained the fabric's own event fd (rdma's completion channel,
+     * shared by both directions too): the other one may need its wake. */
+    if (wfd >= 0)
+      fs_wait_pass_wake(c, ch, tx);
+  }
+  struct pollfd p[3] = { { c->wake_fd, POLLIN, 0 }, { fd, (short)(tx ? POLLRDHUP : (POLLIN | POLLRDHUP)), 0 },
+                         { wfd, POLLIN, 0 } };
+  int nfds = (c->wake_fd >= 0 ? 2 : 1) + (wfd >= 0);
+  struct pollfd *pp = c->wake_fd >= 0 ? p : &p[1];
+  uint64_t t0 = *budget_ms >= 0 ? fs_clock_us() : 0;
+  /* The wake fd is shared by this connection's sender and receiver (and
+   * any poll), and each drains it; fs_wait_pass_wake hands on a wake the
+   * other one needed.  Still no sleep lasts more than FS_WAIT_BOUND_MS
+   * before the caller looks again (a poll() or epoll_wait elsewhere drains
+   * it too): a wake lost that way costs milliseconds, never a hang. */
+  int cap = *budget_ms < 0 || *budget_ms > FS_WAIT_BOUND_MS ? FS_WAIT_BOUND_MS : *budget_ms;
+  int r = FS_REAL(poll)(pp, (nfds_t)nfds, cap);
+  int err = errno;
+  if (marked)
+    __atomic_store_n(sleeping, 0, __ATOMIC_RELAXED);
+  if (r < 0)
+    return -err;
+  if (*budget_ms >= 0) {
+    uint64_t spent = (fs_clock_us() - t0) / 1000u;
+    *budget_ms = spent >= (uint64_t)*budget_ms ? 0 : *budget_ms - (int)spent;
+    if (r == 0 && *budget_ms == 0)
+      return -EAGAIN;
+  }
+  if (c->wake_fd >= 0 && (p[0].revents & POLLIN)) {
+    uint64_t v;
+    if (FS_REAL(read)(c->wake_fd, &v, sizeof v) == (ssize_t)sizeof v && marked)
+      fs_wait_pass_wake(c, ch, tx);
+  }
+  if (wfd >= 0 && (p[2].revents & POLLIN)) {
+    ch->ops->drain(ch);
+    if (marked)
+      fs_wait_pass_wake(c, ch, tx);
+  }
+  if (r == 0 && ch && cap == FS_WAIT_BOUND_MS)
+    fs_log(FS_LOG_DEBUG, "fd %d: %s wait on %s ran into the %d ms bound (ready now: %d)", fd, tx ? "tx" : "rx",
+           ch->ops->name, cap, counted ? fs_wait_over(ch, tx, need) : !tx && fs_cutover_switch_due(c, ch));
+  return 0;
+}
+
+/* Nanoseconds one spin iteration takes, learnt at the spins' clock checks.
+ * The clock is read only every 256 iterations, never when the wait ends
+ * sooner: on hardware a read costs ~20 ns, but where the clock source is
+ * emulated (hpet in a VM) it is a system call of microseconds, and a read
+ * after every wake-up put that on every round trip. */
+static uint32_t fs_wait_ns_iter = 50;
+
+/* Spin up to the connection's budget for cond(); *spun_ns: for how long
+ * (estimated).  Every ~256 pauses we yield, so a peer woken onto our core
+ * gets to run. */
+bool fs_wait_spin(struct fs_conn *c, bool (*cond)(struct fs_chan *, void *), struct fs_chan *ch, void *arg,
+                           uint64_t *spun_ns)
+{
+  uint32_t budget = c->policy.busy_poll ? 1000u : c->spin_us;
+  *spun_ns = 0;
+  if (budget == 0)
+    return cond(ch, arg);
+  uint32_t npi = __atomic_load_n(&fs_wait_ns_iter, __ATOMIC_RELAXED);
+  uint64_t first = 0; /* the clock at the first check */
+  /* No PAUSE where each look polls a completion queue: the poll is a long
+   * enough breather (perftest and rsocket spin the same way), and under an
+   * emulated CPU a PAUSE leaves the translated code, ~0.4 us per look. */
+  bool polls = ch->ops->polled;
+  for (unsigned i = 0;; i++) {
+    if (cond(ch, arg)) {
+      *spun_ns = (uint64_t)i * npi;
+      return true;
+    }
+    if (!polls)
+      __builtin_ia32_pause();
+    if ((i & 255) == 255) {
+      uint64_t spent = fs_clock_spin_check(&first, &npi, i + 1, 256);
+      __atomic_store_n(&fs_wait_ns_iter, npi, __ATOMIC_RELAXED);
+      if (spent >= (uint64_t)budget * 1000u) {
+        *spun_ns = spent;
+        return false;
+      }
+      sched_yield();
+    }
+  }
+}
+
+

@@ -1,0 +1,60 @@
+/* Waiting on a connection: spin first (adaptively), then sleep on its
+ * wake eventfd, its TCP socket and its fabric's own event fd at once.
+ * send/recv wait here; epoll's spin uses the same adaptive rule.
+ *
+ * The clock is read only every few hundred looks: where the clock source
+ * is emulated (hpet in a VM) a read is a system call of microseconds. */
+#ifndef FS_ENGINE_WAIT_H
+#define FS_ENGINE_WAIT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/conn.h"
+#include "fabric/chan.h"
+
+#define FS_WAIT_SPIN_MAX_US 200
+#define FS_WAIT_SPIN_MIN_US 2
+#define FS_WAIT_BOUND_MS 20  /* no sleep lasts longer before the caller looks again */
+
+/* What a waiting receiver or sender waits for (arg: size_t *need, the room
+ * a sender needs); the spins poll them, a sleeper looks once more. */
+bool fs_wait_cond_rx(struct fs_chan *ch, void *arg);
+bool fs_wait_cond_tx(struct fs_chan *ch, void *arg);
+
+/* Spin up to the connection's budget for cond(); *spun_ns: for how long
+ * (estimated). */
+bool fs_wait_spin(struct fs_conn *c, bool (*cond)(struct fs_chan *, void *), struct fs_chan *ch, void *arg,
+                  uint64_t *spun_ns);
+
+/* Sleep until the wake fd or the TCP socket says something (need: the room
+ * a sender waits for).  Returns 0, -EAGAIN on SO_*TIMEO expiry, -EINTR.
+ * *budget_ms: what is left of SO_*TIMEO (-1: none). */
+int fs_wait_sleep(struct fs_conn *c, int fd, bool tx, size_t need, int *budget_ms);
+
+/* The adaptive spin rule: a wait that ended after w_us would have been
+ * caught by spinning w_us, so the next spin is 2 w_us (bounded); a longer
+ * wait (an idle peer) halves the budget.  Two ends that both fell asleep
+ * thus find their way back to spinning: each sees the other's wake-up
+ * latency and spins past it.  Returns the new budget. */
+static inline uint32_t fs_wait_adapt_us(uint32_t cur, uint64_t w_us)
+{
+  if (w_us <= FS_WAIT_SPIN_MAX_US)
+    return (uint32_t)(2 * w_us + FS_WAIT_SPIN_MIN_US > FS_WAIT_SPIN_MAX_US ? FS_WAIT_SPIN_MAX_US
+                                                                            : 2 * w_us + FS_WAIT_SPIN_MIN_US);
+  return cur / 2 < FS_WAIT_SPIN_MIN_US ? FS_WAIT_SPIN_MIN_US : cur / 2;
+}
+
+/* A receive waited w_us: the connection's spin budget learns (unless the
+ * policy fixed it). */
+static inline void fs_wait_adapt(struct fs_conn *c, uint64_t w_us)
+{
+  if (!c->policy.busy_poll && c->policy.spin_us < 0)
+    c->spin_us = fs_wait_adapt_us(c->spin_us, w_us);
+}
+
+/* SO_RCVTIMEO / SO_SNDTIMEO of fd in ms, -1 if none. */
+int fs_wait_timeo(int fd, int opt);
+
+#endif

@@ -1,0 +1,711 @@
+/* rdma connection management (protocol in fabric/rdma/rdmacm.h).  Everything but
+ * fs_rdmacm_retire, fs_rdmacm_held and the wire checks runs with the agent
+ * lock held (on the agent thread, or in listen()/close() through the
+ * engine's agent), so the lists need no lock of their own.  Built only
+ * with rdma (HAVE_RDMA); the wire format is rdmacm_wire.c. */
+#include <arpa/inet.h>
+#include <endian.h>
+#include <errno.h>
+#include <stddef.h>
+#include <string.h>
+#include "base/fdreg.h"
+#include "base/hmac.h"
+#include "base/reason.h"
+#include "fabric/rdma/rdmacm.h"
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+#include "base/addr.h"
+#include "base/clock.h"
+#include "base/log.h"
+#include "base/real.h"
+#include "fabric/fabric.h"
+#include "fabric/rdma/rdma.h"
+
+#define FS_RDMACM_SETUP_MS 10000 /* accepted, waiting for the connection to establish */
+#define FS_RDMACM_LINGER_MS 2000  /* retired, our last writes not yet confirmed (a dead peer) */
+
+enum fs_cm_kind { CM_LISTENER = 1, CM_CLI, CM_SRV, CM_CHAN };
+
+struct fs_cm_item {
+  enum fs_cm_kind kind;
+  bool held;                    /* CM_SRV: waiting for accept() */
+  bool lingering;               /* CM_CHAN: retired, its last writes landing */
+  struct rdma_cm_id *id;
+  struct fs_link *c;            /* LISTENER (NULL: orphan), CLI, SRV: referenced */
+  struct fs_rdma *r;            /* CLI, SRV: owned until attached; CHAN: the conn's */
+  struct fs_cm_item *listener;  /* SRV: where it came from */
+  uint64_t deadline;            /* ns; 0 = none */
+  uint32_t ring;
+  struct fs_rdmacm_msg req;     /* SRV: the request */
+  bool req_mac;                 /* SRV: it carried an authenticator */
+  struct fs_rdmacm_wire raw;    /* SRV: the request as received; CLI: as sent */
+  struct sockaddr_storage tl, tp; /* SRV: the TCP connection it names (local, peer) */
+  struct sockaddr_storage bound;  /* LISTENER */
+  struct fs_cm_item *next;
+};
+
+static struct {
+  int avail;                    /* -1 not probed, 0 no, 1 yes */
+  bool fork_lost;               /* a child of a process that had set rdma up */
+  struct rdma_event_channel *ec;
+  struct fs_cm_item *items;
+  int nheld;                    /* atomic */
+  pthread_mutex_t rlock;        /* retired */
+  struct fs_rdma **retired;
+  size_t nretired, capretired;
+  struct fs_rdmacm_seen seen;   /* authenticated requests taken */
+  struct ibv_context **devs;    /* librdmacm's devices, held open */
+} M = { -1, false, NULL, NULL, 0, PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, { { { 0 } }, { 0 } }, NULL };
+
+static uint64_t fs_cm_wall_ms(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void fs_cm_event(void);
+
+static bool fs_cm_event_cb(void *arg)
+{
+  (void)arg;
+  fs_cm_event();
+  return false; /* no agent watch goes */
+}
+
+bool fs_rdmacm_available(void)
+{
+  if (M.avail >= 0)
+    return M.avail == 1;
+  M.avail = 0;
+  int n = 0;
+  struct ibv_device **l = ibv_get_device_list(&n);
+  if (l)
+    ibv_free_device_list(l);
+  if (n <= 0) {
+    fs_log(FS_LOG_DEBUG, "no rdma device: remote peers stay on tcp");
+    return false;
+  }
+  /* librdmacm opens a device (two fds) the first time an id needs it, at a
+   * time only the network decides: open them all now, and move them out of
+   * the application's low numbers (this thread runs beside the application,
+   * which may be closing everything).  Nothing has used them yet, and
+   * libibverbs and its providers only ever use the numbers in the (public)
+   * context, so renumbering them is safe here.  The list is never freed:
+   * it holds librdmacm's reference on each device, without which it closes
+   * the device and opens it again, at a low number, when an id needs it. */
+  M.devs = rdma_get_devices(&n);
+  for (int i = 0; M.devs && i < n; i++) {
+    M.devs[i]->cmd_fd = fs_fdreg_move_high(M.devs[i]->cmd_fd);
+    M.devs[i]->async_fd = fs_fdreg_move_high(M.devs[i]->async_fd);
+  }
+  M.ec = rdma_create_event_channel();
+  if (!M.ec) {
+    fs_log(FS_LOG_INFO, "rdma_cm unavailable (%s): remote peers stay on tcp", strerror(errno));
+    return false;
+  }
+  M.ec->fd = fs_fdreg_move_high(M.ec->fd); /* no id uses it yet */
+  int fl = FS_REAL(fcntl)(M.ec->fd, F_GETFL, 0);
+  if (fl < 0 || FS_REAL(fcntl)(M.ec->fd, F_SETFL, fl | O_NONBLOCK) < 0 || fs_host->watch(M.ec->fd, fs_cm_event_cb, NULL) < 0) {
+    rdma_destroy_event_channel(M.ec);
+    M.ec = NULL;
+    return false;
+  }
+  M.avail = 1;
+  return true;
+}
+
+static struct fs_cm_item *fs_cm_new(enum fs_cm_kind kind)
+{
+  struct fs_cm_item *it = calloc(1, sizeof *it);
+  if (!it)
+    return NULL;
+  it->kind = kind;
+  it->next = M.items;
+  M.items = it;
+  return it;
+}
+
+static void fs_cm_unlink(struct fs_cm_item *it)
+{
+  for (struct fs_cm_item **pp = &M.items; *pp; pp = &(*pp)->next)
+    if (*pp == it) {
+      *pp = it->next;
+      break;
+    }
+  if (it->held)
+    __atomic_fetch_sub(&M.nheld, 1, __ATOMIC_RELAXED);
+  it->held = false;
+}
+
+/* Free an item and what it owns (an attached channel belongs to its conn). */
+static void fs_cm_drop(struct fs_cm_item *it)
+{
+  fs_cm_unlink(it);
+  if (it->kind != CM_CHAN && it->r)
+    fs_rdma_destroy(it->r); /* destroys the id too */
+  else if (it->kind != CM_CHAN && it->id)
+    rdma_destroy_id(it->id);
+  if (it->c)
+    fs_host->put(it->c);
+  free(it);
+}
+
+static void fs_cm_reject(struct fs_cm_item *it, int reason)
+{
+  struct fs_rdmacm_rej rej = { htonl(FS_RDMACM_MAGIC_REJ), 1, (uint8_t)reason, 0 };
+  rdma_reject(it->id, &rej, sizeof rej);
+}
+
+static uint8_t fs_cm_log2(uint32_t v)
+{
+  uint8_t l = 0;
+  while ((1u << l) < v)
+    l++;
+  return l;
+}
+
+/* The channel is the connection's now: the item only maps cm events to it. */
+static void fs_cm_attached(struct fs_cm_item *it)
+{
+  struct fs_chan *ch = fs_rdma_chan(it->r);
+  it->kind = CM_CHAN;
+  it->deadline = 0;
+  fs_host->put(it->c);
+  it->c = NULL;
+  ch->ops->wake_peer(ch); /* our "attached" flag */
+}
+
+/* ---- connecting end ----------------------------------------------------- */
+
+static void fs_cm_cli_fail(struct fs_cm_item *it, int reason)
+{
+  fs_host->failed(it->c, reason);
+  fs_cm_drop(it);
+}
+
+int fs_rdmacm_connect(struct fs_link *c)
+{
+  if (!fs_rdmacm_available())
+    return FS_REASON_NO_DEVICE;
+  struct fs_cm_item *it = fs_cm_new(CM_CLI);
+  if (!it)
+    return FS_REASON_RESOURCES;
+  struct sockaddr_storage src, dst;
+  const struct sockaddr *s = fs_addr_unmap((struct sockaddr *)&c->local, &src);
+  const struct sockaddr *d = fs_addr_unmap((struct sockaddr *)&c->peer, &dst);
+  memmove(&src, s, fs_addr_len(s));
+  memmove(&dst, d, fs_addr_len(d));
+  fs_addr_set_port((struct sockaddr *)&src, 0);
+  int reason = 0;
+  if (rdma_create_id(M.ec, &it->id, it, RDMA_PS_TCP) != 0)
+    reason = FS_REASON_RESOURCES;
+  else if (rdma_resolve_addr(it->id, (struct sockaddr *)&src, (struct sockaddr *)&dst, (int)c->policy.timeout_ms) != 0)
+    reason = FS_REASON_NO_DEVICE; /* no rdma device behind our address */
+  if (reason) {
+    fs_cm_drop(it);
+    return reason;
+  }
+  it->c = c;
+  it->ring = fs_rdma_ring_size(fs_policy_ring_size());
+  it->deadline = fs_clock_ns() + (uint64_t)c->policy.timeout_ms * 1000000u;
+  return 0;
+}
+
+static void fs_cm_cli_route(struct fs_cm_item *it)
+{
+  if (!fs_host->may_upgrade(it->c)) {
+    fs_cm_drop(it);
+    return;
+  }
+  int rc = fs_rdma_new(it->id, it->ring, 0, it->c->wake_fd, &it->r);
+  if (rc < 0) {
+    fs_log(FS_LOG_INFO, "fd %d: rdma resources: %s", it->c->fd, strerror(-rc));
+    fs_cm_cli_fail(it, FS_REASON_RESOURCES);
+    return;
+  }
+  uint64_t addr;
+  uint32_t rkey;
+  fs_rdma_local(it->r, &addr, &rkey);
+  struct fs_rdmacm_wire *w = &it->raw;
+  struct fs_link *c = it->c;
+  memset(w, 0, sizeof *w);
+  w->m = (struct fs_rdmacm_msg){ htonl(FS_RDMACM_MAGIC_REQ), 1, fs_cm_log2(it->ring),
+                                 htons(fs_addr_port((struct sockaddr *)&c->local)), htobe64(addr), htonl(rkey), 0 };
+  if (c->policy.has_key)
+    fs_rdmacm_seal(w, c->policy.key, (struct sockaddr *)&c->local, (struct sockaddr *)&c->peer, NULL, fs_cm_wall_ms());
+  struct rdma_conn_param p = { .private_data = w, .private_data_len = c->policy.has_key ? sizeof *w : sizeof w->m,
+                               .retry_count = 7, .rnr_retry_count = 7 };
+  if (rdma_connect(it->id, &p) != 0)
+    fs_cm_cli_fail(it, FS_REASON_NO_PEER);
+}
+
+static void fs_cm_cli_established(struct fs_cm_item *it, const uint8_t *pd, size_t len)
+{
+  struct fs_rdmacm_msg m;
+  if (len < sizeof m) {
+    fs_cm_cli_fail(it, FS_REASON_PROTOCOL);
+    return;
+  }
+  memcpy(&m, pd, sizeof m);
+  if (ntohl(m.magic) != FS_RDMACM_MAGIC_ACC || m.version != 1 || m.ring_log2 != fs_cm_log2(it->ring) || !m.rkey) {
+    fs_cm_cli_fail(it, m.version != 1 ? FS_REASON_VERSION : FS_REASON_PROTOCOL);
+    return;
+  }
+  struct fs_link *c = it->c;
+  if (c->policy.has_key && fs_rdmacm_verify(pd, len, c->policy.key, (struct sockaddr *)&c->local,
+                                            (struct sockaddr *)&c->peer, it->raw.a.mac, 0, NULL) != 0) {
+    fs_log(FS_LOG_INFO, "fd %d: the rdma peer did not prove our rdma_key: stays on tcp", c->fd);
+    fs_cm_cli_fail(it, FS_REASON_AUTH); /* the disconnect leaves the peer on tcp too */
+    return;
+  }
+  fs_rdma_set_peer(it->r, be64toh(m.addr), ntohl(m.rkey));
+  if (fs_host->attach(it->c, fs_rdma_chan(it->r)) != 0) {
+    fs_cm_drop(it); /* closed meanwhile; the peer sees the disconnect */
+    return;
+  }
+  fs_cm_attached(it);
+}
+
+static int fs_cm_rej_reason(int status, const uint8_t *pd, size_t len)
+{
+  struct fs_rdmacm_rej rej;
+  if (len >= sizeof rej) {
+    memcpy(&rej, pd, sizeof rej);
+    if (ntohl(rej.magic) == FS_RDMACM_MAGIC_REJ && rej.reason > 0 && rej.reason < FS_REASON_COUNT)
+      return rej.reason;
+  }
+  (void)status; /* no listener there (invalid service id): no libfabsock */
+  return FS_REASON_NO_PEER;
+}
+
+/* ---- accepting end ------------------------------------------------------ */
+
+int fs_rdmacm_listen(struct fs_link *c)
+{
+  if (!fs_rdmacm_available())
+    return -ENODEV;
+  struct sockaddr_storage b;
+  const struct sockaddr *a = fs_addr_unmap((struct sockaddr *)&c->local, &b);
+  for (struct fs_cm_item *it = M.items; it; it = it->next)
+    if (it->kind == CM_LISTENER && !it->c && fs_addr_eq((struct sockaddr *)&it->bound, a)) {
+      fs_host->get(c); /* adopt the orphan */
+      it->c = c;
+      return 0;
+    }
+  struct fs_cm_item *it = fs_cm_new(CM_LISTENER);
+  if (!it)
+    return -ENOMEM;
+  memcpy(&it->bound, a, fs_addr_len(a));
+  if (rdma_create_id(M.ec, &it->id, it, RDMA_PS_TCP) != 0 || rdma_bind_addr(it->id, (struct sockaddr *)&it->bound) != 0 ||
+      rdma_listen(it->id, 128) != 0) {
+    char s[64];
+    fs_addr_str(a, s, sizeof s);
+    fs_log(FS_LOG_INFO, "no rdma listener beside %s (%s): its connections stay on tcp", s, strerror(errno));
+    fs_cm_drop(it);
+    return -ENODEV;
+  }
+  fs_host->get(c);
+  it->c = c;
+  return 0;
+}
+
+void fs_rdmacm_unlisten(struct fs_link *c)
+{
+  for (struct fs_cm_item *it = M.items; it; it = it->next)
+    if (it->kind == CM_LISTENER && it->c == c) {
+      it->c = NULL;
+      fs_host->put(c);
+      return;
+    }
+}
+
+/* Match a request to an accepted connection and answer it; false: hold. */
+static bool fs_cm_srv_try(struct fs_cm_item *it)
+{
+  struct fs_link *c = fs_host->find((struct sockaddr *)&it->tl, (struct sockaddr *)&it->tp);
+  if (!c) {
+    struct fs_link *l = it->listener ? it->listener->c : NULL;
+    if (l && l->listener_shared) {
+      fs_cm_reject(it, FS_REASON_NOT_OWNER);
+      fs_cm_drop(it);
+      return true;
+    }
+    return false;
+  }
+  if (!__atomic_load_n(&c->ready, __ATOMIC_ACQUIRE)) {
+    fs_host->put(c); /* accept() is still setting it up (opening hooks): hold */
+    return false;
+  }
+  if (it->held) {
+    it->held = false;
+    __atomic_fetch_sub(&M.nheld, 1, __ATOMIC_RELAXED);
+  }
+  int status = fs_host->may_attach(c, geteuid());
+  if (status == 0 && c->policy.has_key)
+    status = fs_rdmacm_verify(&it->raw, it->req_mac ? sizeof it->raw : 0, c->policy.key, (struct sockaddr *)&c->peer,
+                              (struct sockaddr *)&c->local, NULL, fs_cm_wall_ms(), &M.seen);
+  if (status == FS_REASON_AUTH)
+    fs_host->refused(c, status);
+  if (status == 0) {
+    int rc = fs_rdma_new(it->id, it->ring, 1, c->wake_fd, &it->r);
+    if (rc < 0) {
+      fs_log(FS_LOG_INFO, "fd %d: rdma resources: %s", c->fd, strerror(-rc));
+      status = FS_REASON_RESOURCES;
+    }
+  }
+  if (status != 0) {
+    fs_log(FS_LOG_INFO, "rdma rendezvous refused for fd %d: %s", c->fd, fs_reason_name(status));
+    fs_cm_reject(it, status);
+    fs_host->put(c);
+    fs_cm_drop(it);
+    return true;
+  }
+  fs_rdma_set_peer(it->r, it->req.addr, it->req.rkey);
+  uint64_t addr;
+  uint32_t rkey;
+  fs_rdma_local(it->r, &addr, &rkey);
+  struct fs_rdmacm_wire w;
+  memset(&w, 0, sizeof w);
+  w.m = (struct fs_rdmacm_msg){ htonl(FS_RDMACM_MAGIC_ACC), 1, it->req.ring_log2,
+                                htons(fs_addr_port((struct sockaddr *)&it->tl)), htobe64(addr), htonl(rkey), 0 };
+  if (c->policy.has_key)
+    fs_rdmacm_seal(&w, c->policy.key, (struct sockaddr *)&c->peer, (struct sockaddr *)&c->local, it->raw.a.mac,
+                   fs_cm_wall_ms());
+  struct rdma_conn_param p = { .private_data = &w, .private_data_len = c->policy.has_key ? sizeof w : sizeof w.m,
+                               .retry_count = 7, .rnr_retry_count = 7 };
+  it->c = c;
+  it->deadline = fs_clock_ns() + (uint64_t)FS_RDMACM_SETUP_MS * 1000000u;
+  if (rdma_accept(it->id, &p) != 0)
+    fs_cm_drop(it);
+  return true;
+}
+
+static void fs_cm_srv_request(struct fs_cm_item *l, struct rdma_cm_id *id, const uint8_t *pd, size_t len)
+{
+  struct fs_cm_item *it = fs_cm_new(CM_SRV);
+  if (!it) {
+    rdma_destroy_id(id);
+    return;
+  }
+  it->id = id;
+  id->context = it;
+  it->listener = l;
+  int reason = fs_rdmacm_check_req(pd, len, &it->req, &it->req_mac);
+  if (!reason)
+    memcpy(&it->raw, pd, it->req_mac ? sizeof it->raw : sizeof it->raw.m);
+  if (reason) {
+    fs_log(FS_LOG_INFO, "rdma connect request refused: %s", fs_reason_name(reason));
+    fs_cm_reject(it, reason);
+    fs_cm_drop(it);
+    return;
+  }
+  it->ring = 1u << it->req.ring_log2;
+  /* The TCP connection it names: the client's address and TCP port, our
+   * address and the listening port. */
+  struct sockaddr *pa = rdma_get_peer_addr(id), *la = rdma_get_local_addr(id);
+  memcpy(&it->tp, pa, fs_addr_len(pa));
+  memcpy(&it->tl, la, fs_addr_len(la));
+  fs_addr_set_port((struct sockaddr *)&it->tp, it->req.port);
+  it->held = true;
+  __atomic_fetch_add(&M.nheld, 1, __ATOMIC_RELAXED);
+  it->deadline = fs_clock_ns() + (uint64_t)FS_RDMACM_HOLD_MS * 1000000u;
+  (void)fs_cm_srv_try(it);
+}
+
+static void fs_cm_srv_established(struct fs_cm_item *it)
+{
+  if (!it->r || !it->c || fs_host->attach(it->c, fs_rdma_chan(it->r)) != 0) {
+    fs_cm_drop(it);
+    return;
+  }
+  fs_cm_attached(it);
+}
+
+/* ---- events -------------------------------------------------------------- */
+
+static void fs_cm_dispatch(enum rdma_cm_event_type type, int status, struct rdma_cm_id *id, struct rdma_cm_id *lid,
+                           const uint8_t *pd, size_t len)
+{
+  if (type == RDMA_CM_EVENT_CONNECT_REQUEST) {
+    struct fs_cm_item *l = lid ? lid->context : NULL;
+    if (l && l->kind == CM_LISTENER)
+      fs_cm_srv_request(l, id, pd, len);
+    else
+      rdma_destroy_id(id);
+    return;
+  }
+  struct fs_cm_item *it = id ? id->context : NULL;
+  if (!it)
+    return;
+  switch (it->kind) {
+  case CM_CLI:
+    switch (type) {
+    case RDMA_CM_EVENT_ADDR_RESOLVED:
+      if (rdma_resolve_route(it->id, (int)it->c->policy.timeout_ms) != 0)
+        fs_cm_cli_fail(it, FS_REASON_NO_PEER);
+      break;
+    case RDMA_CM_EVENT_ROUTE_RESOLVED:
+      fs_cm_cli_route(it);
+      break;
+    case RDMA_CM_EVENT_ESTABLISHED:
+      fs_cm_cli_established(it, pd, len);
+      break;
+    case RDMA_CM_EVENT_REJECTED:
+      fs_cm_cli_fail(it, fs_cm_rej_reason(status, pd, len));
+      break;
+    case RDMA_CM_EVENT_ADDR_ERROR:
+      fs_cm_cli_fail(it, FS_REASON_NO_DEVICE);
+      break;
+    case RDMA_CM_EVENT_ROUTE_ERROR:
+    case RDMA_CM_EVENT_UNREACHABLE:
+    case RDMA_CM_EVENT_CONNECT_ERROR:
+    case RDMA_CM_EVENT_DISCONNECTED:
+    case RDMA_CM_EVENT_DEVICE_REMOVAL:
+      fs_cm_cli_fail(it, FS_REASON_NO_PEER);
+      break;
+    default:
+      break;
+    }
+    break;
+  case CM_SRV:
+    if (type == RDMA_CM_EVENT_ESTABLISHED)
+      fs_cm_srv_established(it);
+    else if (type != RDMA_CM_EVENT_CONNECT_RESPONSE)
+      fs_cm_drop(it);
+    break;
+  case CM_CHAN:
+    if (type == RDMA_CM_EVENT_DISCONNECTED || type == RDMA_CM_EVENT_DEVICE_REMOVAL)
+      fs_rdma_peer_gone(it->r);
+    break;
+  case CM_LISTENER:
+    break;
+  }
+}
+
+/* Copy what we need, ack, then act: acting may destroy the id, and
+ * rdma_destroy_id waits for its events to be acked. */
+static void fs_cm_event(void)
+{
+  struct rdma_cm_event *ev;
+  while (M.ec && rdma_get_cm_event(M.ec, &ev) == 0) {
+    uint8_t pd[64];
+    size_t len = 0;
+    enum rdma_cm_event_type type = ev->event;
+    int status = ev->status;
+    struct rdma_cm_id *id = ev->id, *lid = ev->listen_id;
+    if (type == RDMA_CM_EVENT_CONNECT_REQUEST || type == RDMA_CM_EVENT_ESTABLISHED || type == RDMA_CM_EVENT_REJECTED) {
+      len = ev->param.conn.private_data_len < sizeof pd ? ev->param.conn.private_data_len : sizeof pd;
+      if (len && ev->param.conn.private_data)
+        memcpy(pd, ev->param.conn.private_data, len);
+      else
+        len = 0;
+    }
+    rdma_ack_cm_event(ev);
+    fs_log(FS_LOG_DEBUG, "rdma_cm: %s (%d)", rdma_event_str(type), status);
+    fs_cm_dispatch(type, status, id, lid, pd, len);
+  }
+}
+
+/* ---- housekeeping -------------------------------------------------------- */
+
+void fs_rdmacm_retire(struct fs_rdma *r)
+{
+  pthread_mutex_lock(&M.rlock);
+  if (M.nretired == M.capretired) {
+    size_t cap = M.capretired ? 2 * M.capretired : 16;
+    struct fs_rdma **n = realloc(M.retired, cap * sizeof *n);
+    if (!n) { /* cannot queue it: leak rather than tear down off the agent */
+      pthread_mutex_unlock(&M.rlock);
+      fs_log(FS_LOG_WARN, "out of memory retiring an rdma channel; leaked");
+      return;
+    }
+    M.retired = n;
+    M.capretired = cap;
+  }
+  M.retired[M.nretired++] = r;
+  pthread_mutex_unlock(&M.rlock);
+  fs_host->kick();
+}
+
+/* A retired channel's end: its item (if any) and the channel itself. */
+static void fs_cm_chan_free(struct fs_cm_item *it, struct fs_rdma *r)
+{
+  if (it) {
+    fs_cm_unlink(it);
+    free(it);
+  }
+  fs_rdma_destroy(r);
+}
+
+void fs_rdmacm_tick(void)
+{
+  for (;;) {
+    pthread_mutex_lock(&M.rlock);
+    struct fs_rdma *r = M.nretired ? M.retired[--M.nretired] : NULL;
+    pthread_mutex_unlock(&M.rlock);
+    if (!r)
+      break;
+    struct fs_cm_item *it = M.items;
+    while (it && !(it->kind == CM_CHAN && it->r == r))
+      it = it->next;
+    if (it && fs_rdma_lingering(r)) {
+      it->lingering = true; /* its cm events still reach it: a disconnect ends the wait */
+      it->deadline = fs_clock_ns() + (uint64_t)FS_RDMACM_LINGER_MS * 1000000u;
+      continue;
+    }
+    fs_cm_chan_free(it, r);
+  }
+  uint64_t now = fs_clock_ns();
+  struct fs_cm_item *it = M.items, *next;
+  for (; it; it = next) {
+    next = it->next;
+    if (it->lingering) {
+      bool late = now >= it->deadline;
+      if (late || !fs_rdma_lingering(it->r)) {
+        if (late)
+          fs_log(FS_LOG_INFO, "rdma channel %p: our last writes unconfirmed after %d ms; closed anyway",
+                 (void *)it->r, FS_RDMACM_LINGER_MS);
+        fs_cm_chan_free(it, it->r);
+      }
+      continue;
+    }
+    if (it->kind == CM_SRV && it->held && fs_cm_srv_try(it))
+      continue;
+    if (it->deadline && now >= it->deadline) {
+      if (it->kind == CM_CLI) {
+        fs_cm_cli_fail(it, FS_REASON_TIMEOUT);
+      } else if (it->kind == CM_SRV) {
+        if (it->held)
+          fs_cm_reject(it, FS_REASON_TIMEOUT);
+        fs_cm_drop(it);
+      }
+    }
+  }
+}
+
+/* Retired channels whose last writes are still landing (or not yet looked
+ * at); agent lock held. */
+static bool fs_rdmacm_draining(void)
+{
+  pthread_mutex_lock(&M.rlock);
+  bool any = M.nretired > 0;
+  pthread_mutex_unlock(&M.rlock);
+  for (struct fs_cm_item *it = M.items; it && !any; it = it->next)
+    any = it->lingering;
+  return any;
+}
+
+bool fs_rdmacm_exit_drain(uint64_t deadline_ns)
+{
+  for (;;) {
+    fs_cm_event(); /* a peer's disconnect ends its channel's wait */
+    fs_rdmacm_tick();
+    if (!fs_rdmacm_draining())
+      return true;
+    if (!fs_clock_nap(deadline_ns, 100000))
+      return false;
+  }
+}
+
+bool fs_rdmacm_up(void)
+{
+  return __atomic_load_n(&M.avail, __ATOMIC_RELAXED) == 1;
+}
+
+int fs_rdmacm_next_timeout(void)
+{
+  uint64_t now = fs_clock_ns(), best = 0;
+  for (struct fs_cm_item *it = M.items; it; it = it->next) {
+    if (it->held)
+      return 5; /* held requests are retried every few ms */
+    if (it->lingering)
+      return 1; /* the NIC's completion: polled, not waited for */
+    if (it->deadline && (!best || it->deadline < best))
+      best = it->deadline;
+  }
+  if (M.nretired)
+    return 0;
+  if (!best)
+    return -1;
+  return best > now ? (int)((best - now) / 1000000u + 1) : 0;
+}
+
+bool fs_rdmacm_held(void)
+{
+  return __atomic_load_n(&M.nheld, __ATOMIC_RELAXED) > 0;
+}
+
+void fs_rdmacm_after_fork_child(void)
+{
+  struct fs_cm_item *it = M.items;
+  while (it) {
+    struct fs_cm_item *next = it->next;
+    if (it->c)
+      fs_host->put(it->c);
+    free(it); /* ids, queue pairs and rings are the parent's */
+    it = next;
+  }
+  M.items = NULL;
+  M.nheld = 0;
+  M.nretired = 0;
+  pthread_mutex_init(&M.rlock, NULL);
+  if (M.ec)
+    fs_fdreg_close(M.ec->fd);
+  M.ec = NULL;
+  /* librdmacm opened the verbs devices in the parent and keeps them in its
+   * own globals; the child shares those contexts, whose write() commands
+   * the kernel refuses to another process (EACCES: the file's credentials
+   * are the parent's), and whose registrations pin the parent's memory.
+   * So a child of a process that had set rdma up does without it (shm and
+   * tcp still work); one forked before that probes afresh. */
+  if (M.avail == 1) {
+    M.avail = 0;
+    M.fork_lost = true;
+    fs_log(FS_LOG_INFO, "forked after rdma was set up in the parent: this process uses shm or tcp, not rdma");
+  }
+}
+
+bool fs_rdmacm_fork_lost(void)
+{
+  return M.fork_lost;
+}
+/* ---- the fabric's ops (fabric/fabric.h) --------------------------------- */
+
+static bool fs_cm_listen_op(struct fs_link *l, int fd)
+{
+  (void)fd;
+  /* The device probe this may do costs once per process. */
+  return fs_rdmacm_listen(l) == 0;
+}
+
+static int fs_cm_connect_op(struct fs_link *l)
+{
+  if (!fs_rdmacm_available())
+    return fs_rdmacm_fork_lost()                 ? FS_REASON_FORK
+           : l->policy.fabric == FS_FABRIC_RDMA ? FS_REASON_NO_DEVICE
+                                                : FS_REASON_REMOTE_HOST;
+  return fs_rdmacm_connect(l);
+}
+
+const struct fs_fabric_ops fs_rdma_fabric = {
+  .name = "rdma",
+  .id = FS_FABRIC_RDMA,
+  .listen = fs_cm_listen_op,
+  .unlisten = fs_rdmacm_unlisten,
+  .connect = fs_cm_connect_op,
+  .tick = fs_rdmacm_tick,
+  .next_timeout = fs_rdmacm_next_timeout,
+  .held = fs_rdmacm_held,
+  .after_fork_child = fs_rdmacm_after_fork_child,
+  .exit_pending = fs_rdmacm_up,
+  .exit_drain = fs_rdmacm_exit_drain,
+};
+

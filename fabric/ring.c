@@ -1,0 +1,252 @@
+#include <errno.h>
+#include <string.h>
+#include <sys/types.h>
+
+#include "fabric/ring.h"
+
+#define FS_ALIGN8(x) (((x) + 7u) & ~(uint64_t)7u)
+
+static inline uint32_t fs_ring_off(const struct fs_ring *r, uint64_t pos)
+{
+  return (uint32_t)(pos & (r->size - 1));
+}
+
+/* Copy n bytes into the ring at position pos, wrapping. */
+static void fs_ring_write_at(struct fs_ring *r, uint64_t pos, const void *src, size_t n)
+{
+  uint32_t off = fs_ring_off(r, pos);
+  size_t first = r->size - off;
+  if (first > n)
+    first = n;
+  memcpy(r->data + off, src, first);
+  if (n > first)
+    memcpy(r->data, (const uint8_t *)src + first, n - first);
+}
+
+static void fs_ring_read_at(const struct fs_ring *r, uint64_t pos, void *dst, size_t n)
+{
+  uint32_t off = fs_ring_off(r, pos);
+  size_t first = r->size - off;
+  if (first > n)
+    first = n;
+  memcpy(dst, r->data + off, first);
+  if (n > first)
+    memcpy((uint8_t *)dst + first, r->data, n - first);
+}
+
+/* Free bytes, from the cached head if that shows at least `want`. */
+static size_t fs_ring_free(struct fs_ring *r, size_t want)
+{
+  uint64_t tail = __atomic_load_n(&r->ctl->tail, __ATOMIC_RELAXED);
+  uint64_t used = tail - __atomic_load_n(&r->head_seen, __ATOMIC_RELAXED);
+  if (used > r->size || r->size - used < want) {
+    uint64_t head = fs_ring_load(&r->ctl->head);
+    __atomic_store_n(&r->head_seen, head, __ATOMIC_RELAXED);
+    used = tail - head;
+  }
+  return used >= r->size ? 0 : r->size - (size_t)used;
+}
+
+size_t fs_ring_space_for(struct fs_ring *r, size_t want)
+{
+  size_t free = fs_ring_free(r, want + FS_RING_RESERVE + FS_RING_HDR + 8);
+  if (free < FS_RING_RESERVE + FS_RING_HDR + 8)
+    return 0;
+  return (free - FS_RING_RESERVE - FS_RING_HDR) & ~(size_t)7;
+}
+
+size_t fs_ring_put_data(struct fs_ring *r, const struct iovec *iov, int iovcnt, size_t skip, size_t len)
+{
+  size_t room = fs_ring_space_for(r, len);
+  if (len > room)
+    len = room;
+  if (len > 0xffffffu - 8)
+    len = 0xffffffu - 8;
+  if (len == 0)
+    return 0;
+  uint64_t tail = __atomic_load_n(&r->ctl->tail, __ATOMIC_RELAXED);
+  uint32_t hdr[2] = { FS_REC_DATA, (uint32_t)len };
+  fs_ring_write_at(r, tail, hdr, sizeof hdr);
+  uint64_t pos = tail + FS_RING_HDR;
+  size_t left = len;
+  for (int i = 0; i < iovcnt && left > 0; i++) {
+    size_t l = iov[i].iov_len;
+    if (skip >= l) {
+      skip -= l;
+      continue;
+    }
+    size_t n = l - skip;
+    if (n > left)
+      n = left;
+    fs_ring_write_at(r, pos, (const uint8_t *)iov[i].iov_base + skip, n);
+    pos += n;
+    left -= n;
+    skip = 0;
+  }
+  len -= left; /* iov shorter than len: record what was really gathered */
+  if (len == 0)
+    return 0;
+  if (left) {
+    hdr[1] = (uint32_t)len;
+    fs_ring_write_at(r, tail, hdr, sizeof hdr);
+  }
+  __atomic_store_n(&r->ctl->tail, tail + FS_RING_HDR + FS_ALIGN8(len), __ATOMIC_RELEASE);
+  return len;
+}
+
+int fs_ring_put_ctl(struct fs_ring *r, uint32_t type, uint64_t val)
+{
+  size_t need = FS_RING_HDR + (type == FS_REC_EOF ? 0 : 8);
+  if (fs_ring_free(r, need) < need)
+    return -ENOSPC;
+  uint64_t tail = __atomic_load_n(&r->ctl->tail, __ATOMIC_RELAXED);
+  uint32_t hdr[2] = { type, type == FS_REC_EOF ? 0 : 8 };
+  fs_ring_write_at(r, tail, hdr, sizeof hdr);
+  if (type != FS_REC_EOF)
+    fs_ring_write_at(r, tail + FS_RING_HDR, &val, 8);
+  __atomic_store_n(&r->ctl->tail, tail + need, __ATOMIC_RELEASE);
+  return 0;
+}
+
+/* Validate the record at head: 1 ok, 0 empty, -EPROTO corrupt. */
+static int fs_ring_hdr(const struct fs_ring *r, uint64_t head, uint64_t tail, uint32_t hdr[2])
+{
+  uint64_t used = tail - head;
+  if (used == 0)
+    return 0;
+  if (used > r->size || used < FS_RING_HDR || (head & 7))
+    return -EPROTO;
+  fs_ring_read_at(r, head, hdr, FS_RING_HDR);
+  uint32_t type = hdr[0] & 0xff, done = hdr[0] >> 8, len = hdr[1];
+  uint64_t total = FS_RING_HDR + FS_ALIGN8((uint64_t)done + len);
+  if (total > used)
+    return -EPROTO;
+  switch (type) {
+  case FS_REC_DATA:
+    if (len == 0)
+      return -EPROTO;
+    break;
+  case FS_REC_SWITCH:
+  case FS_REC_REVERT:
+    if (len != 8 || done)
+      return -EPROTO;
+    break;
+  case FS_REC_EOF:
+    if (len != 0 || done)
+      return -EPROTO;
+    break;
+  default:
+    return -EPROTO;
+  }
+  return 1;
+}
+
+int fs_ring_peek(const struct fs_ring *r, uint32_t *type, uint32_t *len, uint64_t *val)
+{
+  uint64_t head = __atomic_load_n(&r->ctl->head, __ATOMIC_RELAXED);
+  uint64_t tail = fs_ring_load(&r->ctl->tail);
+  uint32_t hdr[2];
+  int rc = fs_ring_hdr(r, head, tail, hdr);
+  if (rc <= 0)
+    return rc;
+  *type = hdr[0] & 0xff;
+  *len = hdr[1];
+  *val = 0;
+  if (*type == FS_REC_SWITCH || *type == FS_REC_REVERT)
+    fs_ring_read_at(r, head + FS_RING_HDR, val, 8);
+  return 1;
+}
+
+void fs_ring_pop(struct fs_ring *r)
+{
+  uint64_t head = __atomic_load_n(&r->ctl->head, __ATOMIC_RELAXED);
+  uint32_t hdr[2];
+  fs_ring_read_at(r, head, hdr, FS_RING_HDR);
+  uint64_t total = FS_RING_HDR + FS_ALIGN8((uint64_t)(hdr[0] >> 8) + hdr[1]);
+  __atomic_store_n(&r->ctl->head, head + total, __ATOMIC_RELEASE);
+}
+
+ssize_t fs_ring_get_data(struct fs_ring *r, const struct iovec *iov, int iovcnt, size_t skip, size_t max, bool peek)
+{
+  uint64_t head = __atomic_load_n(&r->ctl->head, __ATOMIC_RELAXED);
+  uint64_t tail = fs_ring_load(&r->ctl->tail);
+  size_t copied = 0;
+  int vi = 0;
+  size_t voff = skip;
+  while (vi < iovcnt && voff >= iov[vi].iov_len) {
+    voff -= iov[vi].iov_len;
+    vi++;
+  }
+  while (copied < max && vi < iovcnt) {
+    uint32_t hdr[2];
+    int rc = fs_ring_hdr(r, head, tail, hdr);
+    if (rc < 0)
+      return copied ? (ssize_t)copied : rc;
+    if (rc == 0 || (hdr[0] & 0xff) != FS_REC_DATA)
+      break;
+    uint32_t done = hdr[0] >> 8, len = hdr[1];
+    uint32_t took = 0;
+    while (took < len && copied < max && vi < iovcnt) {
+      size_t n = iov[vi].iov_len - voff;
+      if (n > len - took)
+        n = len - took;
+      if (n > max - copied)
+        n = max - copied;
+      fs_ring_read_at(r, head + FS_RING_HDR + done + took, (uint8_t *)iov[vi].iov_base + voff, n);
+      took += (uint32_t)n;
+      copied += n;
+      voff += n;
+      if (voff == iov[vi].iov_len) {
+        vi++;
+        voff = 0;
+      }
+    }
+    if (peek) {
+      if (took < len)
+        break;
+      head += FS_RING_HDR + FS_ALIGN8((uint64_t)done + len);
+      continue;
+    }
+    if (took == len) {
+      head += FS_RING_HDR + FS_ALIGN8((uint64_t)done + len);
+      __atomic_store_n(&r->ctl->head, head, __ATOMIC_RELEASE);
+    } else {
+      uint32_t nh[2] = { FS_REC_DATA | ((done + took) << 8), len - took };
+      fs_ring_write_at(r, head, nh, sizeof nh);
+      break;
+    }
+  }
+  return (ssize_t)copied;
+}
+
+size_t fs_ring_readable(const struct fs_ring *r)
+{
+  uint64_t head = __atomic_load_n(&r->ctl->head, __ATOMIC_RELAXED);
+  uint64_t tail = fs_ring_load(&r->ctl->tail);
+  size_t n = 0;
+  for (;;) {
+    uint32_t hdr[2];
+    if (fs_ring_hdr(r, head, tail, hdr) <= 0 || (hdr[0] & 0xff) != FS_REC_DATA)
+      return n;
+    n += hdr[1];
+    head += FS_RING_HDR + FS_ALIGN8((uint64_t)(hdr[0] >> 8) + hdr[1]);
+  }
+}
+
+bool fs_ring_eof_queued(const struct fs_ring *r)
+{
+  uint64_t head = __atomic_load_n(&r->ctl->head, __ATOMIC_RELAXED);
+  uint64_t tail = fs_ring_load(&r->ctl->tail);
+  for (int i = 0; i < FS_RING_EOF_SCAN; i++) {
+    uint32_t hdr[2];
+    if (fs_ring_hdr(r, head, tail, hdr) <= 0)
+      return false;
+    uint32_t type = hdr[0] & 0xff;
+    if (type == FS_REC_EOF)
+      return true;
+    if (type != FS_REC_DATA)
+      return false; /* the stream goes on elsewhere (SWITCH, REVERT) */
+    head += FS_RING_HDR + FS_ALIGN8((uint64_t)(hdr[0] >> 8) + hdr[1]);
+  }
+  return false;
+}

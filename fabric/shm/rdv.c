@@ -1,0 +1,685 @@
+/* The shm fabric's rendezvous.  See fabric/shm/rdv.h for the protocol.  It
+ * runs on the engine's agent (fabric/fabric.h: every entry here holds the
+ * agent lock).  Everything here uses FS_REAL() only. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/fdreg.h"
+#include "base/clock.h"
+#include "base/addr.h"
+#include "base/log.h"
+#include "base/real.h"
+#include "base/reason.h"
+#include "fabric/fabric.h"
+#include "fabric/shm/rdv.h"
+#include "fabric/shm/shm.h"
+
+#define FS_RDV_MAX_PEND 256     /* unix conns in flight, server side */
+#define FS_RDV_HOLD_MS 2000     /* how long a request waits for accept() */
+
+enum fs_rdv_kind { K_LISTENER = 1, K_SRV, K_CLI };
+enum fs_rdv_srv_state { S_WAIT_REQ, S_HELD, S_WAIT_ACK };
+
+struct fs_rdv_item {
+  enum fs_rdv_kind kind;
+  int ufd;
+  uint64_t deadline;          /* ns, CLOCK_MONOTONIC; 0 = none */
+  struct fs_link *c;          /* listener (K_LISTENER; NULL: orphan) or connection
+                                 (K_CLI, S_WAIT_ACK); referenced */
+  struct fs_chan *ch;         /* K_CLI, S_WAIT_ACK */
+  int state;                  /* K_SRV */
+  int fds[3];                 /* K_SRV held: tcp dup, memfd, client efd */
+  uint32_t uid;
+  bool shared_listener;
+  struct sockaddr_storage tl, tp; /* K_SRV: the passed socket's local/peer */
+  char name[108];             /* K_LISTENER: its abstract name */
+  int namelen;
+  struct fs_rdv_item *next;
+};
+
+/* Agent lock held for all of it. */
+static struct {
+  struct fs_rdv_item *items;  /* all listeners and in-flight unix conns */
+  int npend;                  /* K_SRV items (atomic reads from accept) */
+} A;
+
+static bool fs_rdv_event(void *arg);
+
+int fs_rdv_name(char *buf, size_t len, const struct sockaddr *sa, bool wild)
+{
+  char ip[96] = "*";
+  struct sockaddr_storage tmp;
+  const struct sockaddr *a = fs_addr_unmap(sa, &tmp);
+  if (!wild) {
+    char s[80];
+    fs_addr_str(a, s, sizeof s);
+    char *colon = strrchr(s, ':');
+    if (colon)
+      *colon = 0;
+    snprintf(ip, sizeof ip, "%s", s);
+  }
+  int n = snprintf(buf + 1, len - 1, "fabsock1/%c/%s/%u", a->sa_family == AF_INET6 ? '6' : '4', ip,
+                   fs_addr_port(a));
+  buf[0] = 0;
+  return n + 1;
+}
+
+int fs_rdv_check_req(const struct fs_rdv_req *r, size_t len, int nfds)
+{
+  if (len != sizeof *r || nfds != 3 || r->magic != FS_RDV_MAGIC_REQ)
+    return FS_REASON_PROTOCOL;
+  if (r->version != FS_RDV_VERSION)
+    return FS_REASON_VERSION;
+  if (r->fabric != FS_FABRIC_SHM || r->flags != 0 || r->ring_size < FS_SHM_RING_MIN ||
+      r->ring_size > FS_SHM_RING_MAX || (r->ring_size & (r->ring_size - 1)))
+    return FS_REASON_PROTOCOL;
+  return 0;
+}
+
+/* ---- small I/O helpers ------------------------------------------------ */
+
+static int fs_rdv_sendfds(int ufd, const void *msg, size_t len, const int *fds, int nfds)
+{
+  struct iovec iov = { (void *)msg, len };
+  union {
+    char buf[CMSG_SPACE(3 * sizeof(int))];
+    struct cmsghdr align;
+  } u;
+  struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+  if (nfds > 0) {
+    memset(&u, 0, sizeof u);
+    mh.msg_control = u.buf;
+    mh.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+    memcpy(CMSG_DATA(cm), fds, nfds * sizeof(int));
+  }
+  ssize_t r = FS_REAL(sendmsg)(ufd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+  return r == (ssize_t)len ? 0 : (r < 0 ? -errno : -EIO);
+}
+
+/* Receive one message and up to `max` fds; every fd beyond max, or in an
+ * unexpected control message, is closed.  Returns the length or -errno. */
+static ssize_t fs_rdv_recvfds(int ufd, void *msg, size_t len, int *fds, int max, int *nfds)
+{
+  char big[64];
+  struct iovec iov = { big, sizeof big };
+  union {
+    char buf[CMSG_SPACE(8 * sizeof(int))];
+    struct cmsghdr align;
+  } u;
+  struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf };
+  *nfds = 0;
+  ssize_t r = FS_REAL(recvmsg)(ufd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+  if (r < 0)
+    return -errno;
+  for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+    if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+      continue;
+    int n = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+    int got[8];
+    memcpy(got, CMSG_DATA(cm), (size_t)n * sizeof(int));
+    for (int i = 0; i < n; i++) {
+      if (*nfds < max) {
+        got[i] = fs_fdreg_move_high(got[i]);
+        fds[(*nfds)++] = got[i];
+      } else {
+        FS_REAL(close)(got[i]);
+        *nfds = max + 1; /* too many: reported as a protocol error */
+      }
+    }
+  }
+  if ((mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || (size_t)r > len) {
+    for (int i = 0; i < *nfds && i < max; i++)
+      fs_fdreg_close(fds[i]);
+    *nfds = 0;
+    return -EPROTO;
+  }
+  memcpy(msg, big, (size_t)r);
+  return r;
+}
+
+static void fs_rdv_closefds(int *fds, int n)
+{
+  for (int i = 0; i < n; i++)
+    if (fds[i] >= 0) {
+      fs_fdreg_close(fds[i]); /* received fds are marked ours (fs_rdv_recvfds) */
+      fds[i] = -1;
+    }
+}
+
+static void fs_rdv_reply(int ufd, uint32_t status, int efd)
+{
+  struct fs_rdv_rep rep = { FS_RDV_MAGIC_REP, FS_RDV_VERSION, 0, status, 0 };
+  (void)fs_rdv_sendfds(ufd, &rep, sizeof rep, &efd, status == 0 ? 1 : 0);
+}
+
+/* ---- sock_diag -------------------------------------------------------- */
+
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
+#include <linux/sock_diag.h>
+#include <netinet/in.h>
+
+int fs_rdv_diag(const struct sockaddr *local, const struct sockaddr *peer, uint32_t *uid)
+{
+  struct sockaddr_storage tl, tp;
+  local = fs_addr_unmap(local, &tl);
+  peer = fs_addr_unmap(peer, &tp);
+  if (local->sa_family != peer->sa_family)
+    return -EINVAL;
+  int nl = fs_fdreg_move_high(FS_REAL(socket)(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG));
+  if (nl < 0)
+    return -errno;
+  struct {
+    struct nlmsghdr nlh;
+    struct inet_diag_req_v2 r;
+  } req;
+  memset(&req, 0, sizeof req);
+  req.nlh.nlmsg_len = sizeof req;
+  req.nlh.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+  req.nlh.nlmsg_flags = NLM_F_REQUEST;
+  req.r.sdiag_family = (uint8_t)local->sa_family;
+  req.r.sdiag_protocol = IPPROTO_TCP;
+  req.r.idiag_states = ~0u;
+  req.r.id.idiag_cookie[0] = INET_DIAG_NOCOOKIE;
+  req.r.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
+  if (local->sa_family == AF_INET) {
+    const struct sockaddr_in *l = (const void *)local, *p = (const void *)peer;
+    req.r.id.idiag_sport = l->sin_port;
+    req.r.id.idiag_dport = p->sin_port;
+    memcpy(req.r.id.idiag_src, &l->sin_addr, 4);
+    memcpy(req.r.id.idiag_dst, &p->sin_addr, 4);
+  } else {
+    const struct sockaddr_in6 *l = (const void *)local, *p = (const void *)peer;
+    req.r.id.idiag_sport = l->sin6_port;
+    req.r.id.idiag_dport = p->sin6_port;
+    memcpy(req.r.id.idiag_src, &l->sin6_addr, 16);
+    memcpy(req.r.id.idiag_dst, &p->sin6_addr, 16);
+  }
+  struct sockaddr_nl sa = { .nl_family = AF_NETLINK };
+  int rc = -ENOENT;
+  if (FS_REAL(sendto)(nl, &req, sizeof req, 0, (struct sockaddr *)&sa, sizeof sa) < 0) {
+    rc = -errno;
+    goto out;
+  }
+  struct pollfd pfd = { nl, POLLIN, 0 };
+  if (FS_REAL(poll)(&pfd, 1, 500) <= 0) {
+    rc = -ETIMEDOUT;
+    goto out;
+  }
+  long buf[1024];
+  ssize_t n = FS_REAL(recv)(nl, buf, sizeof buf, MSG_DONTWAIT);
+  if (n < 0) {
+    rc = -errno;
+    goto out;
+  }
+  for (struct nlmsghdr *h = (struct nlmsghdr *)buf; NLMSG_OK(h, (size_t)n); h = NLMSG_NEXT(h, n)) {
+    if (h->nlmsg_type == NLMSG_ERROR || h->nlmsg_type == NLMSG_DONE)
+      break;
+    if (h->nlmsg_type == SOCK_DIAG_BY_FAMILY && h->nlmsg_len >= NLMSG_LENGTH(sizeof(struct inet_diag_msg))) {
+      struct inet_diag_msg *m = NLMSG_DATA(h);
+      *uid = m->idiag_uid;
+      rc = 0;
+      break;
+    }
+  }
+out:
+  fs_fdreg_close(nl);
+  return rc;
+}
+
+/* ---- item bookkeeping ------------------------------------------------- */
+
+static int fs_rdv_watch(struct fs_rdv_item *it)
+{
+  return fs_host->watch(it->ufd, fs_rdv_event, it);
+}
+
+static void fs_rdv_drop(struct fs_rdv_item *it)
+{
+  struct fs_rdv_item **pp = &A.items;
+  while (*pp && *pp != it)
+    pp = &(*pp)->next;
+  if (*pp)
+    *pp = it->next;
+  if (it->kind == K_SRV)
+    A.npend--;
+  if (it->ufd >= 0) {
+    fs_host->unwatch(it->ufd);
+    fs_fdreg_close(it->ufd);
+  }
+  if (it->kind == K_SRV)
+    fs_rdv_closefds(it->fds, 3);
+  if (it->ch)
+    fs_chan_detach(it->ch);
+  if (it->c)
+    fs_host->put(it->c);
+  free(it);
+}
+
+/* ---- server side ------------------------------------------------------ */
+
+static void fs_rdv_srv_new(struct fs_rdv_item *l)
+{
+  int ufd = fs_fdreg_high(FS_REAL(accept4)(l->ufd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC));
+  if (ufd < 0)
+    return;
+  if (A.npend >= FS_RDV_MAX_PEND) { /* a flood: refuse, the clients stay on TCP */
+    FS_REAL(close)(ufd);
+    return;
+  }
+  struct fs_rdv_item *it = calloc(1, sizeof *it);
+  if (!it) {
+    FS_REAL(close)(ufd);
+    return;
+  }
+  it->kind = K_SRV;
+  it->ufd = ufd;
+  it->state = S_WAIT_REQ;
+  it->fds[0] = it->fds[1] = it->fds[2] = -1;
+  it->shared_listener = l->c ? l->c->listener_shared : false;
+  it->deadline = fs_clock_ns() + (uint64_t)FS_RDV_HOLD_MS * 1000000u;
+  it->next = A.items;
+  A.items = it;
+  A.npend++;
+  if (fs_rdv_watch(it) < 0)
+    fs_rdv_drop(it);
+}
+
+/* Try to match a held request to an accepted connection and answer it. */
+static bool fs_rdv_srv_try(struct fs_rdv_item *it)
+{
+  struct fs_link *c = fs_host->find((struct sockaddr *)&it->tp, (struct sockaddr *)&it->tl);
+  if (!c) {
+    if (it->shared_listener) {
+      fs_rdv_reply(it->ufd, FS_REASON_NOT_OWNER, -1);
+      fs_rdv_drop(it);
+      return true;
+    }
+    return false; /* hold until accept() or the deadline */
+  }
+  if (!__atomic_load_n(&c->ready, __ATOMIC_ACQUIRE)) {
+    fs_host->put(c); /* accept() is still setting it up (opening hooks): hold */
+    return false;
+  }
+  int status = fs_host->may_attach(c, it->uid);
+  struct fs_chan *ch = NULL;
+  if (status == 0) {
+    int rc = fs_shm_attach(it->fds[1], c->wake_fd, it->fds[2], &ch);
+    if (rc < 0)
+      status = rc == -ENOMEM ? FS_REASON_RESOURCES : FS_REASON_PROTOCOL;
+    else
+      it->fds[2] = -1; /* the channel owns the client's eventfd now */
+  }
+  fs_rdv_closefds(it->fds, 3);
+  if (status != 0) {
+    fs_log(FS_LOG_INFO, "rendezvous refused for fd %d: %s", c->fd, fs_reason_name(status));
+    fs_rdv_reply(it->ufd, (uint32_t)status, -1);
+    fs_host->put(c);
+    fs_rdv_drop(it);
+    return true;
+  }
+  fs_rdv_reply(it->ufd, 0, c->wake_fd);
+  it->c = c;
+  it->ch = ch;
+  it->state = S_WAIT_ACK;
+  it->deadline = 0; /* wait for the ack or EOF, however long */
+  return true;
+}
+
+static void fs_rdv_srv_event(struct fs_rdv_item *it)
+{
+  if (it->state == S_WAIT_ACK) {
+    struct fs_rdv_ack ack;
+    int nf, fds[1];
+    ssize_t n = fs_rdv_recvfds(it->ufd, &ack, sizeof ack, fds, 0, &nf);
+    if (n == -EAGAIN)
+      return;
+    if (n == (ssize_t)sizeof ack && nf == 0 && ack.magic == FS_RDV_MAGIC_ACK && ack.version == FS_RDV_VERSION) {
+      if (fs_host->attach(it->c, it->ch) == 0)
+        it->ch = NULL;
+    }
+    fs_rdv_drop(it);
+    return;
+  }
+  if (it->state == S_HELD) { /* only EOF or garbage can come now */
+    char b;
+    int nf, fds[1];
+    if (fs_rdv_recvfds(it->ufd, &b, 1, fds, 0, &nf) != -EAGAIN)
+      fs_rdv_drop(it);
+    return;
+  }
+  struct fs_rdv_req req;
+  ssize_t n = fs_rdv_recvfds(it->ufd, &req, sizeof req, it->fds, 3, &(int){ 0 });
+  int nf = 0;
+  for (int i = 0; i < 3; i++)
+    nf += it->fds[i] >= 0;
+  if (n == -EAGAIN)
+    return;
+  int status = n < 0 ? FS_REASON_PROTOCOL : fs_rdv_check_req(&req, (size_t)n, nf);
+  struct ucred cr;
+  socklen_t cl = sizeof cr;
+  socklen_t al = sizeof it->tl, pl = sizeof it->tp;
+  int type = 0;
+  socklen_t tl = sizeof type;
+  if (status == 0 &&
+      (FS_REAL(getsockopt)(it->ufd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) < 0 ||
+       FS_REAL(getsockopt)(it->fds[0], SOL_SOCKET, SO_TYPE, &type, &tl) < 0 || type != SOCK_STREAM ||
+       getsockname(it->fds[0], (struct sockaddr *)&it->tl, &al) < 0 ||
+       getpeername(it->fds[0], (struct sockaddr *)&it->tp, &pl) < 0))
+    status = FS_REASON_PROTOCOL;
+  if (status != 0) {
+    fs_log(FS_LOG_INFO, "rendezvous: bad request (%s)", fs_reason_name(status));
+    fs_rdv_reply(it->ufd, (uint32_t)status, -1);
+    fs_rdv_drop(it);
+    return;
+  }
+  it->uid = cr.uid;
+  /* The tcp dup proved the client's identity; we keep only its addresses. */
+  fs_fdreg_close(it->fds[0]);
+  it->fds[0] = -1;
+  it->state = S_HELD;
+  fs_rdv_srv_try(it);
+}
+
+/* ---- client side ------------------------------------------------------ */
+
+static int fs_rdv_cli_connect(struct fs_link *c, uint32_t diag_uid, int *ufd_out)
+{
+  const struct sockaddr *peer = (const struct sockaddr *)&c->peer;
+  struct sockaddr_storage t;
+  const struct sockaddr *p4 = fs_addr_unmap(peer, &t);
+  struct sockaddr_in6 any6 = { .sin6_family = AF_INET6, .sin6_port = htons(fs_addr_port(peer)) };
+  const struct sockaddr *names[3] = { peer, peer, p4->sa_family == AF_INET ? (struct sockaddr *)&any6 : NULL };
+  int ufd = fs_fdreg_high(FS_REAL(socket)(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (ufd < 0)
+    return FS_REASON_RESOURCES;
+  int reason = FS_REASON_NO_PEER;
+  for (int i = 0; i < 3; i++) {
+    if (!names[i])
+      continue;
+    struct sockaddr_un un = { .sun_family = AF_UNIX };
+    int n = fs_rdv_name(un.sun_path, sizeof un.sun_path, names[i], i > 0);
+    if (FS_REAL(connect)(ufd, (struct sockaddr *)&un, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)n)) == 0) {
+      struct ucred cr;
+      socklen_t cl = sizeof cr;
+      if (FS_REAL(getsockopt)(ufd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) < 0 || cr.uid != diag_uid) {
+        reason = FS_REASON_NOT_OWNER;
+        break;
+      }
+      *ufd_out = ufd;
+      return 0;
+    }
+    if (errno == EAGAIN) {
+      reason = FS_REASON_RESOURCES;
+      break;
+    }
+  }
+  FS_REAL(close)(ufd);
+  return reason;
+}
+
+/* The fabric's connect (agent): a peer on this host, proven by sock_diag. */
+static int fs_rdv_connect(struct fs_link *c)
+{
+  uint32_t uid;
+  int reason = 0, ufd = -1, memfd = -1, dupfd = -1;
+  struct fs_chan *ch = NULL;
+  int rc = fs_rdv_diag((struct sockaddr *)&c->peer, (struct sockaddr *)&c->local, &uid);
+  if (rc == -ENOENT)
+    return FS_FABRIC_PASS(FS_REASON_REMOTE_HOST); /* another host */
+  if (rc < 0)
+    return FS_REASON_ERROR;
+  if (uid != geteuid() && !c->policy.any_uid)
+    return FS_REASON_PEER_UID;
+  reason = fs_rdv_cli_connect(c, uid, &ufd);
+  if (reason)
+    goto fail;
+  /* Pass a dup of our own socket, checked to still be this connection. */
+  dupfd = fs_fdreg_move_high(FS_REAL(fcntl)(c->fd, F_DUPFD_CLOEXEC, 0));
+  struct sockaddr_storage l, p;
+  socklen_t ll = sizeof l, pl = sizeof p;
+  if (dupfd < 0 || getsockname(dupfd, (struct sockaddr *)&l, &ll) < 0 ||
+      getpeername(dupfd, (struct sockaddr *)&p, &pl) < 0 ||
+      !fs_addr_eq((struct sockaddr *)&l, (struct sockaddr *)&c->local) ||
+      !fs_addr_eq((struct sockaddr *)&p, (struct sockaddr *)&c->peer)) {
+    reason = FS_REASON_ERROR;
+    goto fail;
+  }
+  uint32_t ring = fs_shm_ring_size(fs_policy_ring_size());
+  if (fs_shm_create(ring, c->wake_fd, &memfd, &ch) == 0)
+    memfd = fs_fdreg_move_high(memfd);
+  else {
+    reason = FS_REASON_RESOURCES;
+    goto fail;
+  }
+  struct fs_rdv_req req = { FS_RDV_MAGIC_REQ, FS_RDV_VERSION, FS_FABRIC_SHM, ring, 0 };
+  int fds[3] = { dupfd, memfd, c->wake_fd };
+  if (fs_rdv_sendfds(ufd, &req, sizeof req, fds, 3) < 0) {
+    reason = FS_REASON_NO_PEER;
+    goto fail;
+  }
+  fs_fdreg_close(dupfd);
+  fs_fdreg_close(memfd);
+  struct fs_rdv_item *it = calloc(1, sizeof *it);
+  if (!it) {
+    reason = FS_REASON_RESOURCES;
+    dupfd = memfd = -1;
+    goto fail;
+  }
+  it->kind = K_CLI;
+  it->ufd = ufd;
+  it->c = c;
+  it->ch = ch;
+  it->deadline = fs_clock_ns() + (uint64_t)c->policy.timeout_ms * 1000000u;
+  it->next = A.items;
+  A.items = it;
+  if (fs_rdv_watch(it) < 0) {
+    it->c = NULL; /* the caller keeps c's reference and says why */
+    fs_rdv_drop(it);
+    return FS_REASON_RESOURCES;
+  }
+  return 0;
+fail:
+  if (ch)
+    fs_chan_detach(ch);
+  if (dupfd >= 0)
+    fs_fdreg_close(dupfd);
+  if (memfd >= 0)
+    fs_fdreg_close(memfd);
+  if (ufd >= 0)
+    FS_REAL(close)(ufd);
+  return reason;
+}
+
+static void fs_rdv_cli_event(struct fs_rdv_item *it)
+{
+  struct fs_rdv_rep rep;
+  int fds[1] = { -1 }, nf = 0;
+  ssize_t n = fs_rdv_recvfds(it->ufd, &rep, sizeof rep, fds, 1, &nf);
+  if (n == -EAGAIN)
+    return;
+  int reason = FS_REASON_PROTOCOL;
+  if (n == (ssize_t)sizeof rep && rep.magic == FS_RDV_MAGIC_REP && rep.version == FS_RDV_VERSION) {
+    if (rep.status == 0 && nf == 1) {
+      struct fs_rdv_ack ack = { FS_RDV_MAGIC_ACK, FS_RDV_VERSION, 0 };
+      fs_shm_set_peer(it->ch, fds[0]);
+      fds[0] = -1;
+      if (fs_rdv_sendfds(it->ufd, &ack, sizeof ack, NULL, 0) == 0 && fs_host->attach(it->c, it->ch) == 0) {
+        it->ch = NULL;
+        fs_rdv_drop(it);
+        return;
+      }
+      reason = FS_REASON_ERROR;
+    } else if (rep.status > 0 && rep.status < FS_REASON_COUNT && nf == 0) {
+      reason = (int)rep.status;
+    }
+  }
+  if (fds[0] >= 0)
+    fs_fdreg_close(fds[0]);
+  fs_host->failed(it->c, reason);
+  fs_rdv_drop(it);
+}
+
+/* ---- the agent's calls ------------------------------------------------ */
+
+/* A unix socket of ours is readable.  True if items may have gone. */
+static bool fs_rdv_event(void *arg)
+{
+  struct fs_rdv_item *it = arg;
+  switch (it->kind) {
+  case K_LISTENER:
+    fs_rdv_srv_new(it);
+    return false;
+  case K_SRV:
+    fs_rdv_srv_event(it);
+    return true;
+  case K_CLI:
+    fs_rdv_cli_event(it);
+    return true;
+  }
+  return true;
+}
+
+static void fs_rdv_tick(void)
+{
+  uint64_t now = fs_clock_ns();
+  struct fs_rdv_item *it = A.items, *next;
+  for (; it; it = next) {
+    next = it->next;
+    if (it->kind == K_SRV && it->state == S_HELD && fs_rdv_srv_try(it))
+      continue;
+    if (it->deadline && now >= it->deadline) {
+      if (it->kind == K_CLI)
+        fs_host->failed(it->c, FS_REASON_TIMEOUT);
+      else if (it->kind == K_SRV && it->state == S_HELD)
+        fs_rdv_reply(it->ufd, FS_REASON_TIMEOUT, -1);
+      fs_rdv_drop(it);
+    }
+  }
+}
+
+static int fs_rdv_next_timeout(void)
+{
+  uint64_t now = fs_clock_ns(), best = 0;
+  for (struct fs_rdv_item *it = A.items; it; it = it->next)
+    if (it->deadline && (!best || it->deadline < best))
+      best = it->deadline;
+  if (!best)
+    return -1;
+  /* Held requests are also retried every few ms in case a wake was missed. */
+  uint64_t ms = best > now ? (best - now) / 1000000u + 1 : 0;
+  return ms > 5 ? 5 : (int)ms;
+}
+
+static bool fs_rdv_listen(struct fs_link *c, int fd)
+{
+  struct sockaddr_storage ss;
+  socklen_t sl = sizeof ss;
+  if (getsockname(fd, (struct sockaddr *)&ss, &sl) < 0)
+    return false;
+  struct sockaddr_un un = { .sun_family = AF_UNIX };
+  int n = fs_rdv_name(un.sun_path, sizeof un.sun_path, (struct sockaddr *)&ss, fs_addr_is_any((struct sockaddr *)&ss));
+  for (struct fs_rdv_item *it = A.items; it; it = it->next)
+    if (it->kind == K_LISTENER && !it->c && it->namelen == n && memcmp(it->name, un.sun_path, (size_t)n) == 0) {
+      fs_host->get(c); /* adopt the orphan left by an earlier listener */
+      it->c = c;
+      return true;
+    }
+  int ufd = FS_REAL(socket)(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (ufd < 0)
+    return false;
+  if (FS_REAL(bind)(ufd, (struct sockaddr *)&un, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)n)) < 0 ||
+      FS_REAL(listen)(ufd, 128) < 0) {
+    fs_log(FS_LOG_INFO, "rendezvous name for port %u taken (%s); connections here stay on TCP",
+           fs_addr_port((struct sockaddr *)&ss), strerror(errno));
+    FS_REAL(close)(ufd);
+    return false;
+  }
+  struct fs_rdv_item *it = calloc(1, sizeof *it);
+  if (!it) {
+    FS_REAL(close)(ufd);
+    return false;
+  }
+  it->kind = K_LISTENER;
+  it->ufd = ufd;
+  it->namelen = n;
+  memcpy(it->name, un.sun_path, (size_t)n);
+  if (fs_rdv_watch(it) < 0) {
+    FS_REAL(close)(ufd);
+    free(it);
+    return false;
+  }
+  fs_host->get(c);
+  it->c = c;
+  it->next = A.items;
+  A.items = it;
+  return true;
+}
+
+static void fs_rdv_unlisten(struct fs_link *c)
+{
+  for (struct fs_rdv_item *it = A.items; it; it = it->next)
+    if (it->kind == K_LISTENER && it->c == c) {
+      /* Connections accepted from it may still upgrade (servers often close
+       * the listener right after accept): the name stays served, as an
+       * orphan, until a new listen on the same address adopts it. */
+      it->c = NULL;
+      fs_host->put(c);
+      break;
+    }
+}
+
+static bool fs_rdv_held(void)
+{
+  return __atomic_load_n(&A.npend, __ATOMIC_RELAXED) > 0;
+}
+
+/* The child has no agent thread.  It does not serve the parent's
+ * rendezvous names (the parent still does) and abandons in-flight
+ * handshakes (the parent goes on serving them). */
+static void fs_rdv_after_fork_child(void)
+{
+  struct fs_rdv_item *it = A.items;
+  while (it) {
+    struct fs_rdv_item *next = it->next;
+    if (it->ufd >= 0)
+      fs_fdreg_close(it->ufd);
+    if (it->kind == K_SRV)
+      fs_rdv_closefds(it->fds, 3);
+    if (it->ch) /* a mapping the child never attached: unmap only */
+      it->ch->ops->release(it->ch);
+    if (it->c)
+      fs_host->put(it->c);
+    free(it);
+    it = next;
+  }
+  A.items = NULL;
+  A.npend = 0;
+}
+
+const struct fs_fabric_ops fs_shm_fabric = {
+  .name = "shm",
+  .id = FS_FABRIC_SHM,
+  .listen = fs_rdv_listen,
+  .unlisten = fs_rdv_unlisten,
+  .connect = fs_rdv_connect,
+  .tick = fs_rdv_tick,
+  .next_timeout = fs_rdv_next_timeout,
+  .held = fs_rdv_held,
+  .after_fork_child = fs_rdv_after_fork_child,
+  .exit_pending = fs_fabric_nop_false, /* stores land at once */
+  .exit_drain = fs_fabric_nop_done,
+};

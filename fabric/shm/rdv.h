@@ -1,0 +1,79 @@
+/* Rendezvous: tie a fabric channel to exactly one TCP connection.
+ *
+ * Protocol v1 over an abstract AF_UNIX SOCK_SEQPACKET socket, named after
+ * the listening TCP socket: "\0fabsock1/<4|6>/<address or *>/<port>".
+ *
+ *   request  (connecting end -> listener), 16 bytes, host order:
+ *     u32 magic "FSRQ" | u16 version 1 | u16 fabric (2 = shm) | u32 ring_size | u32 flags (0)
+ *     SCM_RIGHTS: [a dup of the client's TCP socket, the sealed memfd, the client's eventfd]
+ *   reply    (listener -> connecting end), 16 bytes:
+ *     u32 magic "FSRP" | u16 version 1 | u16 pad | u32 status (0 accept, else enum fs_reason) | u32 pad
+ *     SCM_RIGHTS on accept: [the server's eventfd]
+ *   ack      (connecting end -> listener), 8 bytes, only after an accept:
+ *     u32 magic "FSAK" | u16 version 1 | u16 pad
+ *
+ * Three messages, because neither end may start using a channel the other
+ * might abandon: the client attaches only once it has sent the ack; the
+ * server attaches only once it has read the ack, and until then waits for
+ * the ack or EOF (a client that timed out closes without acking).
+ * Identity: the listener accepts only if the passed socket's local/peer
+ * addresses are the reverse of a connection this process accepted (or will
+ * accept: a request may be held until accept(), never answered for a socket
+ * another process could accept), and the unix peer's uid is allowed.  Only a
+ * holder of the client end can pass it.  The client, before passing
+ * anything, checks with NETLINK_SOCK_DIAG that the server end of its TCP
+ * connection is a local socket and that its uid is the unix peer's uid, so a
+ * squatter of the abstract name (another uid) gets nothing.
+ *
+ * All of it runs on the engine's agent thread (engine/agent.h); the
+ * application never waits for a rendezvous. */
+#ifndef FS_FABRIC_SHM_RDV_H
+#define FS_FABRIC_SHM_RDV_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "fabric/fabric.h"
+
+#define FS_RDV_MAGIC_REQ 0x51525346u /* "FSRQ" */
+#define FS_RDV_MAGIC_REP 0x50525346u /* "FSRP" */
+#define FS_RDV_MAGIC_ACK 0x4b415346u /* "FSAK" */
+#define FS_RDV_VERSION 1
+
+struct fs_rdv_req {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t fabric;
+  uint32_t ring_size;
+  uint32_t flags;
+};
+
+struct fs_rdv_rep {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t pad;
+  uint32_t status;
+  uint32_t pad2;
+};
+
+struct fs_rdv_ack {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t pad;
+};
+
+/* The shm fabric (fabric/fabric.h): its rendezvous runs on the engine's agent. */
+extern const struct fs_fabric_ops fs_shm_fabric;
+
+/* Build the abstract name for family/address/port (wild = any address). */
+int fs_rdv_name(char *buf, size_t len, const struct sockaddr *sa, bool wild);
+
+/* Look up the local socket whose local address is `local` and peer `peer`
+ * (NETLINK_SOCK_DIAG exact match).  0 and *uid on success, -ENOENT if none. */
+int fs_rdv_diag(const struct sockaddr *local, const struct sockaddr *peer, uint32_t *uid);
+
+/* Check a received request; 0 or a reason (enum fs_reason). Pure. */
+int fs_rdv_check_req(const struct fs_rdv_req *r, size_t len, int nfds);
+
+#endif

@@ -1,0 +1,179 @@
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/fdreg.h"
+#include "fabric/shm/shm.h"
+#include "policy/policy.h"
+#include "base/real.h"
+
+_Static_assert(sizeof(struct fs_shm_hdr) <= FS_SHM_HDR_SIZE, "shm header fits its page");
+
+/* The shm channel: the generic one plus its mapping and the peer's eventfd. */
+struct fs_shm_chan {
+  struct fs_chan ch;
+  int peer_efd;              /* the peer's wake eventfd (ours to close) */
+  void *map;
+  size_t map_len;
+};
+
+static struct fs_shm_chan *fs_shm_of(struct fs_chan *ch)
+{
+  return (struct fs_shm_chan *)ch;
+}
+
+static void fs_shm_release(struct fs_chan *ch)
+{
+  struct fs_shm_chan *s = fs_shm_of(ch);
+  munmap(s->map, s->map_len);
+  /* my_efd belongs to the connection; the peer's is ours to close. */
+  if (s->peer_efd >= 0)
+    fs_fdreg_close(s->peer_efd);
+  free(s);
+}
+
+static void fs_shm_wake_peer(struct fs_chan *ch)
+{
+  fs_chan_efd_write(fs_shm_of(ch)->peer_efd);
+}
+
+static const struct fs_chan_ops fs_shm_ops = {
+  .name = "shm",
+  .fabric = FS_FABRIC_SHM,
+  .polled = false,
+  .wake_peer = fs_shm_wake_peer,
+  .release = fs_shm_release,
+  .progress = fs_chan_nop,          /* the peer writes our control blocks itself */
+  .publish = fs_chan_shared_publish,
+  .credit = fs_chan_shared_credit,
+  .arm = fs_chan_nop,               /* the want flags are all it takes */
+  .drain = fs_chan_nop,             /* no event fd of its own */
+  .fork_shares = fs_chan_yes,       /* the child maps the same memory */
+  .forget = fs_chan_nop,
+  .lingering = fs_chan_no,          /* stores land at once */
+};
+
+static bool fs_shm_pow2(uint32_t v)
+{
+  return v && !(v & (v - 1));
+}
+
+uint32_t fs_shm_ring_size(uint32_t asked)
+{
+  if (asked >= FS_SHM_RING_MIN && asked <= FS_SHM_RING_MAX && fs_shm_pow2(asked))
+    return asked;
+  return FS_SHM_RING_DEFAULT;
+}
+
+static struct fs_chan *fs_shm_view(void *map, size_t len, uint32_t ring, int side, int my_efd, int peer_efd)
+{
+  struct fs_shm_chan *s = calloc(1, sizeof *s);
+  if (!s)
+    return NULL;
+  struct fs_chan *ch = &s->ch;
+  struct fs_shm_hdr *h = map;
+  uint8_t *data = (uint8_t *)map + FS_SHM_HDR_SIZE;
+  ch->ops = &fs_shm_ops;
+  ch->side = side;
+  s->map = map;
+  s->map_len = len;
+  ch->my_efd = my_efd;
+  s->peer_efd = peer_efd;
+  ch->wait_fd = -1;
+  ch->me = &h->ep[side];
+  ch->peer = &h->ep[!side];
+  ch->tx = (struct fs_ring){ &h->ctl[side], data + (size_t)side * ring, ring, 0 };
+  ch->rx = (struct fs_ring){ &h->ctl[!side], data + (size_t)!side * ring, ring, 0 };
+  return ch;
+}
+
+int fs_shm_create(uint32_t ring, int my_efd, int *memfd_out, struct fs_chan **out)
+{
+  size_t len = FS_SHM_HDR_SIZE + 2 * (size_t)ring;
+  int fd = memfd_create("fabsock-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0)
+    return -errno;
+  int rc;
+  if (ftruncate(fd, (off_t)len) < 0 ||
+      fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
+    rc = -errno;
+    FS_REAL(close)(fd);
+    return rc;
+  }
+  void *map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (map == MAP_FAILED) {
+    rc = -errno;
+    FS_REAL(close)(fd);
+    return rc;
+  }
+  struct fs_shm_hdr *h = map;
+  h->magic = FS_SHM_MAGIC;
+  h->version = FS_SHM_VERSION;
+  h->ring_size = ring;
+  h->hdr_size = FS_SHM_HDR_SIZE;
+  h->ep[0].refs = 1;
+  h->ep[0].pid = (uint32_t)getpid();
+  h->ctl[0].size = h->ctl[1].size = ring;
+  struct fs_chan *ch = fs_shm_view(map, len, ring, 0, my_efd, -1);
+  if (!ch) {
+    munmap(map, len);
+    FS_REAL(close)(fd);
+    return -ENOMEM;
+  }
+  *memfd_out = fd;
+  *out = ch;
+  return 0;
+}
+
+void fs_shm_set_peer(struct fs_chan *ch, int peer_efd)
+{
+  fs_fdreg_set(peer_efd, true);
+  fs_shm_of(ch)->peer_efd = peer_efd;
+}
+
+int fs_shm_attach(int memfd, int my_efd, int peer_efd, struct fs_chan **out)
+{
+  struct stat st;
+  if (fstat(memfd, &st) < 0)
+    return -errno;
+  int seals = fcntl(memfd, F_GET_SEALS);
+  int need = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
+  if (!S_ISREG(st.st_mode) || seals < 0 || (seals & need) != need)
+    return -EPROTO;
+  if (st.st_size < FS_SHM_HDR_SIZE + 2 * FS_SHM_RING_MIN ||
+      st.st_size > FS_SHM_HDR_SIZE + 2 * (off_t)FS_SHM_RING_MAX)
+    return -EPROTO;
+  size_t len = (size_t)st.st_size;
+  void *map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+  if (map == MAP_FAILED)
+    return -errno;
+  struct fs_shm_hdr *h = map;
+  uint32_t ring = __atomic_load_n(&h->ring_size, __ATOMIC_RELAXED);
+  if (h->magic != FS_SHM_MAGIC || h->version != FS_SHM_VERSION || h->hdr_size != FS_SHM_HDR_SIZE ||
+      !fs_shm_pow2(ring) || ring < FS_SHM_RING_MIN || ring > FS_SHM_RING_MAX ||
+      len != FS_SHM_HDR_SIZE + 2 * (size_t)ring ||
+      h->ctl[0].tail != 0 || h->ctl[0].head != 0 || h->ctl[1].tail != 0 || h->ctl[1].head != 0) {
+    munmap(map, len);
+    return -EPROTO;
+  }
+  /* Only one accepting end, ever: a replayed request finds refs taken. */
+  uint32_t zero = 0;
+  if (!__atomic_compare_exchange_n(&h->ep[1].refs, &zero, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+    munmap(map, len);
+    return -EPROTO;
+  }
+  h->ep[1].pid = (uint32_t)getpid();
+  struct fs_chan *ch = fs_shm_view(map, len, ring, 1, my_efd, peer_efd);
+  if (!ch) {
+    munmap(map, len);
+    return -ENOMEM;
+  }
+  fs_fdreg_set(peer_efd, true);
+  *out = ch;
+  return 0;
+}

@@ -1,0 +1,53 @@
+/* The shm fabric: a channel in a sealed memfd shared by two processes.
+ *
+ * Memory format v2 (FS_SHM_VERSION; v2: ring control blocks of ring format v2), host byte order:
+ *
+ *   offset 0            struct fs_shm_hdr (FS_SHM_HDR_SIZE bytes):
+ *                         u32 magic "FSHM", u32 version, u32 ring_size,
+ *                         u32 hdr_size, fs_chan_ep ep[2], fs_ring_ctl ctl[2]
+ *   hdr_size            ring 0 data: connecting end -> accepting end
+ *   hdr_size+ring_size  ring 1 data: accepting end -> connecting end
+ *
+ * The connecting end creates, sizes and seals the memfd (no grow, no shrink,
+ * no further seals) and sends it with the rendezvous request; the accepting
+ * end maps it only after checking seals, size and header, and never trusts
+ * the header again afterwards (ring sizes are copied, records re-checked). */
+#ifndef FS_FABRIC_SHM_SHM_H
+#define FS_FABRIC_SHM_SHM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fabric/chan.h"
+
+#define FS_SHM_MAGIC 0x4d485346u /* "FSHM" */
+#define FS_SHM_VERSION 2
+#define FS_SHM_HDR_SIZE 4096
+#define FS_SHM_RING_MIN (64u << 10)
+#define FS_SHM_RING_MAX (16u << 20)
+#define FS_SHM_RING_DEFAULT (256u << 10)
+
+struct fs_shm_hdr {
+  uint32_t magic;
+  uint32_t version;
+  uint32_t ring_size;
+  uint32_t hdr_size;
+  struct fs_chan_ep ep[2];
+  struct fs_ring_ctl ctl[2];
+};
+
+/* Connecting end: create the memfd and the channel.  my_efd is kept by the
+ * channel (the caller still owns it: it is the connection's wake fd). */
+int fs_shm_create(uint32_t ring_size, int my_efd, int *memfd_out, struct fs_chan **out);
+
+/* Connecting end: the accepting end's eventfd arrived; the channel is whole. */
+void fs_shm_set_peer(struct fs_chan *ch, int peer_efd);
+
+/* Accepting end: validate and map a received memfd. -EPROTO on anything odd. */
+int fs_shm_attach(int memfd, int my_efd, int peer_efd, struct fs_chan **out);
+
+/* The ring size to use: asked (policy's ring size: bytes, a power of two
+ * within the bounds above) or else the default. */
+uint32_t fs_shm_ring_size(uint32_t asked);
+
+#endif
