@@ -28,7 +28,7 @@
 extern char **environ;
 
 static char self_exe[PATH_MAX];
-static char lib_real[PATH_MAX];
+static char lib_real[PATH_MAX], base_real[PATH_MAX];
 static char **child_env[2];
 
 int bench_lib_mapped(const char *path) {
@@ -71,10 +71,11 @@ static char **make_env(const struct bench_opts *o, int side) {
     env[k++] = h;
   }
   if (preload) {
-    char *a = malloc(strlen(lib_real) + 32), *b = malloc(strlen(lib_real) + 32);
+    const char *path = side == 0 && o->base_path ? base_real : lib_real;
+    char *a = malloc(strlen(path) + 32), *b = malloc(strlen(path) + 32);
     if (!a || !b) return NULL;
-    sprintf(a, "LD_PRELOAD=%s", lib_real);
-    sprintf(b, "FSBENCH_EXPECT_LIB=%s", lib_real);
+    sprintf(a, "LD_PRELOAD=%s", path);
+    sprintf(b, "FSBENCH_EXPECT_LIB=%s", path);
     env[k++] = a;
     env[k++] = b;
     if (o->spin) {
@@ -303,6 +304,10 @@ int bench_compare(const struct bench_opts *o, char **argv) {
     fprintf(stderr, "fabsock-bench: library %s: %s\n", o->lib, strerror(errno));
     return 2;
   }
+  if (o->base_path && !realpath(o->base_path, base_real)) {
+    fprintf(stderr, "fabsock-bench: library %s: %s\n", o->base_path, strerror(errno));
+    return 2;
+  }
   const char *pre = getenv("LD_PRELOAD");
   if (pre && *pre)
     fprintf(stderr, "fabsock-bench: note: ignoring LD_PRELOAD=%s for the children\n", pre);
@@ -337,7 +342,7 @@ int bench_compare(const struct bench_opts *o, char **argv) {
 
   fprintf(stderr, "fabsock-bench compare: %s%s%s vs %s, %d round%s each, %s\n",
           o->lib ? lib_real : "plain (--no-lib)", o->hooks ? " with FABSOCK_HOOKS=" : "",
-          o->hooks ? o->hooks : "", o->base_lib ? "the same without hooks" : "plain TCP",
+          o->hooks ? o->hooks : "", o->base_path ? base_real : o->base_lib ? "the same without hooks" : "plain TCP",
           o->rounds, o->rounds > 1 ? "s" : "", o->host ? o->host : "127.0.0.1");
   double t_start = now_s();
   for (int i = 0; i < n; i++) {

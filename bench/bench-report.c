@@ -27,7 +27,7 @@ const char *bench_fill_name(int fill) {
 /* Column and progress names of the two sides of a compare. */
 const char *bench_side_name(const struct bench_opts *o, int side) {
   if (!o->lib) return side ? "again" : "plain";
-  if (side == 0) return o->base_lib ? "fabsock" : "plain";
+  if (side == 0) return o->base_path ? "base lib" : o->base_lib ? "fabsock" : "plain";
   return o->hooks ? "fabsock+hooks" : "fabsock";
 }
 
@@ -132,7 +132,7 @@ static const char *row_label(int test) {
 
 void bench_print_compare(FILE *f, const struct bench_opts *o, const struct bench_item *it, int n) {
   const char *pre = o->lib ? bench_side_name(o, 1) : "plain again";
-  const char *base = o->base_lib ? "fabsock" : "plain TCP", *b0 = bench_side_name(o, 0);
+  const char *base = o->base_path ? "base lib" : o->base_lib ? "fabsock" : "plain TCP", *b0 = bench_side_name(o, 0);
   char vs[64];
   snprintf(vs, sizeof vs, "%s vs %s", o->lib ? bench_side_name(o, 1) : "2nd", o->lib ? b0 : "1st");
   char sz[32], v0[80], v1[80], sp[64];
@@ -142,7 +142,8 @@ void bench_print_compare(FILE *f, const struct bench_opts *o, const struct bench
           u.sysname, u.release, sysconf(_SC_NPROCESSORS_ONLN), o->rounds, o->rounds > 1 ? "s" : "",
           o->host ? o->host : "127.0.0.1");
   fprintf(f, "preloaded: %s", o->lib ? o->lib : "nothing (--no-lib: plain vs plain)");
-  if (o->base_lib) fprintf(f, " (both sides)");
+  if (o->base_path) fprintf(f, " against %s", o->base_path);
+  else if (o->base_lib) fprintf(f, " (both sides)");
   if (o->spin) fprintf(f, "  FABSOCK_SPIN_US=%s", o->spin);
   for (char **e = environ; *e; e++)
     if (!strncmp(*e, "FABSOCK_", 8) && strncmp(*e, "FABSOCK_LIB=", 12) &&
@@ -337,7 +338,7 @@ int bench_json_compare(const struct bench_opts *o, const struct bench_item *it, 
   jstr(f, o->spin);
   fputs(",\"hooks\":", f);
   jstr(f, o->hooks);
-  fprintf(f, ",\"base\":\"%s\",\"framed\":%s,\"fill\":\"%s\",\"cpus\":", o->base_lib ? "lib" : "plain",
+  fprintf(f, ",\"base\":\"%s\",\"framed\":%s,\"fill\":\"%s\",\"cpus\":", o->base_path ? "path" : o->base_lib ? "lib" : "plain",
           o->framed ? "true" : "false", bench_fill_name(o->fill));
   if (o->cpu_server >= 0) fprintf(f, "[%d,%d]", o->cpu_server, o->cpu_client);
   else fputs("null", f);

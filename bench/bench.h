@@ -54,6 +54,7 @@ struct bench_opts {
   const char *spin;         /* value for FABSOCK_SPIN_US on the preloaded side, or NULL */
   const char *hooks;        /* FABSOCK_HOOKS for side 1 only, or NULL */
   int base_lib;             /* side 0 preloads lib too (without hooks) instead of plain */
+  const char *base_path;    /* --base PATH: side 0 preloads this library instead (old vs new) */
   int cpu_server, cpu_client; /* compare --cpus: pin each child, -1 = anywhere */
   /* output */
   const char *json;         /* file name, "-" for stdout, or NULL */

@@ -2,7 +2,7 @@
  *
  *   fabsock-bench server  [--port P] [--bind ADDR]
  *   fabsock-bench client  HOST[:PORT] [test options] [--json FILE]
- *   fabsock-bench compare [--lib PATH | --no-lib] [--hooks SPEC [--base lib]] [--rounds N]
+ *   fabsock-bench compare [--lib PATH | --no-lib] [--hooks SPEC] [--base lib|PATH] [--rounds N]
  *                         [--busy] [test options]
  *
  * compare forks server/client pairs of this same executable on the local
@@ -27,7 +27,7 @@ static void usage(FILE *f) {
   fprintf(f,
 "usage: fabsock-bench server  [--port P] [--bind ADDR]\n"
 "       fabsock-bench client  HOST[:PORT] [options]       (or --host H --port P)\n"
-"       fabsock-bench compare [--lib PATH | --no-lib] [--hooks SPEC [--base lib]] [options]\n"
+"       fabsock-bench compare [--lib PATH | --no-lib] [--hooks SPEC] [--base lib|PATH] [options]\n"
 "\n"
 "compare runs every test twice on this machine, plain TCP and with\n"
 "LD_PRELOAD=PATH (--lib, else $FABSOCK_LIB%s%s), in alternating rounds,\n"
@@ -50,8 +50,9 @@ static void usage(FILE *f) {
 "  --lib PATH          libfabsock.so to preload\n"
 "  --no-lib            preload nothing (plain vs plain: checks the harness)\n"
 "  --hooks SPEC        the preloaded side runs with FABSOCK_HOOKS=SPEC\n"
-"  --base plain|lib    the other side: plain TCP (default), or the same\n"
-"                      preloaded library without --hooks (hook cost)\n"
+"  --base plain|lib|PATH  the other side: plain TCP (default), the same\n"
+"                      preloaded library without --hooks (hook cost), or\n"
+"                      another build of it (a PATH with a '/': old vs new)\n"
 "  --rounds N          rounds per side, median reported (default 3)\n"
 "  --busy              preloaded side(s): FABSOCK_SPIN_US=busy (busy polling)\n"
 "  --spin US           preloaded side(s): FABSOCK_SPIN_US=US\n"
@@ -231,6 +232,7 @@ int main(int argc, char **argv) {
     case O_BASE:
       if (!strcmp(optarg, "plain")) o.base_lib = 0;
       else if (!strcmp(optarg, "lib")) o.base_lib = 1;
+      else if (strchr(optarg, '/')) o.base_lib = 1, o.base_path = optarg; /* another library */
       else bad = 1;
       break;
     case O_JSON: o.json = optarg; break;
