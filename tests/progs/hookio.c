@@ -28,7 +28,8 @@
  *              it, so the server does not verify it, only counts and CRCs it
  *              (give -M to both ends)
  *   -W FILE@OFF  sender: after the first OFF bytes of its stream, hold at
- *              it_hold(FILE) (the harness checks the fabric, then lets go)
+ *              it_hold(FILE) (the harness checks the fabric, then lets go);
+ *              with -M, both senders hold after OFF/2 bytes each
  *   -E MS      after the first failed call, wait MS ms before closing (so
  *              the peer's view shows what the library did, not our close)
  *   -w FILE    hold the connection at it_hold(FILE) before closing
@@ -46,6 +47,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -325,9 +327,34 @@ struct mt_half {
   uint64_t seed, n, sent;
 };
 
+/* -W with -M: each sender stops after half the hold point; the second to
+ * get there holds at the file while the first waits, then both go on. */
+static pthread_mutex_t mt_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t mt_cond = PTHREAD_COND_INITIALIZER;
+static int mt_arrived;
+static bool mt_released;
+
+static void mt_pause(void)
+{
+  pthread_mutex_lock(&mt_lock);
+  if (++mt_arrived == 2) {
+    pthread_mutex_unlock(&mt_lock);
+    it_hold(pause_file);
+    pthread_mutex_lock(&mt_lock);
+    mt_released = true;
+    pthread_cond_broadcast(&mt_cond);
+  } else {
+    while (!mt_released)
+      pthread_cond_wait(&mt_cond, &mt_lock);
+  }
+  pthread_mutex_unlock(&mt_lock);
+}
+
 static void *mt_sender(void *arg)
 {
   struct mt_half *h = arg;
+  bool held = pause_file == NULL;
+  uint64_t half = pause_off / 2;
   struct it_gen g;
   uint8_t *buf = malloc(MAXIO);
   uint64_t rng = h->seed * 31;
@@ -339,6 +366,12 @@ static void *mt_sender(void *arg)
     size_t n = io_size_r(&rng), off = 0;
     if (n > h->n - h->sent)
       n = (size_t)(h->n - h->sent);
+    if (!held && h->sent >= half) {
+      mt_pause();
+      held = true;
+    }
+    if (!held && n > half - h->sent)
+      n = (size_t)(half - h->sent); /* stop right at the hold point */
     it_gen_fill(&g, buf, n);
     while (off < n) {
       ssize_t w = tx_call(h->fd, k++ % 5, buf + off, n - off); /* no sendfile: it shares a file */
@@ -352,6 +385,8 @@ static void *mt_sender(void *arg)
     }
     h->sent += off;
   }
+  if (!held)
+    mt_pause(); /* failed before the hold point: never leave the other one waiting */
   free(buf);
   return NULL;
 }
