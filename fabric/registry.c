@@ -1,5 +1,6 @@
 /* The registration list: the one place that knows which fabrics this build
- * has.  A new fabric is one folder under fabric/ plus one line here. */
+ * has.  A new fabric is one folder under fabric/ plus one line here (and
+ * the include of its Makefile.include in fabric/Makefile.include). */
 #include <stddef.h>
 
 #include "fabric/fabric.h"
