@@ -61,6 +61,8 @@ struct fs_conn {
   bool peer_revert_done;      /* we answered the peer's rx revert */
   bool reverted;              /* back on TCP for good; the channel is dead */
   bool peer_close_seen;       /* one send after the peer closed was taken */
+  bool peer_dead;             /* the peer's process vanished without closing its end */
+  bool reset_tx, reset_rx;    /* owed ECONNRESET, once each (fs_cutover_peer_died) */
   bool resend_queued;         /* a re-send for the peer's revert is queued */
   int resend_fd;              /* the fd to re-send on */
   uint32_t spin_us;           /* adaptive spin budget */
@@ -75,6 +77,7 @@ struct fs_conn {
   uint64_t tcp_tx, tcp_rx;    /* bytes carried by TCP so far (SWITCH/REVERT) */
   uint64_t fab_tx, fab_rx;    /* bytes carried by the fabric */
   uint64_t crossed_ns;        /* accepting end: when the threshold was crossed */
+  uint64_t alive_ns;          /* the peer half-closed TCP and was alive then (coarse ns) */
   struct fs_stat_conn *stat;  /* may be NULL (stats off) */
   struct fs_hookset *hooks;   /* may be NULL */
   struct fs_chan *chan;       /* atomic pointer; set while on a fabric */

@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "base/real.h"
 #include "engine/agent.h"
@@ -53,6 +54,31 @@ void fs_cutover_tx_eof(struct fs_conn *c, struct fs_chan *ch)
     (void)fs_ring_put_ctl(&ch->tx, FS_REC_EOF, 0);
     c->tx_flow = FS_FLOW_EOF;
   }
+}
+
+#define FS_CUTOVER_ALIVE_NS 20000000ull /* how long "alive" is believed */
+
+bool fs_cutover_peer_died(struct fs_conn *c, struct fs_chan *ch)
+{
+  if (c->peer_dead)
+    return true;
+  if (fs_chan_peer_closed(ch) || fs_ring_eof_queued(&ch->rx))
+    return false;
+  uint64_t now = fs_clock_coarse_ns();
+  if (c->alive_ns && now - c->alive_ns < FS_CUTOVER_ALIVE_NS)
+    return false;
+  if (!ch->ops->peer_gone(ch, (struct sockaddr *)&c->local, (struct sockaddr *)&c->peer)) {
+    c->alive_ns = now ? now : 1;
+    return false;
+  }
+  bool unread = fs_ring_data_queued(&ch->tx);
+  c->peer_dead = true;
+  c->reset_tx = c->reset_rx = unread;
+  __atomic_store_n(&ch->peer->closed, 1, __ATOMIC_RELEASE); /* nobody else will */
+  fs_log(FS_LOG_INFO, "fd %d: the peer's process is gone (%s)", c->fd, unread ? "reset" : "closed");
+  if (c->wake_fd >= 0)
+    fs_chan_efd_write(c->wake_fd); /* our other direction may be waiting */
+  return true;
 }
 
 void fs_cutover_last_close(struct fs_conn *c, struct fs_chan *ch)

@@ -119,6 +119,15 @@ void fs_cutover_tx_eof(struct fs_conn *c, struct fs_chan *ch);
  * with EOF, then marks the end closed.  tx is at EOF here from now on. */
 void fs_cutover_last_close(struct fs_conn *c, struct fs_chan *ch);
 
+/* TCP says the peer's side closed (its FIN) while its end of ch is not
+ * closed: did its process die (SIGKILL) instead?  A peer that closes or
+ * shuts down on the fabric closes its end, or queues EOF, before its FIN;
+ * one that only half-closed TCP is alive, and is asked again at most every
+ * 20 ms.  Dead: its end reads closed from now on, and if it left bytes of
+ * ours unread, the next send and the next receive (after what the ring
+ * holds) fail once with ECONNRESET, as the kernel's reset would make them. */
+bool fs_cutover_peer_died(struct fs_conn *c, struct fs_chan *ch);
+
 /* Answer a pending peer revert request (see fs_sock_downgrade): queue the
  * re-send of our unread ring bytes on the agent (fs_cutover_resend_job). */
 void fs_cutover_service(struct fs_conn *c, int fd);

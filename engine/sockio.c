@@ -228,6 +228,11 @@ static ssize_t fs_sockio_fabric_send(struct fs_conn *c, int fd, struct fs_chan *
     if (fs_chan_peer_closed(ch)) {
       if (sent)
         break;
+      if (c->reset_tx) { /* the peer died with our bytes unread: its reset */
+        c->reset_tx = false;
+        c->peer_close_seen = true;
+        return -ECONNRESET;
+      }
       /* TCP takes the first send after the peer closed (the reset comes
        * back later) and fails the next: so do we, discarding the bytes. */
       if (!c->peer_close_seen) {
@@ -270,6 +275,10 @@ static ssize_t fs_sockio_fabric_send(struct fs_conn *c, int fd, struct fs_chan *
       fs_sockio_sigpipe(flags);
       return err ? -err : -EPIPE;
     }
+    /* The peer's FIN, its end still open and our ring full: a killed peer
+     * sends no reset for bytes it left in a ring (the loop's top says it). */
+    if ((p.revents & POLLRDHUP) && fs_cutover_peer_died(c, ch))
+      continue;
     int rc = fs_wait_sleep(c, fd, true, need, &budget);
     if (rc < 0) {
       if (sent)
@@ -411,6 +420,10 @@ static ssize_t fs_sockio_rx_step(struct fs_conn *c, int fd, struct fs_io *io, si
       return -ECONNRESET;
     }
     if (fs_chan_peer_closed(ch)) {
+      if (c->reset_rx && !peek) { /* the peer died with our bytes unread: its reset */
+        c->reset_rx = false;
+        return -ECONNRESET;
+      }
       fs_log(FS_LOG_DEBUG, "fd %d: peer closed, ring empty (tcp_rx %llu fab_rx %llu)", fd,
              (unsigned long long)c->tcp_rx, (unsigned long long)c->fab_rx);
       return 0; /* closed with its tx on TCP or after EOF was consumed */
@@ -491,6 +504,8 @@ static ssize_t fs_sockio_fabric_recv(struct fs_conn *c, int fd, struct fs_io *io
           break;
         if (fs_chan_rx_ready(ch))
           continue; /* the EOF record beat the TCP close */
+        if (lv == 0 && fs_cutover_peer_died(c, ch))
+          continue; /* it died: reset or EOF, as its kernel would have said */
         fs_log(FS_LOG_DEBUG, "fd %d: tcp says %zd with the ring empty: peer gone", fd, lv);
         return lv;
       }
@@ -613,6 +628,12 @@ short fs_sockio_ready(struct fs_conn *c, struct fs_chan *ch, short want, short k
   }
   short dead = kernel & (POLLHUP | POLLERR);
   bool closed = fs_chan_peer_closed(ch);
+  /* The peer's FIN with its end open and our ring full: a poll-driven
+   * sender waits for nothing else, so ask whether the peer died. */
+  if (!closed && (kernel & POLLRDHUP) && c->tx_flow == FS_FLOW_FABRIC && fs_ring_space(&ch->tx) == 0)
+    closed = fs_cutover_peer_died(c, ch);
+  if (c->peer_dead) /* as after the kernel's reset: both ways down */
+    dead |= POLLHUP | (c->reset_tx || c->reset_rx ? POLLERR : 0);
   switch (c->rx_flow) {
   case FS_FLOW_TCP:
     r |= kernel & (POLLIN | POLLRDNORM | POLLRDHUP | POLLPRI);

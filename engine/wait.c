@@ -97,7 +97,10 @@ int fs_wait_sleep(struct fs_conn *c, int fd, bool tx, size_t need, int *budget_m
     if (wfd >= 0)
       fs_wait_pass_wake(c, ch, tx);
   }
-  struct pollfd p[3] = { { c->wake_fd, POLLIN, 0 }, { fd, (short)(tx ? POLLRDHUP : (POLLIN | POLLRDHUP)), 0 },
+  /* A sender watches for the peer's FIN (its death, fs_cutover_peer_died),
+   * unless the peer half-closed alive: then only HUP/ERR, or it would spin. */
+  short tcp_ev = tx ? (c->alive_ns ? 0 : POLLRDHUP) : (POLLIN | POLLRDHUP);
+  struct pollfd p[3] = { { c->wake_fd, POLLIN, 0 }, { fd, tcp_ev, 0 },
                          { wfd, POLLIN, 0 } };
   int nfds = (c->wake_fd >= 0 ? 2 : 1) + (wfd >= 0);
   struct pollfd *pp = c->wake_fd >= 0 ? p : &p[1];

@@ -22,6 +22,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "fabric/ring.h"
 
@@ -69,6 +70,11 @@ struct fs_chan_ops {
   void (*forget)(struct fs_chan *ch);
   /* Process exit: true while writes may still be on their way (call again). */
   bool (*lingering)(struct fs_chan *ch);
+  /* The peer's TCP socket (local/peer: our connection's addresses) closed
+   * without its end of the channel: is no process holding that end any
+   * more (it was killed)?  Asked only then; may cost a system call.  A
+   * fabric that learns of it by itself (rdma's disconnect) says no. */
+  bool (*peer_gone)(struct fs_chan *ch, const struct sockaddr *local, const struct sockaddr *peer);
 };
 
 struct fs_chan {

@@ -233,20 +233,31 @@ size_t fs_ring_readable(const struct fs_ring *r)
   }
 }
 
-bool fs_ring_eof_queued(const struct fs_ring *r)
+/* The type of the first record from the head that is not in skip (a
+ * mask of 1 << type), within FS_RING_EOF_SCAN records; -1 if none. */
+static int fs_ring_first(const struct fs_ring *r, unsigned skip)
 {
   uint64_t head = __atomic_load_n(&r->ctl->head, __ATOMIC_RELAXED);
   uint64_t tail = fs_ring_load(&r->ctl->tail);
   for (int i = 0; i < FS_RING_EOF_SCAN; i++) {
     uint32_t hdr[2];
     if (fs_ring_hdr(r, head, tail, hdr) <= 0)
-      return false;
+      return -1;
     uint32_t type = hdr[0] & 0xff;
-    if (type == FS_REC_EOF)
-      return true;
-    if (type != FS_REC_DATA)
-      return false; /* the stream goes on elsewhere (SWITCH, REVERT) */
+    if (!(skip & (1u << type)))
+      return (int)type;
     head += FS_RING_HDR + FS_ALIGN8((uint64_t)(hdr[0] >> 8) + hdr[1]);
   }
-  return false;
+  return -1;
+}
+
+bool fs_ring_eof_queued(const struct fs_ring *r)
+{
+  /* past data only: after a SWITCH or REVERT the stream goes on elsewhere */
+  return fs_ring_first(r, 1u << FS_REC_DATA) == FS_REC_EOF;
+}
+
+bool fs_ring_data_queued(const struct fs_ring *r)
+{
+  return fs_ring_first(r, 1u << FS_REC_SWITCH | 1u << FS_REC_REVERT) == FS_REC_DATA;
 }

@@ -111,6 +111,9 @@ size_t fs_ring_readable(const struct fs_ring *r);
 #define FS_RING_EOF_SCAN 64
 bool fs_ring_eof_queued(const struct fs_ring *r);
 
+/* Does r hold DATA not consumed yet (past any SWITCH/REVERT at its head)? */
+bool fs_ring_data_queued(const struct fs_ring *r);
+
 /* Consumer, while waiting: load the record header at head along with tail.
  * The producer writes both; loading both in one iteration fetches both
  * cache lines at once, instead of the data only after tail said so. */

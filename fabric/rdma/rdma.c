@@ -540,6 +540,12 @@ static bool fs_rdma_lingering_ch(struct fs_chan *ch)
   return fs_rdma_lingering(fs_rdma_of(ch));
 }
 
+static bool fs_rdma_peer_vanished(struct fs_chan *ch, const struct sockaddr *local, const struct sockaddr *peer)
+{
+  (void)ch, (void)local, (void)peer;
+  return false; /* a dead peer's queue pair disconnects: fs_rdma_peer_gone marks it closed */
+}
+
 static const struct fs_chan_ops fs_rdma_ops = {
   .name = "rdma",
   .fabric = FS_FABRIC_RDMA,
@@ -554,6 +560,7 @@ static const struct fs_chan_ops fs_rdma_ops = {
   .fork_shares = fs_chan_no,        /* a queue pair is the parent's alone: TCP first */
   .forget = fs_rdma_forget,
   .lingering = fs_rdma_lingering_ch,
+  .peer_gone = fs_rdma_peer_vanished,
 };
 
 /* ---- life cycle --------------------------------------------------------- */

@@ -172,7 +172,7 @@ static void fs_rdv_reply(int ufd, uint32_t status, int efd)
 #include <linux/sock_diag.h>
 #include <netinet/in.h>
 
-int fs_rdv_diag(const struct sockaddr *local, const struct sockaddr *peer, uint32_t *uid)
+int fs_rdv_diag(const struct sockaddr *local, const struct sockaddr *peer, uint32_t *uid, uint32_t *inode)
 {
   struct sockaddr_storage tl, tp;
   local = fs_addr_unmap(local, &tl);
@@ -231,6 +231,8 @@ int fs_rdv_diag(const struct sockaddr *local, const struct sockaddr *peer, uint3
     if (h->nlmsg_type == SOCK_DIAG_BY_FAMILY && h->nlmsg_len >= NLMSG_LENGTH(sizeof(struct inet_diag_msg))) {
       struct inet_diag_msg *m = NLMSG_DATA(h);
       *uid = m->idiag_uid;
+      if (inode)
+        *inode = m->idiag_inode;
       rc = 0;
       break;
     }
@@ -437,7 +439,7 @@ static int fs_rdv_connect(struct fs_link *c)
   uint32_t uid;
   int reason = 0, ufd = -1, memfd = -1, dupfd = -1;
   struct fs_chan *ch = NULL;
-  int rc = fs_rdv_diag((struct sockaddr *)&c->peer, (struct sockaddr *)&c->local, &uid);
+  int rc = fs_rdv_diag((struct sockaddr *)&c->peer, (struct sockaddr *)&c->local, &uid, NULL);
   if (rc == -ENOENT)
     return FS_FABRIC_PASS(FS_REASON_REMOTE_HOST); /* another host */
   if (rc < 0)

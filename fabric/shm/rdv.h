@@ -70,8 +70,9 @@ extern const struct fs_fabric_ops fs_shm_fabric;
 int fs_rdv_name(char *buf, size_t len, const struct sockaddr *sa, bool wild);
 
 /* Look up the local socket whose local address is `local` and peer `peer`
- * (NETLINK_SOCK_DIAG exact match).  0 and *uid on success, -ENOENT if none. */
-int fs_rdv_diag(const struct sockaddr *local, const struct sockaddr *peer, uint32_t *uid);
+ * (NETLINK_SOCK_DIAG exact match).  0 and *uid (and *inode, if not NULL: 0
+ * when no process holds the socket any more) on success, -ENOENT if none. */
+int fs_rdv_diag(const struct sockaddr *local, const struct sockaddr *peer, uint32_t *uid, uint32_t *inode);
 
 /* Check a received request; 0 or a reason (enum fs_reason). Pure. */
 int fs_rdv_check_req(const struct fs_rdv_req *r, size_t len, int nfds);

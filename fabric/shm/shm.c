@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "base/fdreg.h"
+#include "fabric/shm/rdv.h"
 #include "fabric/shm/shm.h"
 #include "policy/policy.h"
 #include "base/real.h"
@@ -42,6 +43,16 @@ static void fs_shm_wake_peer(struct fs_chan *ch)
   fs_chan_efd_write(fs_shm_of(ch)->peer_efd);
 }
 
+/* Same host: the kernel knows whether any process still holds the peer's
+ * socket (sock_diag: an orphan has inode 0, a gone one is not found). */
+static bool fs_shm_peer_gone(struct fs_chan *ch, const struct sockaddr *local, const struct sockaddr *peer)
+{
+  (void)ch;
+  uint32_t uid, inode = 1;
+  int rc = fs_rdv_diag(peer, local, &uid, &inode);
+  return rc == -ENOENT || (rc == 0 && inode == 0);
+}
+
 static const struct fs_chan_ops fs_shm_ops = {
   .name = "shm",
   .fabric = FS_FABRIC_SHM,
@@ -56,6 +67,7 @@ static const struct fs_chan_ops fs_shm_ops = {
   .fork_shares = fs_chan_yes,       /* the child maps the same memory */
   .forget = fs_chan_nop,
   .lingering = fs_chan_no,          /* stores land at once */
+  .peer_gone = fs_shm_peer_gone,
 };
 
 static bool fs_shm_pow2(uint32_t v)

@@ -1,13 +1,16 @@
 /* killpeer: the peer dies (SIGKILL) in the middle of a transfer.
  *
  *   killpeer -l sink|source [-P portfile] [-I pidfile]   (server, one connection)
- *   killpeer -c send|recv -p port [-R readyfile] [-T seconds]
+ *   killpeer -c send|psend|recv -p port [-R readyfile] [-H holdfile] [-T seconds]
  *
  * Servers: `sink` accepts and never reads (its receive queue fills);
  * `source` accepts and writes forever.  The harness kills the server with
  * SIGKILL once the client has written the ready file.
  * Clients: `send` writes 64 KiB chunks (MSG_NOSIGNAL) until an error;
- * `recv` reads until EOF or an error.  The client prints one line
+ * `psend` does the same non-blocking, waiting in poll() for POLLOUT (an
+ * event loop's way); `recv` reads until EOF or an error.  -H: hold at
+ * it_hold(holdfile) after connect, before the first byte (the harness lets
+ * go once the connection is on a fabric: every byte then goes there).  The client prints one line
  *     outcome: CLASS (DETAIL)
  * CLASS is "eof" (clean end of stream), "reset" (ECONNRESET or EPIPE),
  * "error" (anything else) or "hang" (no outcome within -T seconds, default
@@ -15,7 +18,10 @@
 #include "tests/progs/common.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,9 +56,10 @@ int main(int argc, char **argv)
 {
   int opt, port = 0, limit = 20;
   const char *server = NULL, *client = NULL, *portfile = NULL, *pidfile = NULL, *readyfile = NULL;
+  const char *holdfile = NULL;
   static char buf[65536];
   it_prog = "killpeer";
-  while ((opt = getopt(argc, argv, "l:c:p:P:I:R:T:")) != -1) {
+  while ((opt = getopt(argc, argv, "l:c:p:P:I:R:H:T:")) != -1) {
     switch (opt) {
     case 'l': server = optarg; break;
     case 'c': client = optarg; break;
@@ -60,8 +67,10 @@ int main(int argc, char **argv)
     case 'P': portfile = optarg; break;
     case 'I': pidfile = optarg; break;
     case 'R': readyfile = optarg; break;
+    case 'H': holdfile = optarg; break;
     case 'T': limit = atoi(optarg); break;
-    default: it_die(2, "usage: killpeer -l sink|source [-P portfile] [-I pidfile] | -c send|recv -p port [-R file] [-T s]");
+    default:
+      it_die(2, "usage: killpeer -l sink|source [-P portfile] [-I pidfile] | -c send|psend|recv -p port [-R file] [-H file] [-T s]");
     }
   }
   signal(SIGPIPE, SIG_IGN);
@@ -95,19 +104,29 @@ int main(int argc, char **argv)
   int fd = it_connect(0, NULL, port);
   if (fd < 0)
     it_die(2, "connect:");
+  if (holdfile)
+    it_hold(holdfile);
   signal(SIGALRM, on_alarm);
   alarm((unsigned)limit);
   uint64_t total = 0;
   int ready = 0;
-  if (strcmp(client, "send") == 0) {
+  bool poll_driven = strcmp(client, "psend") == 0;
+  if (poll_driven && fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) < 0)
+    it_die(2, "fcntl:");
+  if (poll_driven || strcmp(client, "send") == 0) {
     for (;;) {
       ssize_t w = send(fd, buf, sizeof buf, MSG_NOSIGNAL);
-      if (w < 0 && errno == EINTR)
+      if (w < 0 && (errno == EINTR || (poll_driven && errno == EAGAIN))) {
+        struct pollfd p = { fd, POLLOUT, 0 };
+        if (errno == EAGAIN && poll(&p, 1, -1) < 0 && errno != EINTR)
+          return report("poll", -1, errno, total);
         continue;
+      }
       if (w < 0)
         return report("send", -1, errno, total);
       total += (uint64_t)w;
-      if (!ready && total >= 256 * 1024 && readyfile) {
+      /* Under a fabric ring's size (256 KiB): all may be in the ring. */
+      if (!ready && total >= 128 * 1024 && readyfile) {
         it_write_file(readyfile, "ready\n");
         ready = 1;
       }

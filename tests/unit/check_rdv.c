@@ -215,11 +215,18 @@ START_TEST(t_diag)
   getpeername(cfd, (struct sockaddr *)&p, &pl);
   uint32_t uid = 12345;
   /* the server end: local = client's peer, peer = client's local */
-  ck_assert_int_eq(fs_rdv_diag((struct sockaddr *)&p, (struct sockaddr *)&l, &uid), 0);
+  uint32_t inode = 0;
+  ck_assert_int_eq(fs_rdv_diag((struct sockaddr *)&p, (struct sockaddr *)&l, &uid, &inode), 0);
   ck_assert_uint_eq(uid, geteuid());
+  ck_assert_uint_ne(inode, 0); /* held by this process */
   struct sockaddr_in nowhere = { .sin_family = AF_INET, .sin_port = htons(9) };
   inet_pton(AF_INET, "192.0.2.1", &nowhere.sin_addr);
-  ck_assert_int_eq(fs_rdv_diag((struct sockaddr *)&nowhere, (struct sockaddr *)&l, &uid), -ENOENT);
+  ck_assert_int_eq(fs_rdv_diag((struct sockaddr *)&nowhere, (struct sockaddr *)&l, &uid, NULL), -ENOENT);
+  /* The server end closed (no process holds it: an orphan in FIN_WAIT, or
+   * gone): what the shm fabric's peer_gone takes for a dead peer. */
+  FS_REAL(close)(sfd);
+  int rc = fs_rdv_diag((struct sockaddr *)&p, (struct sockaddr *)&l, &uid, &inode);
+  ck_assert(rc == -ENOENT || (rc == 0 && inode == 0));
 }
 END_TEST
 

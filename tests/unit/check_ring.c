@@ -105,8 +105,11 @@ END_TEST
 
 START_TEST(t_control_records)
 {
+  ck_assert(!fs_ring_data_queued(&r));
   ck_assert_int_eq(fs_ring_put_ctl(&r, FS_REC_SWITCH, 12345), 0);
+  ck_assert(!fs_ring_data_queued(&r)); /* a SWITCH alone is no unread data */
   put("x", 1);
+  ck_assert(fs_ring_data_queued(&r)); /* past the SWITCH at the head */
   ck_assert_int_eq(fs_ring_put_ctl(&r, FS_REC_EOF, 0), 0);
   uint32_t t, l;
   uint64_t v;
@@ -118,6 +121,7 @@ START_TEST(t_control_records)
   fs_ring_pop(&r);
   ck_assert_uint_eq(fs_ring_readable(&r), 1);
   ck_assert_int_eq(get(b, 4, false), 1);
+  ck_assert(!fs_ring_data_queued(&r)); /* only the EOF is left */
   ck_assert_int_eq(fs_ring_peek(&r, &t, &l, &v), 1);
   ck_assert_uint_eq(t, FS_REC_EOF);
 }
