@@ -1,6 +1,6 @@
 /* Socket address helpers: IPv4 and IPv4-mapped IPv6 compare equal. */
-#ifndef FS_CORE_ADDR_H
-#define FS_CORE_ADDR_H
+#ifndef FS_BASE_ADDR_H
+#define FS_BASE_ADDR_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,6 +1,6 @@
 /* Monotonic time for spin budgets, sleeps and deadlines (vDSO, no syscall). */
-#ifndef FS_CORE_CLOCK_H
-#define FS_CORE_CLOCK_H
+#ifndef FS_BASE_CLOCK_H
+#define FS_BASE_CLOCK_H
 
 #include <stdbool.h>
 #include <stdint.h>

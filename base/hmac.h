@@ -3,8 +3,8 @@
  * a key file into a key (policy/).  Small and dependency-free: libfabsock
  * lives in other people's processes and must not pull a crypto library into
  * them.  Pure functions, any thread. */
-#ifndef FS_CORE_HMAC_H
-#define FS_CORE_HMAC_H
+#ifndef FS_BASE_HMAC_H
+#define FS_BASE_HMAC_H
 
 #include <stdbool.h>
 #include <stddef.h>

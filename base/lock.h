@@ -12,8 +12,8 @@
  * Are Tricky", mutex 3).  Process-private: connection objects are copied,
  * not shared, by fork; whoever copies one re-initialises its locks (a
  * holder's thread does not exist in the child).  errno is left alone. */
-#ifndef FS_CORE_LOCK_H
-#define FS_CORE_LOCK_H
+#ifndef FS_BASE_LOCK_H
+#define FS_BASE_LOCK_H
 
 #include <stdbool.h>
 #include <stdint.h>

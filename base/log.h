@@ -1,8 +1,8 @@
 /* Diagnostics to stderr (or syslog), never to stdout, never touching errno.
  *
  * FABSOCK_LOG=error|warn|info|debug[,syslog]; default warn. */
-#ifndef FS_CORE_LOG_H
-#define FS_CORE_LOG_H
+#ifndef FS_BASE_LOG_H
+#define FS_BASE_LOG_H
 
 enum fs_log_level { FS_LOG_OFF = 0, FS_LOG_ERROR, FS_LOG_WARN, FS_LOG_INFO, FS_LOG_DEBUG };
 

@@ -1,13 +1,14 @@
 /* Real libc entry points, resolved lazily and once from one list.
  *
- * Every interposed name has an entry here; core/ reaches libc only through
- * FS_REAL(name) so it never re-enters our own wrappers.  Resolution is per
+ * Every interposed name has an entry here; every layer below preload/
+ * reaches libc only through FS_REAL(name), so it never re-enters our own
+ * wrappers.  Resolution is per
  * symbol and lock-free (an atomic pointer store; a race resolves twice to the
  * same value), so any call may be the first: from a constructor of another
  * library, from a thread, or on an inherited fd.  A symbol libc does not have
  * resolves to a stub that fails with ENOSYS (logged once). */
-#ifndef FS_PRELOAD_REAL_H
-#define FS_PRELOAD_REAL_H
+#ifndef FS_BASE_REAL_H
+#define FS_BASE_REAL_H
 
 #include <poll.h>
 #include <signal.h>

@@ -1,7 +1,7 @@
 /* Why a connection is not (or no longer) on a fabric.  Shown by `fabsock stat`;
  * the numeric values are part of the stat file format (base/stat.h): append only. */
-#ifndef FS_CORE_REASON_H
-#define FS_CORE_REASON_H
+#ifndef FS_BASE_REASON_H
+#define FS_BASE_REASON_H
 
 #define FS_REASONS(X) \
   X(NONE,        "none")            /* on a fabric, or nothing to report */ \

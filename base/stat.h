@@ -13,8 +13,8 @@
  * atomics by the data path and may be read torn-free (64-bit aligned).
  * After fork the child copies the mapping into its own file and maps it at the
  * same address, so slot pointers held by connections stay valid. */
-#ifndef FS_CORE_STAT_H
-#define FS_CORE_STAT_H
+#ifndef FS_BASE_STAT_H
+#define FS_BASE_STAT_H
 
 #include <stdint.h>
 #include <sys/types.h>

@@ -27,7 +27,7 @@
  * (The caller has settled what the fabric still held.) */
 void fs_cutover_tcp_for_good(struct fs_conn *c, int reason);
 
-/* fs_sockio_chan, taking in the peer's news first only with progress: other
+/* fs_cutover_chan, taking in the peer's news first only with progress: other
  * callers act on what is already known here (a completion poll on rdma
  * costs about as much as the rest of a small send or receive).  A receive
  * takes news in once, where it looks at the ring (fs_sockio_rx_step), a

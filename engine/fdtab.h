@@ -7,8 +7,8 @@
  * lock: connection memory is type-stable (engine/conn.c never returns it to the
  * system), so a reader that raced with the last put sees refs == 0 and fails
  * its try-get, and the slot is re-read after the get to catch reuse. */
-#ifndef FS_PRELOAD_FDTAB_H
-#define FS_PRELOAD_FDTAB_H
+#ifndef FS_ENGINE_FDTAB_H
+#define FS_ENGINE_FDTAB_H
 
 #include <stdbool.h>
 #include <stddef.h>

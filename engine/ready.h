@@ -4,8 +4,8 @@
  * room.  The kernel is asked about everything else, in one call, with each
  * fabric connection's wake eventfd added so that the one kernel call sleeps
  * for both. */
-#ifndef FS_CORE_READY_H
-#define FS_CORE_READY_H
+#ifndef FS_ENGINE_READY_H
+#define FS_ENGINE_READY_H
 
 #include <poll.h>
 #include <signal.h>

@@ -141,7 +141,7 @@ static inline bool fs_chan_peer_closed(const struct fs_chan *ch)
 }
 
 /* The peer stopped reading its ring (exec, SCM_RIGHTS): what it did not
- * read must go again on TCP before anything new (fs_sockio_service). */
+ * read must go again on TCP before anything new (fs_cutover_service). */
 static inline bool fs_chan_peer_reverted(const struct fs_chan *ch)
 {
   return __atomic_load_n(&ch->peer->rx_revert, __ATOMIC_ACQUIRE) != 0;

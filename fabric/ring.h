@@ -32,8 +32,8 @@
  *
  * A consumer never trusts the producer: every length is checked against what
  * is published, and a bad record makes the ring "corrupt" (-EPROTO). */
-#ifndef FS_CORE_RING_H
-#define FS_CORE_RING_H
+#ifndef FS_FABRIC_RING_H
+#define FS_FABRIC_RING_H
 
 #include <stdbool.h>
 #include <stddef.h>

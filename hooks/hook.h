@@ -12,8 +12,8 @@
  *
  * Threads: one thread at a time per direction; fs_hook_send and fs_hook_recv
  * may run concurrently.  fs_hook_close must not race either. */
-#ifndef FS_CORE_HOOK_H
-#define FS_CORE_HOOK_H
+#ifndef FS_HOOKS_HOOK_H
+#define FS_HOOKS_HOOK_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -24,8 +24,8 @@
  *    next one; a walk from there drops back to that loop as soon as every
  *    live prefix started elsewhere.  The matches found, their order and the
  *    states reported are exactly those of the plain walk. */
-#ifndef FS_CORE_HOOK_AC_H
-#define FS_CORE_HOOK_AC_H
+#ifndef FS_HOOKS_HOOK_AC_H
+#define FS_HOOKS_HOOK_AC_H
 
 #include <stddef.h>
 #include <stdint.h>

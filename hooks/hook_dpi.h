@@ -24,8 +24,8 @@
  * using the same file; it is rebuilt for new connections when the file's
  * identity (device, inode, size, mtime) changes.  Matching carries state
  * across chunks, so a pattern split over two send/recv calls is found. */
-#ifndef FS_CORE_HOOK_DPI_H
-#define FS_CORE_HOOK_DPI_H
+#ifndef FS_HOOKS_HOOK_DPI_H
+#define FS_HOOKS_HOOK_DPI_H
 
 #include <stddef.h>
 #include <stdint.h>

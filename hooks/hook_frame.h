@@ -28,8 +28,8 @@
  * A message is counted when its last byte was seen (an empty line or a frame
  * with length 0 counts).  Cost: O(1) per frame plus memchr for lines, not per
  * byte. */
-#ifndef FS_CORE_HOOK_FRAME_H
-#define FS_CORE_HOOK_FRAME_H
+#ifndef FS_HOOKS_HOOK_FRAME_H
+#define FS_HOOKS_HOOK_FRAME_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,8 +1,8 @@
 /* Hook spec text: splitting FABSOCK_HOOKS into items, KEY=VAL iteration, and
  * the small helpers the built-in hooks share (numbers, error text, log-once).
  * The syntax is in hooks/hook.h and docs/hooks.md. */
-#ifndef FS_CORE_HOOK_SPEC_H
-#define FS_CORE_HOOK_SPEC_H
+#ifndef FS_HOOKS_HOOK_SPEC_H
+#define FS_HOOKS_HOOK_SPEC_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -2,8 +2,8 @@
  * Node 0 is the root; a node's children are a linked list (first, next) and
  * are found by byte through a hash; pat[node] is the first pattern ending
  * there.  Build-time only: the automaton copies what it needs. */
-#ifndef FS_CORE_HOOK_TRIE_H
-#define FS_CORE_HOOK_TRIE_H
+#ifndef FS_HOOKS_HOOK_TRIE_H
+#define FS_HOOKS_HOOK_TRIE_H
 
 #include <stddef.h>
 #include <stdint.h>

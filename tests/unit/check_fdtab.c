@@ -1,4 +1,4 @@
-/* Unit tests for preload/fdtab and core/conn: lookup, dup sharing,
+/* Unit tests for engine/fdtab and engine/conn: lookup, dup sharing,
  * replacement of stale entries, and lock-free readers racing closers. */
 #include <check.h>
 #include <errno.h>

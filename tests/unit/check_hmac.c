@@ -1,4 +1,4 @@
-/* Unit tests for core/hmac: the FIPS 180-4 SHA-256 vectors, the RFC 4231
+/* Unit tests for base/hmac: the FIPS 180-4 SHA-256 vectors, the RFC 4231
  * HMAC-SHA-256 vectors (short, long and over-block-size keys), updates in
  * pieces of every size, and the constant-time comparison. */
 #include <check.h>

@@ -1,4 +1,4 @@
-/* Unit tests for core/lock: exclusion under contention (threads that sleep
+/* Unit tests for base/lock: exclusion under contention (threads that sleep
  * on the futex), try-lock, and errno left alone on the slow paths. */
 #include <check.h>
 #include <errno.h>

@@ -1,4 +1,4 @@
-/* Unit tests for core/rdv: names, request validation, sock_diag lookups,
+/* Unit tests for fabric/shm/rdv: names, request validation, sock_diag lookups,
  * and a live rendezvous listener fed hostile requests: every one is refused
  * with a reply, and the real connection stays on TCP, unharmed. */
 #include <arpa/inet.h>

@@ -1,4 +1,4 @@
-/* Unit tests for core/ring: record framing, wrap-around, partial reads,
+/* Unit tests for fabric/ring: record framing, wrap-around, partial reads,
  * peek, control records, and a hostile producer. */
 #include <check.h>
 #include <errno.h>
