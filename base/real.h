@@ -10,6 +10,7 @@
 #ifndef FS_BASE_REAL_H
 #define FS_BASE_REAL_H
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -51,6 +52,9 @@
   X(ssize_t, sendmsg, -1, (int fd, const struct msghdr *m, int f), (fd, m, f)) \
   X(int, sendmmsg, -1, (int fd, struct mmsghdr *m, unsigned n, int f), (fd, m, n, f)) \
   X(ssize_t, sendfile, -1, (int o, int i, off_t *off, size_t n), (o, i, off, n)) \
+  X(ssize_t, splice, -1, (int i, loff_t *oi, int o, loff_t *oo, size_t n, unsigned f), (i, oi, o, oo, n, f)) \
+  X(ssize_t, tee, -1, (int i, int o, size_t n, unsigned f), (i, o, n, f)) \
+  X(ssize_t, copy_file_range, -1, (int i, loff_t *oi, int o, loff_t *oo, size_t n, unsigned f), (i, oi, o, oo, n, f)) \
   X(int, poll, -1, (struct pollfd *p, nfds_t n, int t), (p, n, t)) \
   X(int, ppoll, -1, (struct pollfd *p, nfds_t n, const struct timespec *t, const sigset_t *s), (p, n, t, s)) \
   X(int, select, -1, (int n, fd_set *r, fd_set *w, fd_set *e, struct timeval *t), (n, r, w, e, t)) \

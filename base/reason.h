@@ -26,7 +26,8 @@
   X(HOOK,        "hook")            /* a hook closed the connection */ \
   X(ERROR,       "error")           /* an unexpected internal error (logged) */ \
   X(INHERITED,   "inherited")       /* fd inherited from exec: plain TCP */ \
-  X(AUTH,        "auth")            /* rdma_key: the peer did not prove the same key */
+  X(AUTH,        "auth")            /* rdma_key: the peer did not prove the same key */ \
+  X(KERNEL_IO,   "kernel-io")       /* splice, tee or copy_file_range hand the socket to the kernel */
 
 enum fs_reason {
 #define FS_REASON_X_ENUM(id, str) FS_REASON_##id,

@@ -589,6 +589,13 @@ void fs_sock_scm_rights(const struct msghdr *msg)
   }
 }
 
+void fs_sock_to_kernel(struct fs_conn *c, int fd)
+{
+  if (c->no_upgrade && !fs_cutover_chan(c))
+    return; /* on TCP for good already: nothing to do, keep its reason */
+  fs_sock_downgrade(c, fd, FS_REASON_KERNEL_IO);
+}
+
 void fs_sock_set_nonblock(struct fs_conn *c, bool on)
 {
   c->nonblock = on;

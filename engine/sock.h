@@ -59,6 +59,11 @@ void fs_sock_before_fork(void);
 void fs_sock_after_fork(pid_t pid);
 void fs_sock_before_exec(void);
 
+/* fd is about to be used by a call the kernel serves on its own (splice,
+ * tee, copy_file_range): its bytes must be in the kernel socket, so the
+ * connection goes back to TCP, byte-exact, and stays there (kernel-io). */
+void fs_sock_to_kernel(struct fs_conn *c, int fd);
+
 /* sendmsg() on any socket carrying SCM_RIGHTS: downgrade tracked fds in it. */
 void fs_sock_scm_rights(const struct msghdr *msg);
 

@@ -1,5 +1,7 @@
-/* Exported data-path names: read/write/recv/send families, sendfile and the
- * _FORTIFY_SOURCE variants.  An untracked fd costs one load. */
+/* Exported data-path names: read/write/recv/send families, sendfile,
+ * splice/tee/copy_file_range and the _FORTIFY_SOURCE variants.  An
+ * untracked fd costs one load. */
+#include <fcntl.h>
 #include <string.h>
 #include <sys/sendfile.h>
 #include <unistd.h>
@@ -221,6 +223,40 @@ FS_EXPORT ssize_t sendfile(int out, int in, off_t *off, size_t n)
 }
 
 FS_EXPORT ssize_t sendfile64(int out, int in, off_t *off, size_t n) __attribute__((alias("sendfile")));
+
+/* Calls the kernel serves on its own, with a socket at either end: the
+ * kernel socket must hold the connection's bytes, so a tracked connection
+ * goes back to TCP first (on a fabric they would sit in its ring, and the
+ * call would wait for them forever). */
+static void fs_io_to_kernel(int fd)
+{
+  struct fs_conn *c = fs_fdtab_get(fd);
+  if (c) {
+    fs_sock_to_kernel(c, fd);
+    fs_conn_put(c);
+  }
+}
+
+FS_EXPORT ssize_t splice(int in, loff_t *off_in, int out, loff_t *off_out, size_t n, unsigned flags)
+{
+  fs_io_to_kernel(in);
+  fs_io_to_kernel(out);
+  return FS_REAL(splice)(in, off_in, out, off_out, n, flags);
+}
+
+FS_EXPORT ssize_t tee(int in, int out, size_t n, unsigned flags)
+{
+  fs_io_to_kernel(in);
+  fs_io_to_kernel(out);
+  return FS_REAL(tee)(in, out, n, flags);
+}
+
+FS_EXPORT ssize_t copy_file_range(int in, loff_t *off_in, int out, loff_t *off_out, size_t n, unsigned flags)
+{
+  fs_io_to_kernel(in);
+  fs_io_to_kernel(out);
+  return FS_REAL(copy_file_range)(in, off_in, out, off_out, n, flags);
+}
 
 /* _FORTIFY_SOURCE entry points: fail like glibc's own (__chk_fail) when the
  * buffer is too small, else take our path. */
