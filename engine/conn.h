@@ -63,6 +63,7 @@ struct fs_conn {
   bool peer_close_seen;       /* one send after the peer closed was taken */
   bool peer_dead;             /* the peer's process vanished without closing its end */
   bool reset_tx, reset_rx;    /* owed ECONNRESET, once each (fs_cutover_peer_died) */
+  bool linger_abort;          /* SO_LINGER {1, 0}: close() resets */
   bool resend_queued;         /* a re-send for the peer's revert is queued */
   int resend_fd;              /* the fd to re-send on */
   uint32_t spin_us;           /* adaptive spin budget */

@@ -81,10 +81,20 @@ bool fs_cutover_peer_died(struct fs_conn *c, struct fs_chan *ch)
   return true;
 }
 
-void fs_cutover_last_close(struct fs_conn *c, struct fs_chan *ch)
+void fs_cutover_last_close(struct fs_conn *c, struct fs_chan *ch, int abort_fd)
 {
   if (fs_chan_unref(ch)) {
-    fs_cutover_tx_eof(c, ch);
+    if (abort_fd >= 0) {
+      /* An abort: no EOF; the kernel resets the connection now (as the
+       * close with SO_LINGER {1, 0} would, a moment later), so the peer
+       * finds the reset on TCP when it finds our end closed. */
+      struct sockaddr sa = { .sa_family = AF_UNSPEC };
+      int saved = errno;
+      FS_REAL(connect)(abort_fd, &sa, sizeof sa);
+      errno = saved;
+    } else {
+      fs_cutover_tx_eof(c, ch);
+    }
     fs_chan_close_end(ch);
   }
   c->tx_flow = FS_FLOW_EOF;

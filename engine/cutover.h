@@ -116,8 +116,10 @@ void fs_cutover_tx_eof(struct fs_conn *c, struct fs_chan *ch);
 
 /* txlock held, the connection's last fd in this process closed: drop our
  * hold on the end; the last holder anywhere ends a tx still on the fabric
- * with EOF, then marks the end closed.  tx is at EOF here from now on. */
-void fs_cutover_last_close(struct fs_conn *c, struct fs_chan *ch);
+ * with EOF, then marks the end closed.  abort_fd >= 0: the close of that
+ * fd aborts (SO_LINGER {1, 0}): no EOF, the kernel's reset first.  tx is at
+ * EOF here from now on. */
+void fs_cutover_last_close(struct fs_conn *c, struct fs_chan *ch, int abort_fd);
 
 /* TCP says the peer's side closed (its FIN) while its end of ch is not
  * closed: did its process die (SIGKILL) instead?  A peer that closes or

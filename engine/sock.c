@@ -453,7 +453,9 @@ void fs_sock_refused(struct fs_conn *c, int reason)
   pthread_mutex_unlock(&c->lock);
 }
 
-void fs_sock_last_close(struct fs_conn *c)
+/* The last close; abort_fd >= 0: the application's close of that fd with
+ * SO_LINGER {1, 0}, an abort (fs_cutover_last_close). */
+static void fs_sock_last_close_fd(struct fs_conn *c, int abort_fd)
 {
   pthread_mutex_lock(&c->lock);
   int st = fs_conn_state(c);
@@ -466,15 +468,20 @@ void fs_sock_last_close(struct fs_conn *c)
   fs_ready_epoll_forget_conn(c);
   if (ch) {
     fs_lock(&c->txlock);
-    fs_cutover_last_close(c, ch);
+    fs_cutover_last_close(c, ch, abort_fd);
     fs_unlock(&c->txlock);
   }
+}
+
+void fs_sock_last_close(struct fs_conn *c)
+{
+  fs_sock_last_close_fd(c, -1);
 }
 
 void fs_sock_close(struct fs_conn *c, int fd)
 {
   if (__atomic_load_n(&c->nfds, __ATOMIC_ACQUIRE) == 0)
-    fs_sock_last_close(c);
+    fs_sock_last_close_fd(c, c->linger_abort ? fd : -1);
   else
     fs_ready_epoll_fd_closing(c, fd);
   fs_conn_put(c);
@@ -604,8 +611,11 @@ void fs_sock_set_nonblock(struct fs_conn *c, bool on)
 void fs_sock_setsockopt(struct fs_conn *c, int fd, int level, int name, const void *val, socklen_t len)
 {
   (void)fd;
-  (void)val;
-  (void)len;
+  /* SO_LINGER {1, 0}: close() aborts the connection with a reset. */
+  if (level == SOL_SOCKET && name == SO_LINGER && len >= (socklen_t)sizeof(struct linger)) {
+    const struct linger *l = val;
+    c->linger_abort = l->l_onoff && l->l_linger == 0;
+  }
   /* Urgent data has no place on a fabric: keep such a connection on TCP. */
   if (level == SOL_SOCKET && name == SO_OOBINLINE && !c->chan) {
     c->no_upgrade = true;

@@ -233,6 +233,19 @@ static ssize_t fs_sockio_fabric_send(struct fs_conn *c, int fd, struct fs_chan *
         c->peer_close_seen = true;
         return -ECONNRESET;
       }
+      /* A reset on TCP (the peer aborted): its error once, then EPIPE. */
+      struct pollfd hp = { fd, 0, 0 };
+      if (!c->peer_close_seen && FS_REAL(poll)(&hp, 1, 0) == 1 && (hp.revents & (POLLERR | POLLHUP))) {
+        int err = 0;
+        socklen_t el = sizeof err;
+        if (hp.revents & POLLERR)
+          FS_REAL(getsockopt)(fd, SOL_SOCKET, SO_ERROR, &err, &el);
+        c->peer_close_seen = true;
+        if (err && err != EPIPE)
+          return -err;
+        fs_sockio_sigpipe(flags);
+        return -EPIPE;
+      }
       /* TCP takes the first send after the peer closed (the reset comes
        * back later) and fails the next: so do we, discarding the bytes. */
       if (!c->peer_close_seen) {
@@ -349,6 +362,19 @@ ssize_t fs_sock_send(struct fs_conn *c, int fd, struct fs_io *io)
 
 /* ---- receive ----------------------------------------------------------- */
 
+/* The ring is empty and the fabric said nothing: what does TCP say?  The
+ * peer's TCP socket closing before its fabric EOF means it died. */
+static ssize_t fs_sockio_liveness(int fd)
+{
+  char b;
+  ssize_t r = FS_REAL(recv)(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (r == 0)
+    return 0;
+  if (r < 0 && errno != EAGAIN)
+    return -errno;
+  return -EAGAIN;
+}
+
 /* One step from whichever source is current: >0 bytes, 0 EOF, -EAGAIN
  * nothing now (then *tcp_wait tells what to sleep on), other -errno. */
 static ssize_t fs_sockio_rx_step(struct fs_conn *c, int fd, struct fs_io *io, size_t skip, size_t want, bool peek)
@@ -424,6 +450,10 @@ static ssize_t fs_sockio_rx_step(struct fs_conn *c, int fd, struct fs_io *io, si
         c->reset_rx = false;
         return -ECONNRESET;
       }
+      /* Closed without EOF: an abort (SO_LINGER {1, 0}) resets TCP first. */
+      ssize_t lv = c->peer_dead ? 0 : fs_sockio_liveness(fd);
+      if (lv < 0 && lv != -EAGAIN)
+        return lv;
       fs_log(FS_LOG_DEBUG, "fd %d: peer closed, ring empty (tcp_rx %llu fab_rx %llu)", fd,
              (unsigned long long)c->tcp_rx, (unsigned long long)c->fab_rx);
       return 0; /* closed with its tx on TCP or after EOF was consumed */
@@ -432,18 +462,6 @@ static ssize_t fs_sockio_rx_step(struct fs_conn *c, int fd, struct fs_io *io, si
   }
 }
 
-/* The ring is empty and the fabric said nothing: what does TCP say?  The
- * peer's TCP socket closing before its fabric EOF means it died. */
-static ssize_t fs_sockio_liveness(int fd)
-{
-  char b;
-  ssize_t r = FS_REAL(recv)(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-  if (r == 0)
-    return 0;
-  if (r < 0 && errno != EAGAIN)
-    return -errno;
-  return -EAGAIN;
-}
 
 static ssize_t fs_sockio_fabric_recv(struct fs_conn *c, int fd, struct fs_io *io, int flags)
 {

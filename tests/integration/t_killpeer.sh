@@ -3,6 +3,8 @@
 #   send: the client is blocked writing to a server that never reads
 #   psend: the same, non-blocking, waiting in poll() for POLLOUT
 #   recv: the client is reading a server that writes without end
+#   arecv: the client is reading a server that aborts (SO_LINGER {1, 0}:
+#          a reset, not a kill) after 2 MiB
 # Each also runs with the connection upgraded before its first byte
 # (FABSOCK_UPGRADE_BYTES=0, the client held until both ends show the
 # fabric): every byte went to the ring, none sits in the dead peer's
@@ -14,17 +16,18 @@ require_progs killpeer
 
 # kp_run DIR [early]: one run, prints the client's "outcome:" line.
 kp_run() {
-  local dir=$1 early=${2:-} srv=sink pf pidf ready hold hargs=()
+  local dir=$1 early=${2:-} srv=sink pf pidf ready hold hargs=() cdir=$1
   [ "$dir" = recv ] && srv=source
+  [ "$dir" = arecv ] && srv=abort cdir=recv
   pidf=$IT_TMP/killpeer.$dir$early.$MODE.pid
   ready=$IT_TMP/killpeer.$dir$early.$MODE.ready
   hold=$IT_TMP/killpeer.$dir$early.$MODE.hold
   rm -f "$pidf" "$ready" "$hold" "$hold.ready"
   [ -n "$early" ] && hargs=(-H "$hold")
-  if ! start_prog_server "killpeer-$srv" killpeer -l "$srv" -I "$pidf"; then
+  if ! start_prog_server "killpeer-$srv" killpeer -l "$srv" -I "$pidf" "${hargs[@]}"; then
     echo "outcome: setup (server did not start)"; stop_server; return
   fi
-  start_bg_client "killpeer-$dir" "$PROGS/killpeer" -c "$dir" -p "$SERVER_PORT" -R "$ready" "${hargs[@]}" -T 20
+  start_bg_client "killpeer-$dir" "$PROGS/killpeer" -c "$cdir" -p "$SERVER_PORT" -R "$ready" "${hargs[@]}" -T 20
   local cpid=$BG_PID clog=$BG_LOG
   if [ -n "$early" ]; then
     # Let go once both ends show the fabric (up to 10 s: the upgrade is
@@ -33,7 +36,9 @@ kp_run() {
       echo "# not on the fabric before the first byte: ${FABRIC_DETAIL:-client not held}"
     touch "$hold"
   fi
-  if wait_file "$ready" "$cpid" 20 && wait_file "$pidf" "" 5; then
+  if [ "$srv" = abort ]; then
+    : # the server ends the connection itself
+  elif wait_file "$ready" "$cpid" 20 && wait_file "$pidf" "" 5; then
     sleep 0.2
     kill -KILL "$(cat "$pidf")"
     # reap the server's `timeout` now, quietly (it re-raises SIGKILL)
@@ -53,10 +58,11 @@ kp_run() {
 }
 
 for MODE in $(it_modes); do
-  for case in send psend recv send:early psend:early recv:early; do
+  for case in send psend recv arecv send:early psend:early recv:early arecv:early; do
     dir=${case%:*} early=
     [ "$case" != "$dir" ] && early=-early
     name="server SIGKILLed while the client ${dir}s${early:+ (upgraded before the first byte)}: same outcome class as plain"
+    [ "$dir" = arecv ] && name="server aborts (SO_LINGER 0) while the client recvs${early:+ (upgraded before the first byte)}: same outcome class as plain"
     out=$IT_TMP/killpeer.$dir$early.$MODE.out
     cls=$IT_TMP/killpeer.$dir$early.$MODE.class
     ensure_ref "killpeer.$dir" eval 'kp_run '"$dir"' | sed -n "s/^outcome: \([a-z]*\).*/\1/p"'

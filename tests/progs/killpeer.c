@@ -1,16 +1,18 @@
 /* killpeer: the peer dies (SIGKILL) in the middle of a transfer.
  *
- *   killpeer -l sink|source [-P portfile] [-I pidfile]   (server, one connection)
+ *   killpeer -l sink|source|abort [-P portfile] [-I pidfile] [-H holdfile]   (server, one connection)
  *   killpeer -c send|psend|recv -p port [-R readyfile] [-H holdfile] [-T seconds]
  *
  * Servers: `sink` accepts and never reads (its receive queue fills);
- * `source` accepts and writes forever.  The harness kills the server with
+ * `source` accepts and writes forever; `abort` writes 2 MiB, then closes
+ * with SO_LINGER {1, 0} (a reset) and waits.  The harness kills the server with
  * SIGKILL once the client has written the ready file.
  * Clients: `send` writes 64 KiB chunks (MSG_NOSIGNAL) until an error;
  * `psend` does the same non-blocking, waiting in poll() for POLLOUT (an
  * event loop's way); `recv` reads until EOF or an error.  -H: hold at
- * it_hold(holdfile) after connect, before the first byte (the harness lets
- * go once the connection is on a fabric: every byte then goes there).  The client prints one line
+ * it_hold(holdfile) after connect or accept, before the first byte (the
+ * harness lets go once the connection is on a fabric: every byte then
+ * goes there).  The client prints one line
  *     outcome: CLASS (DETAIL)
  * CLASS is "eof" (clean end of stream), "reset" (ECONNRESET or EPIPE),
  * "error" (anything else) or "hang" (no outcome within -T seconds, default
@@ -70,7 +72,7 @@ int main(int argc, char **argv)
     case 'H': holdfile = optarg; break;
     case 'T': limit = atoi(optarg); break;
     default:
-      it_die(2, "usage: killpeer -l sink|source [-P portfile] [-I pidfile] | -c send|psend|recv -p port [-R file] [-H file] [-T s]");
+      it_die(2, "usage: killpeer -l sink|source|abort [-P portfile] [-I pidfile] | -c send|psend|recv -p port [-R file] [-H file] [-T s]");
     }
   }
   signal(SIGPIPE, SIG_IGN);
@@ -90,7 +92,19 @@ int main(int argc, char **argv)
     while (fd < 0 && errno == EINTR);
     if (fd < 0)
       it_die(1, "accept:");
+    it_hold(holdfile);
     if (strcmp(server, "sink") == 0) {
+      for (;;)
+        pause();
+    }
+    if (strcmp(server, "abort") == 0) {
+      for (int i = 0; i < 32; i++)
+        if (it_write_all(fd, buf, sizeof buf) < 0)
+          it_die(1, "abort write:");
+      struct linger lg = { 1, 0 };
+      if (setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg) < 0)
+        it_die(1, "SO_LINGER:");
+      close(fd);
       for (;;)
         pause();
     }
