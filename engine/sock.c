@@ -168,22 +168,30 @@ void fs_sock_init(void)
   __atomic_store_n(&fs_sock_inited, true, __ATOMIC_RELEASE);
 }
 
+/* The stat table shows the socket's own family, as ss does: a v4-mapped
+ * address on an AF_INET6 socket stays ::ffff:a.b.c.d. */
+static void fs_sock_stat_ip(uint8_t out[16], const struct sockaddr_storage *ss, uint16_t *port)
+{
+  struct fs_addr_ip k;
+  fs_addr_ip_of((const struct sockaddr *)ss, &k);
+  *port = ntohs(k.port_be);
+  memset(out, 0, 16);
+  if (ss->ss_family == AF_INET6 && k.family == AF_INET) {
+    out[10] = out[11] = 0xff;
+    memcpy(out + 12, k.ip, 4);
+  } else {
+    memcpy(out, k.ip, 16);
+  }
+}
+
 static void fs_sock_stat_addrs(struct fs_conn *c)
 {
   struct fs_stat_conn *s = c->stat;
   if (!s)
     return;
-  const struct sockaddr *l = (const struct sockaddr *)&c->local, *p = (const struct sockaddr *)&c->peer;
   s->family = (uint8_t)c->local.ss_family;
-  s->lport = fs_addr_port(l);
-  s->pport = fs_addr_port(p);
-  if (l->sa_family == AF_INET) {
-    memcpy(s->laddr, &((const struct sockaddr_in *)l)->sin_addr, 4);
-    memcpy(s->paddr, &((const struct sockaddr_in *)p)->sin_addr, 4);
-  } else if (l->sa_family == AF_INET6) {
-    memcpy(s->laddr, &((const struct sockaddr_in6 *)l)->sin6_addr, 16);
-    memcpy(s->paddr, &((const struct sockaddr_in6 *)p)->sin6_addr, 16);
-  }
+  fs_sock_stat_ip(s->laddr, &c->local, &s->lport);
+  fs_sock_stat_ip(s->paddr, &c->peer, &s->pport);
   s->dir = c->dir;
 }
 

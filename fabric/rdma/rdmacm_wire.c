@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "base/addr.h"
 #include "base/hmac.h"
 #include "fabric/rdma/rdmacm.h"
 #include "base/reason.h"
@@ -43,16 +44,15 @@ int fs_rdmacm_check_req(const void *data, size_t len, struct fs_rdmacm_msg *out,
 static void fs_rdmacm_mac_addr(struct fs_hmac *h, const struct sockaddr *sa)
 {
   uint8_t b[18] = { 0 };
-  if (sa && sa->sa_family == AF_INET) {
-    const struct sockaddr_in *s4 = (const struct sockaddr_in *)sa;
+  struct fs_addr_ip k;
+  fs_addr_ip_of(sa, &k);
+  if (k.family == AF_INET) {
     b[10] = b[11] = 0xff;
-    memcpy(b + 12, &s4->sin_addr, 4);
-    memcpy(b + 16, &s4->sin_port, 2);
-  } else if (sa && sa->sa_family == AF_INET6) {
-    const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)sa;
-    memcpy(b, &s6->sin6_addr, 16);
-    memcpy(b + 16, &s6->sin6_port, 2);
+    memcpy(b + 12, k.ip, 4);
+  } else if (k.family == AF_INET6) {
+    memcpy(b, k.ip, 16);
   }
+  memcpy(b + 16, &k.port_be, 2);
   fs_hmac_update(h, b, sizeof b);
 }
 

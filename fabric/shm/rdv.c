@@ -67,7 +67,7 @@ int fs_rdv_name(char *buf, size_t len, const struct sockaddr *sa, bool wild)
       *colon = 0;
     snprintf(ip, sizeof ip, "%s", s);
   }
-  int n = snprintf(buf + 1, len - 1, "fabsock1/%c/%s/%u", a->sa_family == AF_INET6 ? '6' : '4', ip,
+  int n = snprintf(buf + 1, len - 1, "fabsock1/%c/%s/%u", fs_addr_family(a) == AF_INET6 ? '6' : '4', ip,
                    fs_addr_port(a));
   buf[0] = 0;
   return n + 1;
@@ -174,10 +174,10 @@ static void fs_rdv_reply(int ufd, uint32_t status, int efd)
 
 int fs_rdv_diag(const struct sockaddr *local, const struct sockaddr *peer, uint32_t *uid, uint32_t *inode)
 {
-  struct sockaddr_storage tl, tp;
-  local = fs_addr_unmap(local, &tl);
-  peer = fs_addr_unmap(peer, &tp);
-  if (local->sa_family != peer->sa_family)
+  struct fs_addr_ip l, p;
+  fs_addr_ip_of(local, &l);
+  fs_addr_ip_of(peer, &p);
+  if (l.family == 0 || l.family != p.family)
     return -EINVAL;
   int nl = fs_fdreg_move_high(FS_REAL(socket)(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG));
   if (nl < 0)
@@ -190,24 +190,15 @@ int fs_rdv_diag(const struct sockaddr *local, const struct sockaddr *peer, uint3
   req.nlh.nlmsg_len = sizeof req;
   req.nlh.nlmsg_type = SOCK_DIAG_BY_FAMILY;
   req.nlh.nlmsg_flags = NLM_F_REQUEST;
-  req.r.sdiag_family = (uint8_t)local->sa_family;
+  req.r.sdiag_family = (uint8_t)l.family;
   req.r.sdiag_protocol = IPPROTO_TCP;
   req.r.idiag_states = ~0u;
   req.r.id.idiag_cookie[0] = INET_DIAG_NOCOOKIE;
   req.r.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
-  if (local->sa_family == AF_INET) {
-    const struct sockaddr_in *l = (const void *)local, *p = (const void *)peer;
-    req.r.id.idiag_sport = l->sin_port;
-    req.r.id.idiag_dport = p->sin_port;
-    memcpy(req.r.id.idiag_src, &l->sin_addr, 4);
-    memcpy(req.r.id.idiag_dst, &p->sin_addr, 4);
-  } else {
-    const struct sockaddr_in6 *l = (const void *)local, *p = (const void *)peer;
-    req.r.id.idiag_sport = l->sin6_port;
-    req.r.id.idiag_dport = p->sin6_port;
-    memcpy(req.r.id.idiag_src, &l->sin6_addr, 16);
-    memcpy(req.r.id.idiag_dst, &p->sin6_addr, 16);
-  }
+  req.r.id.idiag_sport = l.port_be;
+  req.r.id.idiag_dport = p.port_be;
+  memcpy(req.r.id.idiag_src, l.ip, l.family == AF_INET ? 4 : 16);
+  memcpy(req.r.id.idiag_dst, p.ip, p.family == AF_INET ? 4 : 16);
   struct sockaddr_nl sa = { .nl_family = AF_NETLINK };
   int rc = -ENOENT;
   if (FS_REAL(sendto)(nl, &req, sizeof req, 0, (struct sockaddr *)&sa, sizeof sa) < 0) {
@@ -404,7 +395,7 @@ static int fs_rdv_cli_connect(struct fs_link *c, uint32_t diag_uid, int *ufd_out
   struct sockaddr_storage t;
   const struct sockaddr *p4 = fs_addr_unmap(peer, &t);
   struct sockaddr_in6 any6 = { .sin6_family = AF_INET6, .sin6_port = htons(fs_addr_port(peer)) };
-  const struct sockaddr *names[3] = { peer, peer, p4->sa_family == AF_INET ? (struct sockaddr *)&any6 : NULL };
+  const struct sockaddr *names[3] = { peer, peer, fs_addr_family(p4) == AF_INET ? (struct sockaddr *)&any6 : NULL };
   int ufd = fs_fdreg_high(FS_REAL(socket)(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (ufd < 0)
     return FS_REASON_RESOURCES;
