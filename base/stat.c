@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "base/proc.h"
 #include "base/stat.h"
 #include "base/real.h"
 
@@ -75,20 +76,7 @@ static uint64_t fs_stat_proc_start(void)
 
 static void fs_stat_program(char *out, size_t len)
 {
-  char exe[PATH_MAX];
-  const char *name = program_invocation_short_name;
-  ssize_t got = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (got > 0) {
-    exe[got] = '\0';
-    static const char deleted[] = " (deleted)";
-    size_t dl = sizeof deleted - 1;
-    if ((size_t)got > dl && strcmp(exe + got - dl, deleted) == 0)
-      exe[got - dl] = '\0';
-    const char *slash = strrchr(exe, '/');
-    name = slash ? slash + 1 : exe;
-  }
-  if (name == NULL)
-    name = "";
+  const char *name = fs_proc_name();
   size_t n = strnlen(name, len - 1);
   memset(out, 0, len);
   memcpy(out, name, n);

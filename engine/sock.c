@@ -14,6 +14,7 @@
 #include "base/fdreg.h"
 #include "base/clock.h"
 #include "base/addr.h"
+#include "base/proc.h"
 #include "fabric/chan.h"
 #include "fabric/fabric.h"
 #include "hooks/hook.h"
@@ -25,7 +26,6 @@
 #include "engine/fdtab.h"
 #include "base/real.h"
 
-extern char *program_invocation_short_name;
 
 static bool fs_sock_disabled;
 static bool fs_sock_inited;
@@ -240,7 +240,7 @@ static void fs_sock_establish(struct fs_conn *c, int fd, int dir)
   fs_sock_stat_addrs(c);
   bool disabled = false;
   const struct fs_policy *pol = fs_policy_get(&disabled);
-  struct fs_policy_query q = { program_invocation_short_name, dir, (struct sockaddr *)&c->local,
+  struct fs_policy_query q = { fs_proc_name(), dir, (struct sockaddr *)&c->local,
                                (struct sockaddr *)&c->peer };
   fs_policy_match(pol, &q, &c->policy);
   c->spin_us = c->policy.busy_poll ? 0 : (c->policy.spin_us >= 0 ? (uint32_t)c->policy.spin_us : 50);
@@ -373,7 +373,7 @@ void fs_sock_listening(struct fs_conn *c, int fd)
   bool disabled = false;
   const struct fs_policy *pol = fs_policy_get(&disabled);
   struct fs_policy_action act;
-  struct fs_policy_query q = { program_invocation_short_name, FS_DIR_ACCEPT, (struct sockaddr *)&c->local, NULL };
+  struct fs_policy_query q = { fs_proc_name(), FS_DIR_ACCEPT, (struct sockaddr *)&c->local, NULL };
   fs_policy_match(pol, &q, &act);
   if (disabled || act.fabric == FS_FABRIC_TCP || c->served || c->listener_shared)
     return;

@@ -38,7 +38,7 @@ struct fs_policy_action {
 };
 
 struct fs_policy_query {
-  const char *program;           /* basename of the executable */
+  const char *program;           /* fs_proc_name(): the name ps shows */
   enum fs_dir dir;
   const struct sockaddr *local;  /* AF_INET or AF_INET6; may be NULL (matches only '*') */
   const struct sockaddr *remote;

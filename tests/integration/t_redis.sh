@@ -2,7 +2,9 @@
 # t_redis: redis-server on a free port (no persistence); redis-cli SET/GET
 # of a 64 KiB binary value (NULs, CR/LF) must round-trip exactly; then
 # redis-benchmark -n 20000 -c 50 -t get,set must complete with no error
-# (requests/s reported in the TAP comment).
+# (requests/s reported in the TAP comment).  With the server preloaded,
+# `fabsock stat` must name it as ps does: redis-server, though on Debian
+# the binary is a symlink to redis-check-rdb.
 . "$(dirname "$0")/lib.sh"
 require_cmd redis-server redis-cli redis-benchmark
 
@@ -16,6 +18,22 @@ for MODE in $(it_modes); do
     --dir "$IT_TMP" --protected-mode no --daemonize no --logfile ''
   if ! wait_port "$port" "$SERVER_PID" 20; then
     server_status; tap_not_ok "redis [$MODE]" "redis-server did not start ($SRV_STATUS)" "$SERVER_LOG"; stop_server; continue
+  fi
+
+  if preloaded server && [ -n "$FABSOCK_LIB" ]; then
+    name="fabsock stat names redis-server as ps does"
+    real_python
+    got=$(timeout 10 "$FABSOCK_BIN" stat --json 2>&1 | "$IT_PYTHON" -c '
+import json, sys
+doc = json.load(sys.stdin)
+for p in doc.get("processes", []):
+    if any(str(c.get("local", "")).endswith(":" + sys.argv[1]) for c in p.get("connections", [])):
+        print(p["pid"], p["program"])
+' "$port" 2>&1 | head -n 1)
+    pid=${got%% *} prog=${got#* }
+    comm=$(ps -o comm= -p "$pid" 2>/dev/null)
+    if [ -n "$comm" ] && [ "$prog" = "$comm" ] && [ "$prog" = redis-server ]; then tap_ok "$name [$MODE]" "$got"
+    else tap_not_ok "$name [$MODE]" "stat: '$got', ps: '$comm'"; fi
   fi
 
   name="redis-cli SET/GET ${vlen}-byte binary value"

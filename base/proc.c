@@ -1,0 +1,69 @@
+/* fs_proc_name: which name a process goes by.
+ *
+ * Not /proc/self/exe: it resolves symlinks (Debian's redis-server is a link
+ * to redis-check-rdb, and a rule for "redis-server" must match).  Not
+ * argv[0] (program_invocation_short_name) either: servers that set their
+ * process title (nginx, PostgreSQL, redis) write over argv in place, so
+ * "nginx" reads "ter process" by the time the first socket is made.  The
+ * kernel keeps the path given to execve in the auxiliary vector (AT_EXECFN),
+ * beyond argv and the environment strings that such titles reuse; the
+ * kernel's own comm, which ps shows, is that path's base name too.
+ * Fallbacks: /proc/self/comm, then argv[0]. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/auxv.h>
+#include <unistd.h>
+
+#include "base/proc.h"
+#include "base/real.h"
+
+extern char *program_invocation_short_name;
+
+static char fs_proc_buf[64];
+static pthread_once_t fs_proc_once = PTHREAD_ONCE_INIT;
+
+static void fs_proc_set(const char *s, size_t n)
+{
+  if (n >= sizeof fs_proc_buf)
+    n = sizeof fs_proc_buf - 1;
+  memcpy(fs_proc_buf, s, n);
+  fs_proc_buf[n] = '\0';
+}
+
+static void fs_proc_find(void)
+{
+  int saved = errno;
+  const char *fn = (const char *)getauxval(AT_EXECFN);
+  if (fn && *fn) {
+    const char *slash = strrchr(fn, '/');
+    const char *base = slash ? slash + 1 : fn;
+    if (*base) {
+      fs_proc_set(base, strlen(base));
+      goto out;
+    }
+  }
+  int fd = open("/proc/self/comm", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    char b[64];
+    ssize_t n = FS_REAL(read)(fd, b, sizeof b);
+    FS_REAL(close)(fd);
+    while (n > 0 && b[n - 1] == '\n')
+      n--;
+    if (n > 0) {
+      fs_proc_set(b, (size_t)n);
+      goto out;
+    }
+  }
+  if (program_invocation_short_name)
+    fs_proc_set(program_invocation_short_name, strlen(program_invocation_short_name));
+out:
+  errno = saved;
+}
+
+const char *fs_proc_name(void)
+{
+  pthread_once(&fs_proc_once, fs_proc_find);
+  return fs_proc_buf;
+}
