@@ -23,7 +23,8 @@
 #include "fabric/shm/rdv.h"
 #include "fabric/shm/shm.h"
 
-#define FS_RDV_MAX_PEND 256     /* unix conns in flight, server side */
+#define FS_RDV_MAX_PEND 256     /* unix conns in flight, server side; beyond,
+                                   listeners pause (their backlog waits) */
 #define FS_RDV_HOLD_MS 2000     /* how long a request waits for accept() */
 
 enum fs_rdv_kind { K_LISTENER = 1, K_SRV, K_CLI };
@@ -40,6 +41,7 @@ struct fs_rdv_item {
   int fds[3];                 /* K_SRV held: tcp dup, memfd, client efd */
   uint32_t uid;
   bool shared_listener;
+  bool paused;               /* K_LISTENER: unwatched while too many are in flight */
   struct sockaddr_storage tl, tp; /* K_SRV: the passed socket's local/peer */
   char name[108];             /* K_LISTENER: its abstract name */
   int namelen;
@@ -50,6 +52,7 @@ struct fs_rdv_item {
 static struct {
   struct fs_rdv_item *items;  /* all listeners and in-flight unix conns */
   int npend;                  /* K_SRV items (atomic reads from accept) */
+  int npaused;                /* listeners not watched: npend at the cap */
 } A;
 
 static bool fs_rdv_event(void *arg);
@@ -240,6 +243,20 @@ static int fs_rdv_watch(struct fs_rdv_item *it)
   return fs_host->watch(it->ufd, fs_rdv_event, it);
 }
 
+/* A server-side handshake ended: listeners paused at the cap (their
+ * clients queued in the unix backlog, within their own timeout) resume. */
+static void fs_rdv_pend_done(void)
+{
+  A.npend--;
+  if (A.npaused == 0 || A.npend >= FS_RDV_MAX_PEND)
+    return;
+  for (struct fs_rdv_item *l = A.items; l; l = l->next)
+    if (l->kind == K_LISTENER && l->paused && fs_rdv_watch(l) == 0) {
+      l->paused = false;
+      A.npaused--;
+    }
+}
+
 static void fs_rdv_drop(struct fs_rdv_item *it)
 {
   struct fs_rdv_item **pp = &A.items;
@@ -248,7 +265,7 @@ static void fs_rdv_drop(struct fs_rdv_item *it)
   if (*pp)
     *pp = it->next;
   if (it->kind == K_SRV)
-    A.npend--;
+    fs_rdv_pend_done();
   if (it->ufd >= 0) {
     fs_host->unwatch(it->ufd);
     fs_fdreg_close(it->ufd);
@@ -264,19 +281,25 @@ static void fs_rdv_drop(struct fs_rdv_item *it)
 
 /* ---- server side ------------------------------------------------------ */
 
-static void fs_rdv_srv_new(struct fs_rdv_item *l)
+/* A client is in the listener's backlog.  True if the listener paused (its
+ * watch is gone).  At the cap it stops accepting rather than closing the
+ * clients' connections: a burst (wrk -c1500) waits its turn instead of
+ * staying on TCP with a false "protocol". */
+static bool fs_rdv_srv_new(struct fs_rdv_item *l)
 {
+  if (A.npend >= FS_RDV_MAX_PEND) {
+    fs_host->unwatch(l->ufd);
+    l->paused = true;
+    A.npaused++;
+    return true;
+  }
   int ufd = fs_fdreg_high(FS_REAL(accept4)(l->ufd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC));
   if (ufd < 0)
-    return;
-  if (A.npend >= FS_RDV_MAX_PEND) { /* a flood: refuse, the clients stay on TCP */
-    FS_REAL(close)(ufd);
-    return;
-  }
+    return false;
   struct fs_rdv_item *it = calloc(1, sizeof *it);
   if (!it) {
     FS_REAL(close)(ufd);
-    return;
+    return false;
   }
   it->kind = K_SRV;
   it->ufd = ufd;
@@ -289,6 +312,7 @@ static void fs_rdv_srv_new(struct fs_rdv_item *l)
   A.npend++;
   if (fs_rdv_watch(it) < 0)
     fs_rdv_drop(it);
+  return false;
 }
 
 /* Try to match a held request to an accepted connection and answer it. */
@@ -534,8 +558,7 @@ static bool fs_rdv_event(void *arg)
   struct fs_rdv_item *it = arg;
   switch (it->kind) {
   case K_LISTENER:
-    fs_rdv_srv_new(it);
-    return false;
+    return fs_rdv_srv_new(it);
   case K_SRV:
     fs_rdv_srv_event(it);
     return true;
@@ -595,7 +618,7 @@ static bool fs_rdv_listen(struct fs_link *c, int fd)
   if (ufd < 0)
     return false;
   if (FS_REAL(bind)(ufd, (struct sockaddr *)&un, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)n)) < 0 ||
-      FS_REAL(listen)(ufd, 128) < 0) {
+      FS_REAL(listen)(ufd, SOMAXCONN) < 0) {
     fs_log(FS_LOG_INFO, "rendezvous name for port %u taken (%s); connections here stay on TCP",
            fs_addr_port((struct sockaddr *)&ss), strerror(errno));
     FS_REAL(close)(ufd);
