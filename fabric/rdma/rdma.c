@@ -8,8 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <infiniband/verbs.h>
-#include <rdma/rdma_cma.h>
+#include "fabric/rdma/verbs.h"
 
 #include "base/fdreg.h"
 #include "base/clock.h"
@@ -93,7 +92,7 @@ static struct ibv_pd *fs_rdma_pd(struct ibv_context *ctx)
       break;
     }
     if (!fs_rdma_pds[i].ctx) {
-      pd = ibv_alloc_pd(ctx);
+      pd = FS_VERBS(ibv_alloc_pd)(ctx);
       if (pd) {
         fs_fdreg_set(ctx->cmd_fd, true); /* the device's, for its lifetime */
         fs_fdreg_set(ctx->async_fd, true);
@@ -123,7 +122,7 @@ static int fs_rdma_region_get(struct fs_rdma *r)
   size_t len = 2 * (size_t)r->size;
   if (posix_memalign((void **)&r->buf, 4096, len) != 0)
     return -ENOMEM;
-  r->mr = ibv_reg_mr(r->pd, r->buf, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  r->mr = FS_VERBS(ibv_reg_mr)(r->pd, r->buf, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   if (!r->mr) {
     int rc = errno ? -errno : -ENOMEM;
     free(r->buf);
@@ -147,7 +146,7 @@ static void fs_rdma_region_put(struct fs_rdma *r)
     return;
   }
   pthread_mutex_unlock(&fs_rdma_mlock);
-  ibv_dereg_mr(r->mr);
+  FS_VERBS(ibv_dereg_mr)(r->mr);
   free(r->buf);
 }
 
@@ -175,7 +174,7 @@ static int fs_rdma_reap_now(struct fs_rdma *r)
   }
   for (int i = 0; i < n; i++) {
     if (wc[i].status != IBV_WC_SUCCESS) {
-      fs_rdma_die(r, ibv_wc_status_str(wc[i].status), wc[i].status);
+      fs_rdma_die(r, FS_VERBS(ibv_wc_status_str)(wc[i].status), wc[i].status);
       return -EIO;
     }
     r->sq_free += (uint32_t)wc[i].wr_id;
@@ -427,7 +426,7 @@ static bool fs_rdma_take_all(struct fs_rdma *r)
     took += (uint64_t)n;
     for (int i = 0; i < n && !r->dead; i++) {
       if (wc[i].status != IBV_WC_SUCCESS) {
-        fs_rdma_die(r, ibv_wc_status_str(wc[i].status), wc[i].status);
+        fs_rdma_die(r, FS_VERBS(ibv_wc_status_str)(wc[i].status), wc[i].status);
         break;
       }
       if (!(wc[i].wc_flags & IBV_WC_WITH_IMM)) {
@@ -508,8 +507,8 @@ static void fs_rdma_drain(struct fs_chan *ch)
   struct ibv_cq *cq;
   void *ctx;
   int saved = errno;
-  while (ibv_get_cq_event(r->cc, &cq, &ctx) == 0)
-    ibv_ack_cq_events(cq, 1);
+  while (FS_VERBS(ibv_get_cq_event)(r->cc, &cq, &ctx) == 0)
+    FS_VERBS(ibv_ack_cq_events)(cq, 1);
   errno = saved;
 }
 
@@ -579,7 +578,7 @@ static int fs_rdma_qp(struct fs_rdma *r)
   static const uint32_t inl[] = { FS_RDMA_INLINE, 64, 0 };
   for (size_t i = 0; i < sizeof inl / sizeof inl[0]; i++) {
     a.cap.max_inline_data = inl[i];
-    if (rdma_create_qp(r->id, r->pd, &a) == 0) {
+    if (FS_VERBS(rdma_create_qp)(r->id, r->pd, &a) == 0) {
       r->max_inline = a.cap.max_inline_data;
       return 0;
     }
@@ -603,15 +602,15 @@ int fs_rdma_new(struct rdma_cm_id *id, uint32_t size, int side, int my_efd, stru
   if (!(r->pd = fs_rdma_pd(id->verbs)))
     goto fail;
   step = "completion channel";
-  if (!(r->cc = ibv_create_comp_channel(id->verbs)))
+  if (!(r->cc = FS_VERBS(ibv_create_comp_channel)(id->verbs)))
     goto fail;
   /* Out of the application's low numbers (this is the agent thread), before
    * a CQ names the channel to the kernel: libibverbs only ever uses the
    * number it finds in the (public) struct. */
   r->cc->fd = fs_fdreg_move_high(r->cc->fd);
   step = "cq";
-  if (!(r->rcq = ibv_create_cq(id->verbs, FS_RDMA_RQ, r, r->cc, 0)) ||
-      !(r->scq = ibv_create_cq(id->verbs, FS_RDMA_SQ, r, NULL, 0)))
+  if (!(r->rcq = FS_VERBS(ibv_create_cq)(id->verbs, FS_RDMA_RQ, r, r->cc, 0)) ||
+      !(r->scq = FS_VERBS(ibv_create_cq)(id->verbs, FS_RDMA_SQ, r, NULL, 0)))
     goto fail;
   step = "fcntl";
   int fl = FS_REAL(fcntl)(r->cc->fd, F_GETFL, 0);
@@ -649,7 +648,7 @@ fail:
   fs_log(FS_LOG_INFO, "rdma channel set-up failed at %s: %s", step, strerror(-rc));
   /* The id stays the caller's (it may still reject the request on it). */
   if (id->qp)
-    rdma_destroy_qp(id);
+    FS_VERBS(rdma_destroy_qp)(id);
   r->id = NULL;
   fs_rdma_destroy(r);
   return rc;
@@ -716,20 +715,20 @@ void fs_rdma_destroy(struct fs_rdma *r)
          (unsigned long long)r->n_reap_wait, (unsigned long long)r->pub_tail, (unsigned long long)r->ctl[0].tail);
   if (r->id) {
     if (r->id->qp) {
-      rdma_disconnect(r->id);
-      rdma_destroy_qp(r->id);
+      FS_VERBS(rdma_disconnect)(r->id);
+      FS_VERBS(rdma_destroy_qp)(r->id);
     }
-    rdma_destroy_id(r->id);
+    FS_VERBS(rdma_destroy_id)(r->id);
   }
   if (r->cc)
     fs_rdma_drain(&r->ch);
   if (r->rcq)
-    ibv_destroy_cq(r->rcq);
+    FS_VERBS(ibv_destroy_cq)(r->rcq);
   if (r->scq)
-    ibv_destroy_cq(r->scq);
+    FS_VERBS(ibv_destroy_cq)(r->scq);
   if (r->cc) {
     fs_fdreg_set(r->cc->fd, false);
-    ibv_destroy_comp_channel(r->cc);
+    FS_VERBS(ibv_destroy_comp_channel)(r->cc);
   }
   fs_rdma_region_put(r);
   free(r);

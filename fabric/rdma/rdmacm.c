@@ -18,8 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <infiniband/verbs.h>
-#include <rdma/rdma_cma.h>
+#include "fabric/rdma/verbs.h"
 
 #include "base/addr.h"
 #include "base/clock.h"
@@ -85,10 +84,12 @@ bool fs_rdmacm_available(void)
   if (M.avail >= 0)
     return M.avail == 1;
   M.avail = 0;
+  if (fs_verbs_load() < 0)
+    return false;
   int n = 0;
-  struct ibv_device **l = ibv_get_device_list(&n);
+  struct ibv_device **l = FS_VERBS(ibv_get_device_list)(&n);
   if (l)
-    ibv_free_device_list(l);
+    FS_VERBS(ibv_free_device_list)(l);
   if (n <= 0) {
     fs_log(FS_LOG_DEBUG, "no rdma device: remote peers stay on tcp");
     return false;
@@ -101,12 +102,12 @@ bool fs_rdmacm_available(void)
    * context, so renumbering them is safe here.  The list is never freed:
    * it holds librdmacm's reference on each device, without which it closes
    * the device and opens it again, at a low number, when an id needs it. */
-  M.devs = rdma_get_devices(&n);
+  M.devs = FS_VERBS(rdma_get_devices)(&n);
   for (int i = 0; M.devs && i < n; i++) {
     M.devs[i]->cmd_fd = fs_fdreg_move_high(M.devs[i]->cmd_fd);
     M.devs[i]->async_fd = fs_fdreg_move_high(M.devs[i]->async_fd);
   }
-  M.ec = rdma_create_event_channel();
+  M.ec = FS_VERBS(rdma_create_event_channel)();
   if (!M.ec) {
     fs_log(FS_LOG_INFO, "rdma_cm unavailable (%s): remote peers stay on tcp", strerror(errno));
     return false;
@@ -114,7 +115,7 @@ bool fs_rdmacm_available(void)
   M.ec->fd = fs_fdreg_move_high(M.ec->fd); /* no id uses it yet */
   int fl = FS_REAL(fcntl)(M.ec->fd, F_GETFL, 0);
   if (fl < 0 || FS_REAL(fcntl)(M.ec->fd, F_SETFL, fl | O_NONBLOCK) < 0 || fs_host->watch(M.ec->fd, fs_cm_event_cb, NULL) < 0) {
-    rdma_destroy_event_channel(M.ec);
+    FS_VERBS(rdma_destroy_event_channel)(M.ec);
     M.ec = NULL;
     return false;
   }
@@ -152,7 +153,7 @@ static void fs_cm_drop(struct fs_cm_item *it)
   if (it->kind != CM_CHAN && it->r)
     fs_rdma_destroy(it->r); /* destroys the id too */
   else if (it->kind != CM_CHAN && it->id)
-    rdma_destroy_id(it->id);
+    FS_VERBS(rdma_destroy_id)(it->id);
   if (it->c)
     fs_host->put(it->c);
   free(it);
@@ -161,7 +162,7 @@ static void fs_cm_drop(struct fs_cm_item *it)
 static void fs_cm_reject(struct fs_cm_item *it, int reason)
 {
   struct fs_rdmacm_rej rej = { htonl(FS_RDMACM_MAGIC_REJ), 1, (uint8_t)reason, 0 };
-  rdma_reject(it->id, &rej, sizeof rej);
+  FS_VERBS(rdma_reject)(it->id, &rej, sizeof rej);
 }
 
 static uint8_t fs_cm_log2(uint32_t v)
@@ -205,9 +206,9 @@ int fs_rdmacm_connect(struct fs_link *c)
   memmove(&dst, d, fs_addr_len(d));
   fs_addr_set_port((struct sockaddr *)&src, 0);
   int reason = 0;
-  if (rdma_create_id(M.ec, &it->id, it, RDMA_PS_TCP) != 0)
+  if (FS_VERBS(rdma_create_id)(M.ec, &it->id, it, RDMA_PS_TCP) != 0)
     reason = FS_REASON_RESOURCES;
-  else if (rdma_resolve_addr(it->id, (struct sockaddr *)&src, (struct sockaddr *)&dst, (int)c->policy.timeout_ms) != 0)
+  else if (FS_VERBS(rdma_resolve_addr)(it->id, (struct sockaddr *)&src, (struct sockaddr *)&dst, (int)c->policy.timeout_ms) != 0)
     reason = FS_REASON_NO_DEVICE; /* no rdma device behind our address */
   if (reason) {
     fs_cm_drop(it);
@@ -243,7 +244,7 @@ static void fs_cm_cli_route(struct fs_cm_item *it)
     fs_rdmacm_seal(w, c->policy.key, (struct sockaddr *)&c->local, (struct sockaddr *)&c->peer, NULL, fs_cm_wall_ms());
   struct rdma_conn_param p = { .private_data = w, .private_data_len = c->policy.has_key ? sizeof *w : sizeof w->m,
                                .retry_count = 7, .rnr_retry_count = 7 };
-  if (rdma_connect(it->id, &p) != 0)
+  if (FS_VERBS(rdma_connect)(it->id, &p) != 0)
     fs_cm_cli_fail(it, FS_REASON_NO_PEER);
 }
 
@@ -304,8 +305,8 @@ int fs_rdmacm_listen(struct fs_link *c)
   if (!it)
     return -ENOMEM;
   memcpy(&it->bound, a, fs_addr_len(a));
-  if (rdma_create_id(M.ec, &it->id, it, RDMA_PS_TCP) != 0 || rdma_bind_addr(it->id, (struct sockaddr *)&it->bound) != 0 ||
-      rdma_listen(it->id, 128) != 0) {
+  if (FS_VERBS(rdma_create_id)(M.ec, &it->id, it, RDMA_PS_TCP) != 0 || FS_VERBS(rdma_bind_addr)(it->id, (struct sockaddr *)&it->bound) != 0 ||
+      FS_VERBS(rdma_listen)(it->id, 128) != 0) {
     char s[64];
     fs_addr_str(a, s, sizeof s);
     fs_log(FS_LOG_INFO, "no rdma listener beside %s (%s): its connections stay on tcp", s, strerror(errno));
@@ -383,7 +384,7 @@ static bool fs_cm_srv_try(struct fs_cm_item *it)
                                .retry_count = 7, .rnr_retry_count = 7 };
   it->c = c;
   it->deadline = fs_clock_ns() + (uint64_t)FS_RDMACM_SETUP_MS * 1000000u;
-  if (rdma_accept(it->id, &p) != 0)
+  if (FS_VERBS(rdma_accept)(it->id, &p) != 0)
     fs_cm_drop(it);
   return true;
 }
@@ -392,7 +393,7 @@ static void fs_cm_srv_request(struct fs_cm_item *l, struct rdma_cm_id *id, const
 {
   struct fs_cm_item *it = fs_cm_new(CM_SRV);
   if (!it) {
-    rdma_destroy_id(id);
+    FS_VERBS(rdma_destroy_id)(id);
     return;
   }
   it->id = id;
@@ -439,7 +440,7 @@ static void fs_cm_dispatch(enum rdma_cm_event_type type, int status, struct rdma
     if (l && l->kind == CM_LISTENER)
       fs_cm_srv_request(l, id, pd, len);
     else
-      rdma_destroy_id(id);
+      FS_VERBS(rdma_destroy_id)(id);
     return;
   }
   struct fs_cm_item *it = id ? id->context : NULL;
@@ -449,7 +450,7 @@ static void fs_cm_dispatch(enum rdma_cm_event_type type, int status, struct rdma
   case CM_CLI:
     switch (type) {
     case RDMA_CM_EVENT_ADDR_RESOLVED:
-      if (rdma_resolve_route(it->id, (int)it->c->policy.timeout_ms) != 0)
+      if (FS_VERBS(rdma_resolve_route)(it->id, (int)it->c->policy.timeout_ms) != 0)
         fs_cm_cli_fail(it, FS_REASON_NO_PEER);
       break;
     case RDMA_CM_EVENT_ROUTE_RESOLVED:
@@ -495,7 +496,7 @@ static void fs_cm_dispatch(enum rdma_cm_event_type type, int status, struct rdma
 static void fs_cm_event(void)
 {
   struct rdma_cm_event *ev;
-  while (M.ec && rdma_get_cm_event(M.ec, &ev) == 0) {
+  while (M.ec && FS_VERBS(rdma_get_cm_event)(M.ec, &ev) == 0) {
     uint8_t pd[64];
     size_t len = 0;
     enum rdma_cm_event_type type = ev->event;
@@ -508,8 +509,8 @@ static void fs_cm_event(void)
       else
         len = 0;
     }
-    rdma_ack_cm_event(ev);
-    fs_log(FS_LOG_DEBUG, "rdma_cm: %s (%d)", rdma_event_str(type), status);
+    FS_VERBS(rdma_ack_cm_event)(ev);
+    fs_log(FS_LOG_DEBUG, "rdma_cm: %s (%d)", FS_VERBS(rdma_event_str)(type), status);
     fs_cm_dispatch(type, status, id, lid, pd, len);
   }
 }
