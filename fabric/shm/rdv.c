@@ -144,10 +144,17 @@ static ssize_t fs_rdv_recvfds(int ufd, void *msg, size_t len, int *fds, int max,
     }
   }
   if ((mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || (size_t)r > len) {
-    for (int i = 0; i < *nfds && i < max; i++)
+    /* Closed here, and forgotten here: the caller's fds[] is its own list
+     * of what to close, and a second close would hit whatever descriptor
+     * the application has opened at that number meanwhile. */
+    for (int i = 0; i < *nfds && i < max; i++) {
       fs_fdreg_close(fds[i]);
+      fds[i] = -1;
+    }
     *nfds = 0;
-    return -EPROTO;
+    /* Our buffer holds 8 descriptors: with fewer sent, a truncated control
+     * message means the kernel could not install them (RLIMIT_NOFILE). */
+    return (mh.msg_flags & MSG_CTRUNC) && !(mh.msg_flags & MSG_TRUNC) && (size_t)r <= len ? -EMFILE : -EPROTO;
   }
   memcpy(msg, big, (size_t)r);
   return r;
@@ -379,13 +386,11 @@ static void fs_rdv_srv_event(struct fs_rdv_item *it)
     return;
   }
   struct fs_rdv_req req;
-  ssize_t n = fs_rdv_recvfds(it->ufd, &req, sizeof req, it->fds, 3, &(int){ 0 });
   int nf = 0;
-  for (int i = 0; i < 3; i++)
-    nf += it->fds[i] >= 0;
+  ssize_t n = fs_rdv_recvfds(it->ufd, &req, sizeof req, it->fds, 3, &nf);
   if (n == -EAGAIN)
     return;
-  int status = n < 0 ? FS_REASON_PROTOCOL : fs_rdv_check_req(&req, (size_t)n, nf);
+  int status = n == -EMFILE ? FS_REASON_RESOURCES : n < 0 ? FS_REASON_PROTOCOL : fs_rdv_check_req(&req, (size_t)n, nf);
   struct ucred cr;
   socklen_t cl = sizeof cr;
   socklen_t al = sizeof it->tl, pl = sizeof it->tp;
@@ -528,7 +533,7 @@ static void fs_rdv_cli_event(struct fs_rdv_item *it)
   ssize_t n = fs_rdv_recvfds(it->ufd, &rep, sizeof rep, fds, 1, &nf);
   if (n == -EAGAIN)
     return;
-  int reason = FS_REASON_PROTOCOL;
+  int reason = n == -EMFILE ? FS_REASON_RESOURCES : FS_REASON_PROTOCOL;
   if (n == (ssize_t)sizeof rep && rep.magic == FS_RDV_MAGIC_REP && rep.version == FS_RDV_VERSION) {
     if (rep.status == 0 && nf == 1) {
       struct fs_rdv_ack ack = { FS_RDV_MAGIC_ACK, FS_RDV_VERSION, 0 };

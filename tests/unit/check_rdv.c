@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -206,6 +207,63 @@ START_TEST(t_hostile_requests)
 }
 END_TEST
 
+/* The lowest descriptor number not in use. */
+static int lowest_free(void)
+{
+  int x = FS_REAL(fcntl)(0, F_DUPFD, 0);
+  ck_assert_int_ge(x, 0);
+  FS_REAL(close)(x);
+  return x;
+}
+
+/* A request whose descriptors the kernel cannot all install (the server at
+ * its RLIMIT_NOFILE) is refused as "resources", and the server closes each
+ * descriptor it did get exactly once: it once closed them a second time,
+ * and under nginx at ulimit -n 1024 that second close hit the file nginx
+ * had just opened at the same number (sendfile/close: EBADF). */
+START_TEST(t_truncated_fds)
+{
+  pair_setup();
+  struct fs_chan *ch;
+  int efd = eventfd(0, EFD_CLOEXEC), mem;
+  ck_assert_int_eq(fs_shm_create(1u << 20, efd, &mem, &ch), 0);
+  int u = rdv_connect();
+  /* Room for the accept (if still to come) and one descriptor more. */
+  int first = lowest_free();
+  struct rlimit old, low;
+  ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &old), 0);
+  low = old;
+  low.rlim_cur = (rlim_t)first + 2;
+  ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+  struct fs_rdv_req req = { FS_RDV_MAGIC_REQ, FS_RDV_VERSION, FS_FABRIC_SHM, 1u << 20, 0 };
+  int fds[3] = { cfd, mem, efd };
+  ck_assert_int_eq(send_req(u, &req, sizeof req, fds, 3), (int)sizeof req);
+  int status = reply_status(u, 3000);
+  ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &old), 0);
+  ck_assert_int_eq(status, FS_REASON_RESOURCES);
+  /* Take the numbers the server used and freed, then make the agent drop
+   * the handshake and serve another: none of ours may be closed by it. */
+  int probe[4], np = 0;
+  for (; np < 4; np++) {
+    probe[np] = eventfd(0, EFD_CLOEXEC);
+    ck_assert_int_ge(probe[np], 0);
+  }
+  FS_REAL(close)(u); /* the agent drops its side of the handshake now */
+  int u2 = rdv_connect();
+  send_req(u2, "x", 1, NULL, 0);
+  ck_assert_int_eq(reply_status(u2, 3000), FS_REASON_PROTOCOL);
+  for (int i = 0; i < np; i++)
+    ck_assert_msg(FS_REAL(fcntl)(probe[i], F_GETFD, 0) >= 0, "descriptor %d closed by the library", probe[i]);
+  for (int i = 0; i < np; i++)
+    FS_REAL(close)(probe[i]);
+  FS_REAL(close)(u2);
+  assert_still_tcp();
+  ch->ops->release(ch);
+  FS_REAL(close)(mem);
+  FS_REAL(close)(efd);
+}
+END_TEST
+
 START_TEST(t_diag)
 {
   pair_setup();
@@ -239,6 +297,7 @@ int main(void)
   tcase_add_test(tc, t_check_req);
   tcase_add_test(tc, t_diag);
   tcase_add_test(tc, t_hostile_requests);
+  tcase_add_test(tc, t_truncated_fds);
   suite_add_tcase(s, tc);
   return run_suite(s, false);
 }
