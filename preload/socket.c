@@ -14,6 +14,7 @@
 #include "preload/boundary.h"
 #include "preload/export.h"
 #include "engine/fdtab.h"
+#include "engine/inherit.h"
 #include "base/real.h"
 
 FS_EXPORT int socket(int domain, int type, int protocol)
@@ -56,13 +57,15 @@ static int fs_accept_common(int fd, struct sockaddr *addr, socklen_t *len, int f
 {
   int nfd = four ? FS_REAL(accept4)(fd, addr, len, flags) : FS_REAL(accept)(fd, addr, len);
   if (nfd >= 0) {
+    int saved = errno;
     struct fs_conn *lc = fs_fdtab_get(fd);
+    if (!lc)
+      lc = fs_inherit_listener(fd); /* handed over (socket activation)? */
     if (lc) {
-      int saved = errno;
       fs_sock_accepted(lc, nfd, four ? flags : 0);
       fs_conn_put(lc);
-      errno = saved;
     }
+    errno = saved;
   }
   return nfd;
 }

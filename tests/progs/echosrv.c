@@ -1,17 +1,20 @@
 /* echosrv: epoll-based TCP echo server with non-blocking sockets.
  *
- *   echosrv [-6] [-e] [-H host] [-p port] [-P portfile] [-b bufsize]
+ *   echosrv [-6] [-e] [-L] [-H host] [-p port] [-P portfile] [-b bufsize]
  *
  * Level-triggered by default: interest follows the buffer state (EPOLLIN
  * while there is room, EPOLLOUT while there is something to send), one read
  * and one write per event.  -e: edge-triggered, registered once with
  * EPOLLIN|EPOLLOUT|EPOLLRDHUP|EPOLLET, each event drains until EAGAIN.
+ * -L: serve the listener a service manager passed (fd 3, LISTEN_FDS=1, as
+ * systemd-socket-activate does) instead of making one.
  * A client's EOF is answered (after the echo is flushed) with close().
  * Runs until killed.  Prints nothing on stdout; the bound port goes to -P. */
 #include "tests/progs/common.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -141,22 +144,35 @@ static void accept_all(void)
 
 int main(int argc, char **argv)
 {
-  int v6 = 0, port = 0, opt, bound;
+  int v6 = 0, port = 0, opt, bound, inherited = 0;
   const char *host = NULL, *portfile = NULL;
   it_prog = "echosrv";
-  while ((opt = getopt(argc, argv, "6eH:p:P:b:")) != -1) {
+  while ((opt = getopt(argc, argv, "6eLH:p:P:b:")) != -1) {
     switch (opt) {
     case '6': v6 = 1; break;
     case 'e': edge = 1; break;
+    case 'L': inherited = 1; break;
     case 'H': host = optarg; break;
     case 'p': port = atoi(optarg); break;
     case 'P': portfile = optarg; break;
     case 'b': bufsize = (size_t)it_size(optarg); break;
-    default: it_die(2, "usage: echosrv [-6] [-e] [-H host] [-p port] [-P portfile] [-b bufsize]");
+    default: it_die(2, "usage: echosrv [-6] [-e] [-L] [-H host] [-p port] [-P portfile] [-b bufsize]");
     }
   }
   signal(SIGPIPE, SIG_IGN);
-  lfd = it_listen(v6, host, port, 1024, &bound);
+  if (inherited) {
+    const char *n = getenv("LISTEN_FDS");
+    if (!n || atoi(n) != 1)
+      it_die(2, "-L: LISTEN_FDS is %s, expected 1", n ? n : "unset");
+    lfd = 3;
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    if (getsockname(lfd, (struct sockaddr *)&ss, &sl) < 0)
+      it_die(2, "getsockname(3):");
+    bound = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port : ((struct sockaddr_in *)&ss)->sin_port);
+  } else {
+    lfd = it_listen(v6, host, port, 1024, &bound);
+  }
   if (fcntl(lfd, F_SETFL, fcntl(lfd, F_GETFL) | O_NONBLOCK) < 0)
     it_die(2, "fcntl:");
   ep = epoll_create1(EPOLL_CLOEXEC);

@@ -1,0 +1,30 @@
+#!/bin/bash
+# t_sockact: a socket-activated server.  systemd-socket-activate makes the
+# listener and execs tests/progs/echosrv -L with it as fd 3 (LISTEN_FDS=1),
+# passing LD_PRELOAD on (-E) as a unit's Environment= would: the server never
+# calls socket() or listen() itself.  4 connections x 1 MiB verified echo,
+# held open halfway: shm when both ends are preloaded.
+. "$(dirname "$0")/lib.sh"
+require_cmd systemd-socket-activate
+require_progs echosrv mtclient
+IT_CLIENT_TIMEOUT=${IT_CLIENT_TIMEOUT:-30}
+
+for MODE in $(it_modes); do
+  name="socket-activated echosrv (listener inherited across exec), 4 x 1 MiB echo"
+  port=$(pick_port)
+  start_server sockact systemd-socket-activate -E LD_PRELOAD -l "127.0.0.1:$port" "$PROGS/echosrv" -L -e
+  if ! wait_port "$port" "$SERVER_PID" 20; then
+    server_status; tap_not_ok "$name [$MODE]" "systemd-socket-activate did not listen ($SRV_STATUS)" "$SERVER_LOG"
+    stop_server; continue
+  fi
+  hold_args
+  out=$IT_TMP/sockact.$MODE.out
+  run_held_client sockact "$port" "$out" "$PROGS/mtclient" -p "$port" -t 4 -n 1M "${HOLD[@]}"
+  rc=$?
+  detail=$(grep -v '^$' "$out" | tail -n 1)
+  server_check || { rc=1; detail="$SRV_DETAIL; $detail"; }
+  tap_result $rc "$name [$MODE]" "$detail" "$out" "$SERVER_LOG"
+  fabric_report "$name" "$FABRIC_STATUS"
+  stop_server
+done
+it_done
