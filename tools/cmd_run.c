@@ -33,16 +33,18 @@ void fs_tool_run_usage(FILE *out)
         out);
 }
 
+static const char *fs_tool_cmd = "run"; /* the subcommand whose options are parsed */
+
 static int fs_tool_run_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 static int fs_tool_run_usage_error(const char *fmt, ...)
 {
   va_list ap;
   va_start(ap, fmt);
-  fputs("fabsock run: ", stderr);
+  fprintf(stderr, "fabsock %s: ", fs_tool_cmd);
   vfprintf(stderr, fmt, ap);
   va_end(ap);
-  fputs("\nTry 'fabsock run --help'.\n", stderr);
+  fprintf(stderr, "\nTry 'fabsock %s --help'.\n", fs_tool_cmd);
   return FS_TOOL_EXIT_USAGE;
 }
 
@@ -73,7 +75,7 @@ static int fs_tool_find_lib(char *out)
   const char *env = getenv("FABSOCK_LIB");
   if (env != NULL && *env != '\0') {
     if (realpath(env, out) == NULL) {
-      fprintf(stderr, "fabsock run: FABSOCK_LIB=%s: %s\n", env, strerror(errno));
+      fprintf(stderr, "fabsock %s: FABSOCK_LIB=%s: %s\n", fs_tool_cmd, env, strerror(errno));
       return -1;
     }
     return 0;
@@ -93,7 +95,7 @@ static int fs_tool_find_lib(char *out)
   }
   if (access(FS_LIBDIR "/" FS_LIBNAME, R_OK) == 0 && realpath(FS_LIBDIR "/" FS_LIBNAME, out) != NULL)
     return 0;
-  fprintf(stderr, "fabsock run: cannot find %s (looked in %s); set FABSOCK_LIB\n", FS_LIBNAME,
+  fprintf(stderr, "fabsock %s: cannot find %s (looked in %s); set FABSOCK_LIB\n", fs_tool_cmd, FS_LIBNAME,
           FS_LIBDIR);
   return -1;
 }
@@ -124,7 +126,7 @@ static char *fs_tool_preload(const char *lib)
   return out;
 }
 
-int fs_tool_run_main(int argc, char **argv)
+int fs_tool_env_parse(int argc, char **argv, const char *cmd, struct fs_tool_env *e)
 {
   static const struct option opts[] = {
     { "transport", required_argument, NULL, 't' },
@@ -133,25 +135,25 @@ int fs_tool_run_main(int argc, char **argv)
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
   };
-  const char *transport = NULL, *config = NULL, *log = NULL;
+  memset(e, 0, sizeof *e);
   int c;
   opterr = 0;
   optind = 1;
+  fs_tool_cmd = cmd;
   /* '+': options end at PROGRAM, whose own options are left alone. */
   while ((c = getopt_long(argc, argv, "+:h", opts, NULL)) != -1) {
     switch (c) {
     case 't':
-      transport = optarg;
+      e->transport = optarg;
       break;
     case 'c':
-      config = optarg;
+      e->config = optarg;
       break;
     case 'l':
-      log = optarg;
+      e->log = optarg;
       break;
     case 'h':
-      fs_tool_run_usage(stdout);
-      return FS_TOOL_EXIT_OK;
+      return FS_TOOL_HELP;
     case ':':
       return fs_tool_run_usage_error("option '%s' needs an argument", argv[optind - 1]);
     default:
@@ -160,40 +162,52 @@ int fs_tool_run_main(int argc, char **argv)
       return fs_tool_run_usage_error("unknown option '%s'", argv[optind - 1]);
     }
   }
-  if (optind >= argc)
-    return fs_tool_run_usage_error("no PROGRAM given");
+  e->optind = optind;
+  const char *transport = e->transport;
   if (transport != NULL && strcmp(transport, "auto") != 0 && strcmp(transport, "rdma") != 0 &&
       strcmp(transport, "shm") != 0 && strcmp(transport, "tcp") != 0)
     return fs_tool_run_usage_error("--transport %s: expected auto, rdma, shm or tcp", transport);
-  if (log != NULL && !fs_tool_log_valid(log))
+  if (e->log != NULL && !fs_tool_log_valid(e->log))
     return fs_tool_run_usage_error("--log %s: expected off, error, warn, info or debug, "
-                                   "optionally followed by ,syslog", log);
-  char config_abs[PATH_MAX];
-  if (config != NULL) {
-    if (realpath(config, config_abs) == NULL || access(config_abs, R_OK) != 0) {
-      fprintf(stderr, "fabsock run: --config %s: %s\n", config, strerror(errno));
+                                   "optionally followed by ,syslog", e->log);
+  if (e->config != NULL) {
+    if (realpath(e->config, e->config_abs) == NULL || access(e->config_abs, R_OK) != 0) {
+      fprintf(stderr, "fabsock %s: --config %s: %s\n", cmd, e->config, strerror(errno));
       return FS_TOOL_EXIT_USAGE;
     }
   }
-
-  char lib[PATH_MAX];
-  if (fs_tool_find_lib(lib) < 0)
+  if (fs_tool_find_lib(e->lib) < 0)
     return FS_TOOL_EXIT_NOEXEC;
-  if (strpbrk(lib, ": ") != NULL) {
-    fprintf(stderr, "fabsock run: %s: LD_PRELOAD cannot carry a path with ':' or ' '\n", lib);
+  if (strpbrk(e->lib, ": ") != NULL) {
+    fprintf(stderr, "fabsock %s: %s: LD_PRELOAD cannot carry a path with ':' or ' '\n", cmd, e->lib);
     return FS_TOOL_EXIT_NOEXEC;
   }
-  char *preload = fs_tool_preload(lib);
+  return FS_TOOL_PARSED;
+}
+
+int fs_tool_run_main(int argc, char **argv)
+{
+  struct fs_tool_env e;
+  int rc = fs_tool_env_parse(argc, argv, "run", &e);
+  if (rc == FS_TOOL_HELP) {
+    fs_tool_run_usage(stdout);
+    return FS_TOOL_EXIT_OK;
+  }
+  if (rc != FS_TOOL_PARSED)
+    return rc;
+  if (e.optind >= argc)
+    return fs_tool_run_usage_error("no PROGRAM given");
+  char *preload = fs_tool_preload(e.lib);
   if (preload == NULL || setenv("LD_PRELOAD", preload, 1) < 0 ||
-      (transport && setenv("FABSOCK_TRANSPORT", transport, 1) < 0) ||
-      (config && setenv("FABSOCK_CONFIG", config_abs, 1) < 0) ||
-      (log && setenv("FABSOCK_LOG", log, 1) < 0)) {
+      (e.transport && setenv("FABSOCK_TRANSPORT", e.transport, 1) < 0) ||
+      (e.config && setenv("FABSOCK_CONFIG", e.config_abs, 1) < 0) ||
+      (e.log && setenv("FABSOCK_LOG", e.log, 1) < 0)) {
     fprintf(stderr, "fabsock run: %s\n", strerror(errno));
     free(preload);
     return FS_TOOL_EXIT_NOEXEC;
   }
   free(preload);
-  execvp(argv[optind], argv + optind);
-  fprintf(stderr, "fabsock run: %s: %s\n", argv[optind], strerror(errno));
+  execvp(argv[e.optind], argv + e.optind);
+  fprintf(stderr, "fabsock run: %s: %s\n", argv[e.optind], strerror(errno));
   return FS_TOOL_EXIT_NOEXEC;
 }

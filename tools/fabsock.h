@@ -6,6 +6,7 @@
 #ifndef FS_TOOLS_FABSOCK_H
 #define FS_TOOLS_FABSOCK_H
 
+#include <limits.h>
 #include <stdio.h>
 
 /* Exit statuses (fabsock(1), EXIT STATUS). */
@@ -18,8 +19,27 @@
  * only on failure). */
 int fs_tool_run_main(int argc, char **argv);
 int fs_tool_stat_main(int argc, char **argv);
+int fs_tool_unit_main(int argc, char **argv);
 
 void fs_tool_run_usage(FILE *out);
 void fs_tool_stat_usage(FILE *out);
+void fs_tool_unit_usage(FILE *out);
+
+/* The environment options `run` and `unit` share (--transport, --config,
+ * --log) and the library they preload. */
+struct fs_tool_env {
+  const char *transport, *config, *log; /* NULL: not given */
+  char config_abs[PATH_MAX];            /* config's absolute path */
+  char lib[PATH_MAX];                   /* the library's absolute path */
+  int optind;                           /* first argument after the options */
+};
+
+#define FS_TOOL_PARSED (-1) /* options good: go on */
+#define FS_TOOL_HELP (-2)   /* --help asked for */
+
+/* Parse argv (argv[0] = cmd, the subcommand) into *e, check the values and
+ * find the library.  FS_TOOL_PARSED, FS_TOOL_HELP, or an exit status after
+ * a message on stderr. */
+int fs_tool_env_parse(int argc, char **argv, const char *cmd, struct fs_tool_env *e);
 
 #endif
