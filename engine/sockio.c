@@ -113,8 +113,12 @@ FS_SOCKIO_HOT ssize_t fs_sockio_done(struct fs_conn *c, ssize_t r, bool tx, bool
     return r;
   if (hrc < 0)
     return tx ? r : -ECONNABORTED;
-  if (!c->no_upgrade && !c->upgrade_queued)
+  if (!c->no_upgrade && !c->upgrade_queued) {
+    uint32_t big = r > (ssize_t)UINT32_MAX ? UINT32_MAX : (uint32_t)r;
+    if (big > __atomic_load_n(&c->io_max, __ATOMIC_RELAXED))
+      __atomic_store_n(&c->io_max, big, __ATOMIC_RELAXED); /* a hint: a lost race costs nothing */
     fs_sock_maybe_upgrade(c);
+  }
   return r;
 }
 
@@ -216,6 +220,14 @@ static void fs_sockio_sigpipe(int flags)
   }
 }
 
+/* A large write goes into the ring as records of at most this many bytes,
+ * each published as soon as it is copied: the reader copies one out while
+ * the writer fills the next, instead of waiting for the whole write (1 MiB
+ * ping-pong through a 4 MiB ring ran 1.24x slower without). */
+#ifndef FS_SOCKIO_TX_CHUNK
+#define FS_SOCKIO_TX_CHUNK (128u << 10)
+#endif
+
 static ssize_t fs_sockio_fabric_send(struct fs_conn *c, int fd, struct fs_chan *ch, struct fs_io *io, size_t total)
 {
   int flags = (io->op == FS_IO_WRITE || io->op == FS_IO_WRITEV) ? 0 : io->flags;
@@ -257,7 +269,8 @@ static ssize_t fs_sockio_fabric_send(struct fs_conn *c, int fd, struct fs_chan *
     }
     if (total == 0)
       return 0;
-    size_t n = fs_ring_put_data(&ch->tx, io->iov, io->iovcnt, sent, total - sent);
+    size_t chunk = total - sent < FS_SOCKIO_TX_CHUNK ? total - sent : FS_SOCKIO_TX_CHUNK;
+    size_t n = fs_ring_put_data(&ch->tx, io->iov, io->iovcnt, sent, chunk);
     if (n) {
       sent += n;
       fs_chan_kick_data(ch);

@@ -31,6 +31,8 @@ struct fs_chan;
   bool ready;                   /* set up after connect/accept (atomic): until  \
                                    then a rendezvous request for it is held */   \
   bool listener_shared;         /* listening socket shared with another process */ \
+  uint32_t io_max;              /* largest send or receive on TCP before the      \
+                                   upgrade (atomic): a fabric may size rings by it */ \
   struct fs_policy_action policy;                                                \
   struct sockaddr_storage local, peer;
 

@@ -480,7 +480,7 @@ static int fs_rdv_connect(struct fs_link *c)
     reason = FS_REASON_ERROR;
     goto fail;
   }
-  uint32_t ring = fs_shm_ring_size(fs_policy_ring_size());
+  uint32_t ring = fs_shm_ring_for(fs_policy_ring_size(), __atomic_load_n(&c->io_max, __ATOMIC_RELAXED));
   if (fs_shm_create(ring, c->wake_fd, &memfd, &ch) == 0)
     memfd = fs_fdreg_move_high(memfd);
   else {

@@ -82,6 +82,15 @@ uint32_t fs_shm_ring_size(uint32_t asked)
   return FS_SHM_RING_DEFAULT;
 }
 
+uint32_t fs_shm_ring_for(uint32_t asked, uint32_t io_max)
+{
+  uint32_t ring = fs_shm_ring_size(asked);
+  uint64_t want = (uint64_t)io_max * FS_SHM_RING_CALLS;
+  while (ring < want && ring < FS_SHM_RING_BIG)
+    ring <<= 1;
+  return ring;
+}
+
 static struct fs_chan *fs_shm_view(void *map, size_t len, uint32_t ring, int side, int my_efd, int peer_efd)
 {
   struct fs_shm_chan *s = calloc(1, sizeof *s);
