@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Check `fabsock stat --json` (on stdin) for the fabric of some connections.
 
-    fabsock stat --json | fabric_check.py PORT|PID:FD FABRIC
+    fabsock stat --json | fabric_check.py PORT|PORT@BYTES|PID:FD FABRIC
 
 Input format: see stat_json.py.
 PORT selects every connection whose local or peer port is PORT (both ends of
-a loopback connection when both processes run libfabsock); PID:FD selects one.
+a loopback connection when both processes run libfabsock); PORT@BYTES those
+of them that moved at least BYTES; PID:FD selects one.
 Listening sockets are ignored.  Prints one line; exit 0 when at least one
 connection matched and all report FABRIC, 1 when one reports something else,
 2 when none matched or the input is not valid JSON.
@@ -17,7 +18,7 @@ from stat_json import connections, read_doc
 
 def main():
     if len(sys.argv) != 3:
-        print("usage: fabric_check.py PORT|PID:FD FABRIC")
+        print("usage: fabric_check.py PORT|PORT@BYTES|PID:FD FABRIC")
         return 2
     key, want = sys.argv[1], sys.argv[2]
     doc = read_doc()

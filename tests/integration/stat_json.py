@@ -28,7 +28,14 @@ def read_doc():
 def connections(doc, key):
     """(process, connection) pairs, listening sockets left out, selected by
     KEY: PORT (local or peer port; both ends of a loopback connection when
-    both processes run libfabsock) or PID:FD (that one)."""
+    both processes run libfabsock), PORT@BYTES (those of them that moved at
+    least BYTES either way: a program's data connections, not its small
+    control connection, which never reaches the upgrade threshold) or PID:FD
+    (that one)."""
+    least = 0
+    if "@" in key:
+        key, least = key.split("@", 1)
+        least = int(least)
     pid_fd = key.split(":") if ":" in key else None
     for proc in doc.get("processes", []):
         for c in proc.get("connections", []):
@@ -38,5 +45,7 @@ def connections(doc, key):
                 if str(proc.get("pid")) != pid_fd[0] or str(c.get("fd")) != pid_fd[1]:
                     continue
             elif key not in (port_of(c.get("local")), port_of(c.get("peer"))):
+                continue
+            if int(c.get("tx_bytes", 0)) + int(c.get("rx_bytes", 0)) < least:
                 continue
             yield proc, c

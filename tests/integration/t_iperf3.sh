@@ -13,7 +13,7 @@ for MODE in $(it_modes); do
     server_status; tap_not_ok "$name [$MODE]" "iperf3 -s did not start ($SRV_STATUS)" "$SERVER_LOG"; stop_server; continue
   fi
   out=$IT_TMP/iperf3.$MODE.json
-  fabric_watch_start "$port"
+  fabric_watch_start "$port@1048576" # the data connection; the control one stays small
   run_client iperf3 -c 127.0.0.1 -p "$port" -t 3 -J >"$out" 2>"$out.err"
   rc=$?
   fabric_watch_stop; fst=$?
