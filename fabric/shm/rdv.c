@@ -689,6 +689,7 @@ static void fs_rdv_after_fork_child(void)
   }
   A.items = NULL;
   A.npend = 0;
+  A.npaused = 0;
 }
 
 const struct fs_fabric_ops fs_shm_fabric = {
