@@ -523,6 +523,27 @@ void fs_sock_before_fork(void)
   fs_fdtab_foreach(fs_sock_fork_prep, NULL);
 }
 
+/* The child's stat table is a copy of the parent's slots as they were when
+ * the child copied them: a slot the parent freed in between (a server that
+ * closes its copy of an accepted connection right after fork) arrives
+ * empty.  Fill such a row in again from the connection; its counters
+ * restart at zero. */
+static void fs_sock_stat_refill(struct fs_conn *c, struct fs_chan *ch)
+{
+  struct fs_stat_conn *s = c->stat;
+  if (!s || __atomic_load_n(&s->used, __ATOMIC_ACQUIRE))
+    return;
+  fs_sock_stat_addrs(c);
+  if (s->family == 0)
+    s->family = (uint8_t)c->family;
+  s->fd = c->fd;
+  s->state = (uint8_t)fs_conn_state(c);
+  s->reason = c->reason;
+  s->fabric = (uint8_t)(ch ? ch->ops->fabric : FS_FABRIC_TCP);
+  s->listening = fs_conn_state(c) == FS_STATE_LISTEN;
+  __atomic_store_n(&s->used, 1, __ATOMIC_RELEASE);
+}
+
 static void fs_sock_fork_fix(int fd, struct fs_conn *c, void *arg)
 {
   pid_t pid = *(pid_t *)arg;
@@ -530,12 +551,13 @@ static void fs_sock_fork_fix(int fd, struct fs_conn *c, void *arg)
   if (c->visit == fs_sock_epoch)
     return;
   c->visit = fs_sock_epoch;
+  struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
   if (pid == 0) { /* the threads that held these are gone */
     pthread_mutex_init(&c->lock, NULL);
     fs_lock_init(&c->txlock);
     fs_lock_init(&c->rxlock);
+    fs_sock_stat_refill(c, ch);
   }
-  struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
   if (ch && !ch->ops->fork_shares(ch)) { /* downgraded before the fork, unless a thread was inside a call */
     if (pid == 0) {
       ch->ops->forget(ch);

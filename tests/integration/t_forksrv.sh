@@ -7,6 +7,9 @@
 # server's fork; every byte verified.  The last shape is the one that caught
 # a channel attached by the parent's agent during fork() (the client read
 # EOF before any echo) in every run.
+# With the server preloaded, a connection held open halfway must have its
+# row in `fabsock stat`, in the child that serves it: the parent frees its
+# slot right after fork, and the child's copy of the table once lost it.
 . "$(dirname "$0")/lib.sh"
 require_progs forksrv mtclient
 IT_CLIENT_TIMEOUT=${IT_CLIENT_TIMEOUT:-40} # quick clients: a hang must not eat the budget
@@ -28,6 +31,31 @@ for MODE in $(it_modes); do
     [ $rc -eq 124 ] && detail="client timed out; $detail"
     tap_result $rc "$name [$MODE]" "$detail" "$out" "$SERVER_LOG"
   done
+  if [ -n "$FABSOCK_LIB" ] && preloaded server && [ -x "$FABSOCK_BIN" ]; then
+    name="forksrv: the child serving a connection has its row in fabsock stat"
+    hold=$IT_TMP/forksrv.hold.$MODE
+    start_bg_client forkhold "$PROGS/mtclient" -p "$SERVER_PORT" -t 1 -n 64K -w "$hold"
+    if wait_file "$hold.ready" "$BG_PID" "$(client_timeout)"; then
+      real_python
+      rows=$(timeout 10 "$FABSOCK_BIN" stat --json 2>&1 | "$IT_PYTHON" -c '
+import json, sys
+doc = json.load(sys.stdin)
+port = sys.argv[1]
+for p in doc.get("processes", []):
+    for c in p.get("connections", []):
+        if str(c.get("local", "")).endswith(":" + port) and c.get("state") != "listen":
+            print("%s[%s] fd %s %s" % (p.get("program"), p.get("pid"), c.get("fd"), c.get("state")))
+' "$SERVER_PORT" 2>&1)
+      touch "$hold"
+      wait "$BG_PID"; rc=$?
+      it_forget "$BG_PID"
+      if [ $rc -eq 0 ] && [ -n "$rows" ]; then tap_ok "$name [$MODE]" "$(echo $rows)"
+      else tap_not_ok "$name [$MODE]" "client exit $rc; server-side rows: '${rows}'" "$BG_LOG"; fi
+    else
+      touch "$hold"
+      tap_not_ok "$name [$MODE]" "client never reached its hold point" "$BG_LOG"
+    fi
+  fi
   stop_server
 done
 it_done
