@@ -268,6 +268,27 @@ out:
   errno = saved;
 }
 
+static bool fs_stat_unlinked; /* by fs_stat_exec, until the exec is known to have failed */
+
+void fs_stat_exec(bool failed)
+{
+  int saved = errno;
+  pthread_mutex_lock(&fs_stat_lock);
+  if (!failed && fs_stat_mode == FS_STAT_ON && fs_stat_path[0] != '\0') {
+    unlink(fs_stat_path);
+    fs_stat_unlinked = true;
+  } else if (failed && fs_stat_unlinked) {
+    char path[PATH_MAX];
+    if (fs_stat_rehome(path, sizeof path) == 0)
+      memcpy(fs_stat_path, path, sizeof path);
+    else
+      fs_stat_path[0] = '\0'; /* the table stays ours, unlisted */
+    fs_stat_unlinked = false;
+  }
+  pthread_mutex_unlock(&fs_stat_lock);
+  errno = saved;
+}
+
 void fs_stat_shutdown(void)
 {
   int saved = errno;

@@ -16,6 +16,7 @@
 #ifndef FS_BASE_STAT_H
 #define FS_BASE_STAT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -59,7 +60,11 @@ _Static_assert(sizeof(struct fs_stat_conn) == 128, "stat slot size is ABI");
 /* Library side.  All return NULL / -errno and never disturb errno. */
 struct fs_stat_conn *fs_stat_slot_alloc(void); /* NULL when stats are off or full */
 void fs_stat_slot_free(struct fs_stat_conn *s);
-void fs_stat_atfork_child(void);               /* re-home the table under the new pid */
+void fs_stat_atfork_child(void);
+/* The process execs itself (execve, not posix_spawn): its table leaves with
+ * this image, or, failed, comes back (fabsock stat must not list a gone
+ * image's sockets under a pid that now runs another program). */
+void fs_stat_exec(bool failed);               /* re-home the table under the new pid */
 void fs_stat_shutdown(void);                   /* unlink at exit */
 
 #define FS_STAT_ADD(slot, field, n) \

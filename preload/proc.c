@@ -36,16 +36,26 @@ static void fs_exec_point(void)
   errno = saved;
 }
 
+/* The calls that replace this process's image: its stat table goes with it. */
+#define FS_EXEC_SELF(call)        \
+  do {                            \
+    fs_exec_point();              \
+    fs_sock_exec_self(false);     \
+    int rc_ = (call);             \
+    int saved_ = errno;           \
+    fs_sock_exec_self(true);      \
+    errno = saved_;               \
+    return rc_;                   \
+  } while (0)
+
 FS_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
 {
-  fs_exec_point();
-  return FS_REAL(execve)(path, argv, envp);
+  FS_EXEC_SELF(FS_REAL(execve)(path, argv, envp));
 }
 
 FS_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
 {
-  fs_exec_point();
-  return FS_REAL(execvpe)(file, argv, envp);
+  FS_EXEC_SELF(FS_REAL(execvpe)(file, argv, envp));
 }
 
 FS_EXPORT int execv(const char *path, char *const argv[])
@@ -60,8 +70,7 @@ FS_EXPORT int execvp(const char *file, char *const argv[])
 
 FS_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
 {
-  fs_exec_point();
-  return FS_REAL(fexecve)(fd, argv, envp);
+  FS_EXEC_SELF(FS_REAL(fexecve)(fd, argv, envp));
 }
 
 /* execl*: collect the variadic arguments into an argv on the stack. */
