@@ -20,6 +20,22 @@ fi
 # The JVM's own start-up threads and GC are not what this test is about.
 JAVA=(java -Xshare:auto -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -cp "$JCP" FsJava)
 
+# java_case NAME MUST_SAY FsJava-CLIENT-ARGS...: one held client run; its
+# result line (the first word of the client command) must contain MUST_SAY.
+java_case() {
+  local name=$1 must=$2 out rc detail
+  shift 2
+  hold_args
+  out=$IT_TMP/java-$1.$MODE.out
+  run_held_client "java$1" "$port" "$out" "${JAVA[@]}" "$@" ${HOLD_FILE:+"$HOLD_FILE"}
+  rc=$?
+  detail=$(grep -m1 "^$1" "$out")
+  case "$detail" in *"$must"*) ;; *) rc=1; detail="${detail:-no result: $(tail -n 2 "$out" | tr '\n' ' ')}" ;; esac
+  server_check || { rc=1; detail="$SRV_DETAIL; $detail"; }
+  tap_result $rc "$name [$MODE]" "$detail" "$out" "$SERVER_LOG"
+  fabric_report "$name" "$FABRIC_STATUS"
+}
+
 for MODE in $(it_modes); do
   pf=$IT_TMP/java.$MODE.port
   rm -f "$pf"
@@ -30,27 +46,8 @@ for MODE in $(it_modes); do
   fi
   port=$(cat "$pf")
 
-  name="java dual-stack 64 B ping-pong, 4000 round trips"
-  hold_args
-  out=$IT_TMP/java-pp.$MODE.out
-  run_held_client javapp "$port" "$out" "${JAVA[@]}" pingpong "$port" 4000 64 ${HOLD_FILE:+"$HOLD_FILE"}
-  rc=$?
-  detail=$(grep -m1 '^pingpong' "$out")
-  [ -n "$detail" ] || { rc=1; detail="no result: $(tail -n 2 "$out" | tr '\n' ' ')"; }
-  server_check || { rc=1; detail="$SRV_DETAIL; $detail"; }
-  tap_result $rc "$name [$MODE]" "$detail" "$out" "$SERVER_LOG"
-  fabric_report "$name" "$FABRIC_STATUS"
-
-  name="java dual-stack 64 MiB in 64 KiB writes, half-close, sha256"
-  hold_args
-  out=$IT_TMP/java-sink.$MODE.out
-  run_held_client javasink "$port" "$out" "${JAVA[@]}" sink "$port" 64 65536 ${HOLD_FILE:+"$HOLD_FILE"}
-  rc=$?
-  detail=$(grep -m1 '^sink' "$out")
-  case "$detail" in *"sha256 ok"*) ;; *) rc=1; detail="${detail:-no result: $(tail -n 2 "$out" | tr '\n' ' ')}" ;; esac
-  server_check || { rc=1; detail="$SRV_DETAIL; $detail"; }
-  tap_result $rc "$name [$MODE]" "$detail" "$out" "$SERVER_LOG"
-  fabric_report "$name" "$FABRIC_STATUS"
+  java_case "java dual-stack 64 B ping-pong, 4000 round trips" "pingpong" pingpong "$port" 4000 64
+  java_case "java dual-stack 64 MiB in 64 KiB writes, half-close, sha256" "sha256 ok" sink "$port" 64 65536
   stop_server
 done
 it_done
