@@ -608,11 +608,6 @@ void fs_sock_before_exec(void)
   fs_fdtab_foreach(fs_sock_exec_one, NULL);
 }
 
-void fs_sock_exec_self(bool failed)
-{
-  fs_stat_exec(failed);
-}
-
 void fs_sock_scm_rights(const struct msghdr *msg)
 {
   for (struct cmsghdr *cm = CMSG_FIRSTHDR(msg); cm; cm = CMSG_NXTHDR((struct msghdr *)msg, cm)) {

@@ -59,10 +59,6 @@ void fs_sock_before_fork(void);
 void fs_sock_after_fork(pid_t pid);
 void fs_sock_before_exec(void);
 
-/* The process itself execs (execve, execvpe, fexecve): failed = false just
- * before, true when the call returned (it failed). */
-void fs_sock_exec_self(bool failed);
-
 /* fd is about to be used by a call the kernel serves on its own (splice,
  * tee, copy_file_range): its bytes must be in the kernel socket, so the
  * connection goes back to TCP, byte-exact, and stays there (kernel-io). */

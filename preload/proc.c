@@ -13,6 +13,7 @@
 #include "engine/sock.h"
 #include "preload/export.h"
 #include "base/real.h"
+#include "base/stat.h"
 
 FS_EXPORT pid_t fork(void)
 {
@@ -37,15 +38,13 @@ static void fs_exec_point(void)
 }
 
 /* The calls that replace this process's image: its stat table goes with it. */
-#define FS_EXEC_SELF(call)        \
-  do {                            \
-    fs_exec_point();              \
-    fs_sock_exec_self(false);     \
-    int rc_ = (call);             \
-    int saved_ = errno;           \
-    fs_sock_exec_self(true);      \
-    errno = saved_;               \
-    return rc_;                   \
+#define FS_EXEC_SELF(call)  \
+  do {                      \
+    fs_exec_point();        \
+    fs_stat_exec(false);    \
+    int rc_ = (call);       \
+    fs_stat_exec(true); /* keeps errno */ \
+    return rc_;             \
   } while (0)
 
 FS_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
