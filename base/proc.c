@@ -9,9 +9,11 @@
  * beyond argv and the environment strings that such titles reuse; the
  * kernel's own comm, which ps shows, is that path's base name too.
  * Fallbacks: /proc/self/comm, then argv[0]. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/auxv.h>
 #include <unistd.h>
@@ -66,4 +68,29 @@ const char *fs_proc_name(void)
 {
   pthread_once(&fs_proc_once, fs_proc_find);
   return fs_proc_buf;
+}
+
+int fs_proc_holds_socket(int pid, unsigned long inode)
+{
+  int saved = errno, rc = 0;
+  char path[64], want[48], link[64];
+  snprintf(path, sizeof path, "/proc/%d/fd", pid);
+  snprintf(want, sizeof want, "socket:[%lu]", inode);
+  size_t wl = strlen(want);
+  DIR *d = opendir(path);
+  if (d == NULL) {
+    rc = errno == ENOENT ? 0 : -errno;
+    errno = saved;
+    return rc;
+  }
+  struct dirent *e;
+  while (rc == 0 && (e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.')
+      continue;
+    ssize_t n = readlinkat(dirfd(d), e->d_name, link, sizeof link);
+    rc = n == (ssize_t)wl && memcmp(link, want, wl) == 0;
+  }
+  closedir(d);
+  errno = saved;
+  return rc;
 }

@@ -1,4 +1,5 @@
-/* The process's name as ps and pgrep show it, for policy rules and stat. */
+/* The process's name as ps and pgrep show it, for policy rules and stat;
+ * and whether another process holds a socket. */
 #ifndef FS_BASE_PROC_H
 #define FS_BASE_PROC_H
 
@@ -7,5 +8,10 @@
  * to redis-check-rdb, "nginx" whatever nginx later writes over its argv).
  * Found once, on first use; never NULL, at most 63 bytes. */
 const char *fs_proc_name(void);
+
+/* Does process pid hold socket inode among its descriptors
+ * (/proc/PID/fd/N -> "socket:[inode]")?  1 yes, 0 no (or no such
+ * process), -errno when it cannot be told (another user's process). */
+int fs_proc_holds_socket(int pid, unsigned long inode);
 
 #endif

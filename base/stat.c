@@ -11,9 +11,13 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -100,11 +104,15 @@ static void fs_stat_fill_header(struct fs_stat_header *h, int pid, uint32_t hi_w
 /* Create "<dir>/fabsock.<pid>.stat" at full (sparse) size; returns the fd or
  * -errno, the path in path.  A file already there carries our pid, so its
  * owner is gone (a dead process, or our own image before exec): replace it. */
-static int fs_stat_create(int pid, char *path, size_t len)
+static const char *fs_stat_dir(void)
 {
   const char *dir = secure_getenv("FABSOCK_STATDIR");
-  if (dir == NULL || *dir == '\0')
-    dir = "/dev/shm";
+  return dir == NULL || *dir == '\0' ? "/dev/shm" : dir;
+}
+
+static int fs_stat_create(int pid, char *path, size_t len)
+{
+  const char *dir = fs_stat_dir();
   int n = snprintf(path, len, "%s/fabsock.%d.stat", dir, pid);
   if (n < 0 || (size_t)n >= len)
     return -ENAMETOOLONG;
@@ -114,7 +122,9 @@ static int fs_stat_create(int pid, char *path, size_t len)
     if (fd < 0 && (errno != EEXIST || attempt > 0 || unlink(path) < 0))
       return -errno;
   }
-  if (ftruncate(fd, (off_t)FS_STAT_MAP_LEN) < 0) {
+  /* Readable by all whatever the umask: a peer of another user finds
+   * which of our processes holds a connection here (fs_stat_holders). */
+  if (fchmod(fd, 0644) < 0 || ftruncate(fd, (off_t)FS_STAT_MAP_LEN) < 0) {
     int err = errno;
     unlink(path);
     FS_REAL(close)(fd);
@@ -300,4 +310,72 @@ void fs_stat_shutdown(void)
   fs_stat_mode = FS_STAT_OFF;
   pthread_mutex_unlock(&fs_stat_lock);
   errno = saved;
+}
+
+/* ---- reading other processes' tables --------------------------------- */
+
+/* Does the table in fd (owner pid) list a live connection on inode?  Read
+ * with pread, never mapped: its owner may truncate it under us (SIGBUS),
+ * and every bound comes from our own constants, not from the file. */
+static bool fs_stat_file_holds(int fd, int pid, uint32_t inode)
+{
+  struct fs_stat_header h;
+  if (pread(fd, &h, sizeof h, 0) != (ssize_t)sizeof h || h.magic != FS_STAT_MAGIC ||
+      h.version != FS_STAT_VERSION || h.pid != pid)
+    return false;
+  uint32_t n = h.hi_water < FS_STAT_SLOTS ? h.hi_water : FS_STAT_SLOTS;
+  struct fs_stat_conn buf[64];
+  for (uint32_t i = 0; i < n; i += 64) {
+    uint32_t k = n - i < 64 ? n - i : 64;
+    ssize_t r = pread(fd, buf, k * sizeof buf[0], (off_t)(FS_STAT_HDR_LEN + (size_t)i * sizeof buf[0]));
+    if (r <= 0)
+      return false;
+    for (uint32_t j = 0; j < (uint32_t)r / sizeof buf[0]; j++)
+      if (buf[j].used == 1 && buf[j].inode == inode && !buf[j].listening && buf[j].state != FS_STAT_STATE_CLOSED)
+        return true;
+  }
+  return false;
+}
+
+int fs_stat_holders(uint32_t inode, int *pids, int max)
+{
+  int saved = errno;
+  if (inode == 0)
+    return -EINVAL;
+  DIR *d = opendir(fs_stat_dir());
+  if (d == NULL) {
+    int err = errno;
+    errno = saved;
+    return -err;
+  }
+  int self = (int)getpid(), found = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    char *end;
+    if (strncmp(e->d_name, "fabsock.", 8) != 0)
+      continue;
+    long pid = strtol(e->d_name + 8, &end, 10);
+    if (end == e->d_name + 8 || strcmp(end, ".stat") != 0 || pid <= 0 || pid > INT_MAX || pid == self)
+      continue;
+    int fd = openat(dirfd(d), e->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0)
+      continue;
+    if (kill((pid_t)pid, 0) < 0 && errno == ESRCH) {
+      /* Left by a killed process (no exit handler ran): remove it where
+       * we may, or every lookup pays for it.  A new process of that pid
+       * replaces the file (O_EXCL) rather than reusing it. */
+      (void)unlinkat(dirfd(d), e->d_name, 0);
+      FS_REAL(close)(fd);
+      continue;
+    }
+    if (fs_stat_file_holds(fd, (int)pid, inode)) {
+      if (found < max)
+        pids[found] = (int)pid;
+      found++;
+    }
+    FS_REAL(close)(fd);
+  }
+  closedir(d);
+  errno = saved;
+  return found;
 }

@@ -1,7 +1,9 @@
 /* Per-process connection table published for `fabsock stat`.
  *
- * File: $FABSOCK_STATDIR (default /dev/shm) / "fabsock.<pid>.stat", mode 0600,
- * created on the first tracked socket, unlinked at exit.  Layout (host byte
+ * File: $FABSOCK_STATDIR (default /dev/shm) / "fabsock.<pid>.stat", mode 0644
+ * (the shm rendezvous of another user's process looks up which process holds
+ * a socket here: fs_stat_holders; ss(8) shows the same addresses and counts
+ * to every user), created on the first tracked socket, unlinked at exit.  Layout (host byte
  * order; readers check magic and version and ignore files they do not know):
  *
  *   struct fs_stat_header                      (offset 0, 256 bytes)
@@ -23,6 +25,7 @@
 #define FS_STAT_MAGIC 0x534b5346u /* "FSKS" */
 #define FS_STAT_VERSION 1
 #define FS_STAT_SLOTS 65536
+#define FS_STAT_STATE_CLOSED 7 /* enum fs_conn_state's CLOSED (engine/conn.h asserts it) */
 
 struct fs_stat_header {
   uint32_t magic;
@@ -51,7 +54,8 @@ struct fs_stat_conn {
   uint64_t tx_bytes, rx_bytes;  /* bytes the application sent/received */
   uint64_t tx_msgs, rx_msgs;    /* frames counted by the frame hook, else calls */
   uint64_t fabric_tx, fabric_rx;/* of which carried by the fabric */
-  uint8_t pad[128 - 104];
+  uint32_t inode;          /* the socket's inode (sock_diag's idiag_inode); 0 unknown */
+  uint8_t pad[128 - 108];
 };
 
 _Static_assert(sizeof(struct fs_stat_header) == 256, "stat header size is ABI");
@@ -66,6 +70,14 @@ void fs_stat_atfork_child(void);
  * image's sockets under a pid that now runs another program). */
 void fs_stat_exec(bool failed);               /* re-home the table under the new pid */
 void fs_stat_shutdown(void);                   /* unlink at exit */
+
+/* Which other processes' tables list a live (not listening, not closed)
+ * connection on socket `inode`: up to max of their pids in pids[]; returns
+ * how many processes were found (may exceed max), or -errno.  Other
+ * processes' files are read defensively (a table of another user is
+ * untrusted input).  Tables of processes that no longer exist are skipped. */
+int fs_stat_holders(uint32_t inode, int *pids, int max);
+
 
 #define FS_STAT_ADD(slot, field, n) \
   do { if (slot) __atomic_fetch_add(&(slot)->field, (n), __ATOMIC_RELAXED); } while (0)

@@ -125,7 +125,9 @@ START_TEST(test_lazy_create_and_header)
   int pid = (int)getpid();
   ck_assert(!table_exists(pid));
   errno = 4242;
+  mode_t old_umask = umask(077); /* readable by all whatever the umask */
   struct fs_stat_conn *a = fs_stat_slot_alloc();
+  umask(old_umask);
   ck_assert_int_eq(errno, 4242);
   ck_assert_ptr_nonnull(a);
 
@@ -133,7 +135,7 @@ START_TEST(test_lazy_create_and_header)
   struct stat st;
   table_path(pid, p, sizeof p);
   ck_assert_int_eq(stat(p, &st), 0);
-  ck_assert_int_eq(st.st_mode & 07777, 0600);
+  ck_assert_int_eq(st.st_mode & 07777, 0644);
   ck_assert_uint_eq((size_t)st.st_size, FILE_LEN);
 
   struct fs_stat_header h;
@@ -644,6 +646,92 @@ START_TEST(test_tool_cli)
 }
 END_TEST
 
+/* Write a table for pid by hand: nslots rows of which row `at` is a live
+ * connection on inode (hi_water as given: a hostile table may lie). */
+static void write_table(int pid, uint32_t hi_water, off_t size, unsigned at, uint32_t inode, int listening)
+{
+  char p[PATH_MAX + 64];
+  table_path(pid, p, sizeof p);
+  int fd = open(p, O_RDWR | O_CREAT | O_TRUNC, 0644);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(ftruncate(fd, size), 0);
+  struct fs_stat_header h = { 0 };
+  h.magic = FS_STAT_MAGIC;
+  h.version = FS_STAT_VERSION;
+  h.pid = pid;
+  h.nslots = FS_STAT_SLOTS;
+  h.hi_water = hi_water;
+  ck_assert_int_eq(pwrite(fd, &h, sizeof h, 0), (ssize_t)sizeof h);
+  struct fs_stat_conn c = { 0 };
+  c.used = 1;
+  c.inode = inode;
+  c.listening = (uint8_t)listening;
+  c.state = 1;
+  if ((off_t)(HDR + (at + 1) * SLOT) <= size)
+    ck_assert_int_eq(pwrite(fd, &c, sizeof c, (off_t)(HDR + at * SLOT)), (ssize_t)sizeof c);
+  close(fd);
+}
+
+static pid_t spawn_sleeper(void)
+{
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    pause();
+    _exit(0);
+  }
+  return pid;
+}
+
+static void reap(pid_t pid)
+{
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+}
+
+START_TEST(test_holders)
+{
+  pid_t a = spawn_sleeper(), b = spawn_sleeper(), dead = spawn_sleeper();
+  reap(dead);
+  int pids[4] = { 0 };
+  write_table((int)a, 100, (off_t)(HDR + 100 * SLOT), 70, 4242, 0);
+  ck_assert_int_eq(fs_stat_holders(4242, pids, 4), 1);
+  ck_assert_int_eq(pids[0], (int)a);
+  ck_assert_int_eq(fs_stat_holders(4243, pids, 4), 0);
+  /* A listening socket with that inode does not hold a connection. */
+  write_table((int)b, 10, (off_t)(HDR + 10 * SLOT), 3, 4243, 1);
+  ck_assert_int_eq(fs_stat_holders(4243, pids, 4), 0);
+  /* Two holders, max 1: the count says two. */
+  write_table((int)b, 10, (off_t)(HDR + 10 * SLOT), 3, 4242, 0);
+  ck_assert_int_eq(fs_stat_holders(4242, pids, 1), 2);
+  /* A table of a process that is gone is skipped, and removed. */
+  write_table((int)dead, 10, (off_t)(HDR + 10 * SLOT), 0, 4242, 0);
+  ck_assert(table_exists((int)dead));
+  ck_assert_int_eq(fs_stat_holders(4242, pids, 4), 2);
+  ck_assert(!table_exists((int)dead));
+  /* Hostile tables: a hi_water past the file's end (short reads, no
+   * SIGBUS), a row past hi_water, a header of another pid, bad magic. */
+  write_table((int)b, 0xffffffffu, (off_t)(HDR + 2 * SLOT), 1, 5000, 0);
+  ck_assert_int_eq(fs_stat_holders(5000, pids, 4), 1);
+  write_table((int)b, 2, (off_t)(HDR + 10 * SLOT), 5, 5001, 0);
+  ck_assert_int_eq(fs_stat_holders(5001, pids, 4), 0);
+  write_table((int)b, 10, (off_t)(HDR + 10 * SLOT), 1, 5002, 0);
+  ck_assert_int_eq(fs_stat_holders(5002, pids, 4), 1);
+  write_table((int)b, 10, 7, 1, 5002, 0); /* shorter than a header */
+  ck_assert_int_eq(fs_stat_holders(5002, pids, 4), 0);
+  ck_assert_int_eq(fs_stat_holders(0, pids, 4), -EINVAL);
+  /* Our own table never counts: the caller asks about others. */
+  struct fs_stat_conn *mine = fs_stat_slot_alloc();
+  ck_assert_ptr_nonnull(mine);
+  mine->inode = 6000;
+  publish(mine, 9);
+  ck_assert_int_eq(fs_stat_holders(6000, pids, 4), 0);
+  fs_stat_slot_free(mine);
+  reap(a);
+  reap(b);
+}
+END_TEST
+
 static Suite *stat_suite(void)
 {
   Suite *s = suite_create("stat");
@@ -659,6 +747,7 @@ static Suite *stat_suite(void)
   tcase_add_test(tc, test_threads);
   tcase_add_test(tc, test_fork_rehome);
   tcase_add_test(tc, test_fork_fallback);
+  tcase_add_test(tc, test_holders);
   suite_add_tcase(s, tc);
   TCase *tool = tcase_create("tool");
   tcase_add_checked_fixture(tool, setup, teardown);
