@@ -290,6 +290,21 @@ void fs_agent_accepted(void)
     }
 }
 
+static bool fs_agent_proc_served;
+
+void fs_agent_serve_proc(void)
+{
+  if (__atomic_load_n(&fs_agent_proc_served, __ATOMIC_ACQUIRE))
+    return;
+  pthread_mutex_lock(&A.lock);
+  if (!fs_agent_proc_served && fs_agent_start() == 0) {
+    FS_FOREACH_FABRIC(f)
+      (void)(*f)->serve_proc();
+    __atomic_store_n(&fs_agent_proc_served, true, __ATOMIC_RELEASE);
+  }
+  pthread_mutex_unlock(&A.lock);
+}
+
 void fs_agent_pause(void)
 {
   pthread_mutex_lock(&A.lock);
@@ -352,6 +367,7 @@ void fs_agent_after_fork(bool child)
     fs_fdreg_close(A.evfd);
   A.epfd = A.evfd = -1;
   A.running = false;
+  fs_agent_proc_served = false; /* the name is the parent's: ours comes on demand */
   pthread_mutex_init(&A.qlock, NULL);
   pthread_mutex_init(&A.lock, NULL);
 }

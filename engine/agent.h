@@ -37,6 +37,13 @@ void fs_agent_unlisten(struct fs_conn *c);
 /* A connection was accepted: held requests may now be answered. */
 void fs_agent_accepted(void);
 
+/* This process holds connections that a peer cannot reach through a
+ * listener this process serves (a listener shared since fork: prefork
+ * workers, and their master; a child forked after accept): every fabric
+ * serves this process's own name too.  Cheap after the first call in an
+ * image. */
+void fs_agent_serve_proc(void);
+
 /* Hold the agent between its batches (the application closes every fd:
  * the agent must not open one meanwhile, e.g. for a rendezvous of a
  * connection being closed).  Not from the agent thread. */

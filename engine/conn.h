@@ -29,6 +29,7 @@ enum fs_conn_state {
   FS_STATE_UNCONNECTED,     /* created, not yet connected or listening */
   FS_STATE_CLOSED,
 };
+_Static_assert(FS_STATE_CLOSED == FS_STAT_STATE_CLOSED, "stat file format names CLOSED");
 
 const char *fs_conn_state_name(int state);
 
@@ -65,6 +66,11 @@ struct fs_conn {
   bool reset_tx, reset_rx;    /* owed ECONNRESET, once each (fs_cutover_peer_died) */
   bool linger_abort;          /* SO_LINGER {1, 0}: close() resets */
   bool resend_queued;         /* a re-send for the peer's revert is queued */
+  bool shared_hist;           /* accepted end another process held too (fork):
+                                 upgrades only once we alone hold it, with byte
+                                 counts from the kernel (fs_cutover_resync) */
+  bool resync_tx, resync_rx;  /* counts to take from the kernel before the
+                                 SWITCH each direction (txlock / rxlock) */
   int resend_fd;              /* the fd to re-send on */
   uint32_t spin_us;           /* adaptive spin budget */
   uint32_t tx_news;           /* the channel's news count at our last send (txlock) */
@@ -75,6 +81,8 @@ struct fs_conn {
   size_t tx_need;
   uint32_t nfds;              /* fds in this process naming it; atomic */
   uint32_t visit;             /* dedupe mark for whole-table walks */
+  uint32_t ino;               /* accepted end: the socket's inode (stat, holders) */
+  int32_t fork_child;         /* shared_hist: the last child forked with it */
   uint64_t tcp_tx, tcp_rx;    /* bytes carried by TCP so far (SWITCH/REVERT) */
   uint64_t fab_tx, fab_rx;    /* bytes carried by the fabric */
   uint64_t crossed_ns;        /* accepting end: when the threshold was crossed */

@@ -1,6 +1,11 @@
 /* The cutover rules.  See engine/cutover.h. */
 #include <errno.h>
+#include <linux/sockios.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
+#include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include "base/clock.h"
@@ -29,8 +34,79 @@ struct fs_chan *fs_cutover_chan(struct fs_conn *c)
 }
 
 
+/* ---- counts from the kernel (a connection others held too) ----------- */
+
+/* struct tcp_info (linux/tcp.h) as the kernel fills it: ABI since 4.1. */
+#define FS_TI_STATE 0
+#define FS_TI_BYTES_ACKED 120
+#define FS_TI_BYTES_RECEIVED 128
+#define FS_TI_LEN 136
+
+static int fs_cutover_tcp_info(int fd, uint8_t *state, uint64_t *acked, uint64_t *received)
+{
+  unsigned char ti[256];
+  socklen_t len = sizeof ti;
+  if (FS_REAL(getsockopt)(fd, IPPROTO_TCP, TCP_INFO, ti, &len) < 0 || len < FS_TI_LEN)
+    return -EPROTO;
+  *state = ti[FS_TI_STATE];
+  memcpy(acked, ti + FS_TI_BYTES_ACKED, sizeof *acked);
+  memcpy(received, ti + FS_TI_BYTES_RECEIVED, sizeof *received);
+  return 0;
+}
+
+/* What every holder ever wrote on an accepted socket: acknowledged bytes
+ * plus what waits in the send queue (its SYN-ACK is not counted; a FIN
+ * would be, but a shut-down direction never switches).  txlock held, and
+ * we alone hold the socket (fs_sock_may_attach): nobody adds to it now. */
+static bool fs_cutover_resync_tx(struct fs_conn *c)
+{
+  uint8_t st;
+  uint64_t acked, acked2, rcvd;
+  int outq = 0;
+  /* Two calls are no snapshot: an ACK landing between them moves bytes
+   * from the queue to the acknowledged count.  Take the pair again until
+   * the count held still around the queue's size. */
+  for (int i = 0; i < 100; i++) {
+    if (fs_cutover_tcp_info(c->fd, &st, &acked, &rcvd) < 0 || FS_REAL(ioctl)(c->fd, SIOCOUTQ, &outq) < 0 ||
+        outq < 0 || (st != TCP_ESTABLISHED && st != TCP_CLOSE_WAIT) ||
+        fs_cutover_tcp_info(c->fd, &st, &acked2, &rcvd) < 0)
+      return false; /* our FIN went out (another holder shut it down), or no answer */
+    if (acked == acked2) {
+      c->tcp_tx = acked + (uint64_t)outq;
+      c->resync_tx = false;
+      return true;
+    }
+  }
+  return false; /* still moving: the next send tries again */
+}
+
+void fs_cutover_resync_rx(struct fs_conn *c)
+{
+  uint8_t st;
+  uint64_t acked, rcvd, rcvd2;
+  int inq = 0;
+  /* As for tx: a segment arriving between the two calls is in one and not
+   * the other; take them again until bytes_received held still. */
+  for (int i = 0; i < 100; i++) {
+    if (fs_cutover_tcp_info(c->fd, &st, &acked, &rcvd) < 0 || FS_REAL(ioctl)(c->fd, SIOCINQ, &inq) < 0 ||
+        inq < 0 || fs_cutover_tcp_info(c->fd, &st, &acked, &rcvd2) < 0)
+      break;
+    if (rcvd != rcvd2)
+      continue;
+    /* The peer's FIN counts one in bytes_received, never in the queue. */
+    bool fin = st == TCP_CLOSE_WAIT || st == TCP_LAST_ACK || st == TCP_CLOSING || st == TCP_TIME_WAIT ||
+               st == TCP_CLOSE;
+    c->tcp_rx = rcvd - (uint64_t)inq - (fin ? 1u : 0u);
+    c->resync_rx = false;
+    return;
+  }
+  fs_log(FS_LOG_WARN, "fd %d: no steady byte count from the kernel; trying again", c->fd);
+}
+
 void fs_cutover_switch_tx(struct fs_conn *c, struct fs_chan *ch)
 {
+  if (c->resync_tx && c->tx_flow == FS_FLOW_TCP && !fs_cutover_resync_tx(c))
+    return; /* no count, no SWITCH: tx stays on TCP (the peer reads it there) */
   if (c->tx_flow != FS_FLOW_TCP || c->shut_wr || c->reverted || c->peer_revert_done ||
       fs_chan_peer_reverted(ch) ||
       !__atomic_load_n(&ch->peer->attached, __ATOMIC_ACQUIRE))
@@ -174,4 +250,3 @@ void fs_cutover_resend_job(struct fs_conn *c)
   if (c->wake_fd >= 0) /* our own waiters: writable again, on TCP */
     fs_chan_efd_write(c->wake_fd);
 }
-

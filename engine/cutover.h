@@ -79,14 +79,25 @@ static inline bool fs_cutover_switch_due(struct fs_conn *c, struct fs_chan *ch)
   uint32_t t, l;
   uint64_t n;
   int pr = fs_ring_peek(&ch->rx, &t, &l, &n);
-  return pr < 0 || (pr == 1 && (t != FS_REC_SWITCH || c->tcp_rx >= n)); /* a broken ring: rx_step says so */
+  /* A count not yet taken from the kernel (c->resync_rx): rx_step takes it. */
+  return pr < 0 || (pr == 1 && (t != FS_REC_SWITCH || c->resync_rx || c->tcp_rx >= n)); /* a broken ring: rx_step says so */
 }
 
+/* rxlock held: the rx count of a connection others held too (fork) is
+ * taken from the kernel once, before its first SWITCH (fs_sock_attach):
+ * bytes received less what waits unread. */
 /* rxlock held, rx on TCP: if the peer's SWITCH is at the head and every
  * TCP byte before it was read, move rx to the fabric (true). */
+void fs_cutover_resync_rx(struct fs_conn *c);
+
 static inline bool fs_cutover_rx_switch(struct fs_conn *c, struct fs_chan *ch)
 {
   uint64_t n;
+  if (__builtin_expect(c->resync_rx, 0)) {
+    fs_cutover_resync_rx(c);
+    if (c->resync_rx)
+      return false;
+  }
   if (c->rx_flow != FS_FLOW_TCP || fs_cutover_switch_head(ch, &n) != 1 || c->tcp_rx < n)
     return false;
   fs_ring_pop(&ch->rx);

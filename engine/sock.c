@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -193,6 +194,7 @@ static void fs_sock_stat_addrs(struct fs_conn *c)
   fs_sock_stat_ip(s->laddr, &c->local, &s->lport);
   fs_sock_stat_ip(s->paddr, &c->peer, &s->pport);
   s->dir = c->dir;
+  __atomic_store_n(&s->inode, c->ino, __ATOMIC_RELAXED);
 }
 
 void fs_sock_created(int fd, int domain, int type, int protocol)
@@ -237,6 +239,13 @@ static void fs_sock_establish(struct fs_conn *c, int fd, int dir)
   }
   c->dir = (uint8_t)dir;
   c->connecting = false;
+  if (dir == FS_DIR_ACCEPT) {
+    /* Its inode in our stat row tells a peer which process holds it once
+     * it is not the one whose listener the peer asks (fork, prefork). */
+    struct stat st;
+    if (fstat(fd, &st) == 0)
+      c->ino = (uint32_t)st.st_ino;
+  }
   fs_sock_stat_addrs(c);
   bool disabled = false;
   const struct fs_policy *pol = fs_policy_get(&disabled);
@@ -309,9 +318,9 @@ void fs_sock_maybe_upgrade(struct fs_conn *c)
     }
     if (now - c->crossed_ns > fs_sock_giveup_ns(c)) {
       pthread_mutex_lock(&c->lock);
-      if (!c->chan) {
+      if (!c->chan) { /* a refusal's reason (peer-uid, not-owner) stays */
         c->no_upgrade = true;
-        fs_conn_set_state(c, FS_STATE_TCP, FS_REASON_NO_PEER);
+        fs_conn_set_state(c, FS_STATE_TCP, c->reason != FS_REASON_PENDING ? c->reason : FS_REASON_NO_PEER);
       }
       pthread_mutex_unlock(&c->lock);
     }
@@ -337,6 +346,10 @@ void fs_sock_accepted(struct fs_conn *lc, int nfd, int flags)
   if (fs_fdtab_install(nfd, c) == 0)
     fs_sock_established(c, nfd, FS_DIR_ACCEPT);
   fs_conn_put(c);
+  /* A peer asking the listener's name may reach another process sharing
+   * the listener (prefork): it then looks for this one by its own name. */
+  if (lc->listener_shared && !c->no_upgrade)
+    fs_agent_serve_proc();
   fs_agent_accepted();
 }
 
@@ -408,6 +421,23 @@ bool fs_sock_may_upgrade(struct fs_conn *c)
   return !c->no_upgrade && __atomic_load_n(&c->nfds, __ATOMIC_ACQUIRE) > 0 && c->wake_fd >= 0;
 }
 
+/* An accepted end forked with (shared_hist): only the one process left
+ * holding it may upgrade; another holder would read TCP while the bytes go
+ * to the ring.  0, or a reason.  No stat row, no proof: it stays on TCP. */
+static int fs_sock_alone(struct fs_conn *c)
+{
+  int pids[1];
+  if (!c->stat || c->ino == 0)
+    return FS_REASON_FORK;
+  /* The last child forked with it is asked directly: its table may not
+   * list it yet (a moment after fork), or ever (it exec'd a program
+   * without libfabsock). */
+  if (fs_stat_holders(c->ino, pids, 1) != 0 ||
+      (c->fork_child > 0 && fs_proc_holds_socket(c->fork_child, c->ino) != 0))
+    return FS_REASON_NOT_OWNER; /* shared still: the peer asks again */
+  return 0;
+}
+
 int fs_sock_may_attach(struct fs_conn *c, uint32_t uid)
 {
   if (c->no_upgrade || c->wake_fd < 0)
@@ -416,16 +446,22 @@ int fs_sock_may_attach(struct fs_conn *c, uint32_t uid)
     return FS_REASON_PROTOCOL; /* a replay */
   if (uid != geteuid() && !c->policy.any_uid)
     return FS_REASON_PEER_UID;
+  if (c->shared_hist)
+    return fs_sock_alone(c);
   return 0;
 }
 
 int fs_sock_attach(struct fs_conn *c, struct fs_chan *ch)
 {
   pthread_mutex_lock(&c->lock);
-  if (__atomic_load_n(&c->nfds, __ATOMIC_ACQUIRE) == 0 || c->no_upgrade || c->chan) {
+  /* A fork may have come between the accept reply and the peer's ack. */
+  if (__atomic_load_n(&c->nfds, __ATOMIC_ACQUIRE) == 0 || c->no_upgrade || c->chan ||
+      (c->shared_hist && fs_sock_alone(c) != 0)) {
     pthread_mutex_unlock(&c->lock);
     return -ESTALE;
   }
+  if (c->shared_hist) /* our byte counts include what others did: ask the kernel */
+    c->resync_tx = c->resync_rx = true;
   __atomic_store_n(&c->chan, ch, __ATOMIC_RELEASE);
   __atomic_store_n(&ch->me->attached, 1, __ATOMIC_RELEASE);
   fs_conn_set_state(c, FS_STATE_FABRIC, FS_REASON_NONE);
@@ -498,6 +534,7 @@ void fs_sock_close(struct fs_conn *c, int fd)
 /* ---- fork / exec / fd passing ---------------------------------------- */
 
 static uint32_t fs_sock_epoch;
+static bool fs_sock_fork_holds; /* the child holds accepted ends that may still upgrade */
 
 static void fs_sock_fork_prep(int fd, struct fs_conn *c, void *arg)
 {
@@ -541,6 +578,7 @@ static void fs_sock_stat_refill(struct fs_conn *c, struct fs_chan *ch)
   s->reason = c->reason;
   s->fabric = (uint8_t)(ch ? ch->ops->fabric : FS_FABRIC_TCP);
   s->listening = fs_conn_state(c) == FS_STATE_LISTEN;
+  s->inode = c->ino;
   __atomic_store_n(&s->used, 1, __ATOMIC_RELEASE);
 }
 
@@ -572,11 +610,21 @@ static void fs_sock_fork_fix(int fd, struct fs_conn *c, void *arg)
   }
   if (fs_conn_state(c) == FS_STATE_LISTEN)
     c->listener_shared = true;
-  /* Two processes now share the TCP socket: byte counts can no longer be
-   * kept, so a connection not yet on a fabric stays on TCP. */
+  /* Two processes now share the TCP socket: our byte counts no longer see
+   * all of it.  An accepted end may still upgrade once one process alone
+   * holds it (servers that fork after accept and close their copy), with
+   * counts from the kernel; any other stays on TCP. */
   if (!ch && !c->no_upgrade) {
-    c->no_upgrade = true;
-    fs_conn_set_state(c, FS_STATE_TCP, FS_REASON_FORK);
+    if (c->dir == FS_DIR_ACCEPT && c->ino != 0 && c->stat) {
+      c->shared_hist = true;
+      if (pid == 0)
+        fs_sock_fork_holds = true;
+      else
+        c->fork_child = (int32_t)pid;
+    } else {
+      c->no_upgrade = true;
+      fs_conn_set_state(c, FS_STATE_TCP, FS_REASON_FORK);
+    }
   }
 }
 
@@ -585,6 +633,7 @@ void fs_sock_after_fork(pid_t pid)
   if (pid == 0)
     fs_stat_atfork_child();
   fs_sock_epoch++;
+  fs_sock_fork_holds = false;
   fs_fdtab_foreach(fs_sock_fork_fix, &pid);
   /* Agent lock last, as it was taken first: until the walk above has marked
    * every connection that forked without a channel no_upgrade, the parent's
@@ -593,6 +642,8 @@ void fs_sock_after_fork(pid_t pid)
    * parent's close() then writes EOF on it while the child, which really
    * serves the connection, stays on TCP, and the peer reads EOF early. */
   fs_agent_after_fork(pid == 0);
+  if (pid == 0 && fs_sock_fork_holds)
+    fs_agent_serve_proc(); /* its peers find it by its own name */
 }
 
 static void fs_sock_exec_one(int fd, struct fs_conn *c, void *arg)

@@ -398,6 +398,8 @@ static ssize_t fs_sockio_rx_step(struct fs_conn *c, int fd, struct fs_io *io, si
       return 0;
     if (c->rx_flow == FS_FLOW_TCP) {
       size_t limit = want;
+      if (ch && __builtin_expect(c->resync_rx, 0))
+        fs_cutover_resync_rx(c);
       if (ch) {
         uint64_t n;
         int pr = fs_cutover_switch_head(ch, &n);
@@ -408,6 +410,8 @@ static ssize_t fs_sockio_rx_step(struct fs_conn *c, int fd, struct fs_io *io, si
         if (pr == 1) {
           if (fs_cutover_rx_switch(c, ch))
             continue;
+          if (__builtin_expect(c->resync_rx, 0))
+            continue; /* no steady count yet: the peer has switched, so it comes */
           if (n - c->tcp_rx < limit)
             limit = (size_t)(n - c->tcp_rx);
         }
@@ -686,7 +690,7 @@ short fs_sockio_ready(struct fs_conn *c, struct fs_chan *ch, short want, short k
   if (fs_chan_peer_reverted(ch) && !c->peer_revert_done) {
     /* a re-send on the agent is pending: writable once it is done */
   } else if (c->tx_flow == FS_FLOW_FABRIC) {
-    if (fs_ring_space(&ch->tx) > 0 || closed)
+    if (closed || fs_chan_tx_ready(ch))
       r |= POLLOUT | POLLWRNORM;
   } else {
     r |= kernel & (POLLOUT | POLLWRNORM);

@@ -85,6 +85,10 @@ struct fs_fabric_ops {
   bool (*listen)(struct fs_link *l, int fd);
   /* A listening socket is closed (agent lock held). */
   void (*unlisten)(struct fs_link *l);
+  /* Agent: this process holds connections it did not accept from a
+   * listener it serves (fork, prefork): be reachable for them too.  True if
+   * served (idempotent). */
+  bool (*serve_proc)(void);
   /* Connecting end, on the agent: start a rendezvous for l.  0: started
    * (the fabric holds l's reference now, and calls host->attach or
    * host->failed later); a reason (> 0): failed for good;

@@ -701,6 +701,7 @@ const struct fs_fabric_ops fs_rdma_fabric = {
   .id = FS_FABRIC_RDMA,
   .listen = fs_cm_listen_op,
   .unlisten = fs_rdmacm_unlisten,
+  .serve_proc = fs_fabric_nop_false, /* a queue pair cannot follow a fork: see fork_shares */
   .connect = fs_cm_connect_op,
   .tick = fs_rdmacm_tick,
   .next_timeout = fs_rdmacm_next_timeout,

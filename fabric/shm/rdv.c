@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <netinet/in.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -19,6 +20,7 @@
 #include "base/log.h"
 #include "base/real.h"
 #include "base/reason.h"
+#include "base/stat.h"
 #include "fabric/fabric.h"
 #include "fabric/shm/rdv.h"
 #include "fabric/shm/shm.h"
@@ -26,8 +28,11 @@
 #define FS_RDV_MAX_PEND 256     /* unix conns in flight, server side; beyond,
                                    listeners pause (their backlog waits) */
 #define FS_RDV_HOLD_MS 2000     /* how long a request waits for accept() */
+#define FS_RDV_RETRY_MAX_MS 50  /* backoff cap while the holder is not alone yet */
 
-enum fs_rdv_kind { K_LISTENER = 1, K_SRV, K_CLI };
+/* K_CLI_RETRY: a connecting end waiting to look for its peer's holder
+ * again (the peer's socket is shared, or not accepted yet). */
+enum fs_rdv_kind { K_LISTENER = 1, K_SRV, K_CLI, K_CLI_RETRY };
 enum fs_rdv_srv_state { S_WAIT_REQ, S_HELD, S_WAIT_ACK };
 
 struct fs_rdv_item {
@@ -40,9 +45,13 @@ struct fs_rdv_item {
   int state;                  /* K_SRV */
   int fds[3];                 /* K_SRV held: tcp dup, memfd, client efd */
   uint32_t uid;
+  uint64_t give_up;           /* K_CLI, K_CLI_RETRY: the connecting end's set-up bound */
+  uint32_t backoff_ms;        /* K_CLI_RETRY: the next wait */
+  bool via_holder;            /* K_CLI: asked the holder's own name */
   bool shared_listener;
   bool paused;               /* K_LISTENER: unwatched while too many are in flight */
   struct sockaddr_storage tl, tp; /* K_SRV: the passed socket's local/peer */
+  bool proc;                  /* K_LISTENER: this process's own name (c NULL) */
   char name[108];             /* K_LISTENER: its abstract name */
   int namelen;
   struct fs_rdv_item *next;
@@ -57,25 +66,6 @@ static struct {
 
 static bool fs_rdv_event(void *arg);
 
-int fs_rdv_name(char *buf, size_t len, const struct sockaddr *sa, bool wild)
-{
-  char ip[96] = "*";
-  struct sockaddr_storage tmp;
-  const struct sockaddr *a = fs_addr_unmap(sa, &tmp);
-  if (!wild) {
-    char s[80];
-    fs_addr_str(a, s, sizeof s);
-    char *colon = strrchr(s, ':');
-    if (colon)
-      *colon = 0;
-    snprintf(ip, sizeof ip, "%s", s);
-  }
-  int n = snprintf(buf + 1, len - 1, "fabsock1/%c/%s/%u", fs_addr_family(a) == AF_INET6 ? '6' : '4', ip,
-                   fs_addr_port(a));
-  buf[0] = 0;
-  return n + 1;
-}
-
 int fs_rdv_check_req(const struct fs_rdv_req *r, size_t len, int nfds)
 {
   if (len != sizeof *r || nfds != 3 || r->magic != FS_RDV_MAGIC_REQ)
@@ -88,159 +78,10 @@ int fs_rdv_check_req(const struct fs_rdv_req *r, size_t len, int nfds)
   return 0;
 }
 
-/* ---- small I/O helpers ------------------------------------------------ */
-
-static int fs_rdv_sendfds(int ufd, const void *msg, size_t len, const int *fds, int nfds)
-{
-  struct iovec iov = { (void *)msg, len };
-  union {
-    char buf[CMSG_SPACE(3 * sizeof(int))];
-    struct cmsghdr align;
-  } u;
-  struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-  if (nfds > 0) {
-    memset(&u, 0, sizeof u);
-    mh.msg_control = u.buf;
-    mh.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
-    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(nfds * sizeof(int));
-    memcpy(CMSG_DATA(cm), fds, nfds * sizeof(int));
-  }
-  ssize_t r = FS_REAL(sendmsg)(ufd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-  return r == (ssize_t)len ? 0 : (r < 0 ? -errno : -EIO);
-}
-
-/* Receive one message and up to `max` fds; every fd beyond max, or in an
- * unexpected control message, is closed.  Returns the length or -errno. */
-static ssize_t fs_rdv_recvfds(int ufd, void *msg, size_t len, int *fds, int max, int *nfds)
-{
-  char big[64];
-  struct iovec iov = { big, sizeof big };
-  union {
-    char buf[CMSG_SPACE(8 * sizeof(int))];
-    struct cmsghdr align;
-  } u;
-  struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf };
-  *nfds = 0;
-  ssize_t r = FS_REAL(recvmsg)(ufd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-  if (r < 0)
-    return -errno;
-  for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
-    if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-      continue;
-    int n = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-    int got[8];
-    memcpy(got, CMSG_DATA(cm), (size_t)n * sizeof(int));
-    for (int i = 0; i < n; i++) {
-      if (*nfds < max) {
-        got[i] = fs_fdreg_move_high(got[i]);
-        fds[(*nfds)++] = got[i];
-      } else {
-        FS_REAL(close)(got[i]);
-        *nfds = max + 1; /* too many: reported as a protocol error */
-      }
-    }
-  }
-  if ((mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || (size_t)r > len) {
-    /* Closed here, and forgotten here: the caller's fds[] is its own list
-     * of what to close, and a second close would hit whatever descriptor
-     * the application has opened at that number meanwhile. */
-    for (int i = 0; i < *nfds && i < max; i++) {
-      fs_fdreg_close(fds[i]);
-      fds[i] = -1;
-    }
-    *nfds = 0;
-    /* Our buffer holds 8 descriptors: with fewer sent, a truncated control
-     * message means the kernel could not install them (RLIMIT_NOFILE). */
-    return (mh.msg_flags & MSG_CTRUNC) && !(mh.msg_flags & MSG_TRUNC) && (size_t)r <= len ? -EMFILE : -EPROTO;
-  }
-  memcpy(msg, big, (size_t)r);
-  return r;
-}
-
-static void fs_rdv_closefds(int *fds, int n)
-{
-  for (int i = 0; i < n; i++)
-    if (fds[i] >= 0) {
-      fs_fdreg_close(fds[i]); /* received fds are marked ours (fs_rdv_recvfds) */
-      fds[i] = -1;
-    }
-}
-
 static void fs_rdv_reply(int ufd, uint32_t status, int efd)
 {
   struct fs_rdv_rep rep = { FS_RDV_MAGIC_REP, FS_RDV_VERSION, 0, status, 0 };
   (void)fs_rdv_sendfds(ufd, &rep, sizeof rep, &efd, status == 0 ? 1 : 0);
-}
-
-/* ---- sock_diag -------------------------------------------------------- */
-
-#include <linux/inet_diag.h>
-#include <linux/netlink.h>
-#include <linux/sock_diag.h>
-#include <netinet/in.h>
-
-int fs_rdv_diag(const struct sockaddr *local, const struct sockaddr *peer, uint32_t *uid, uint32_t *inode)
-{
-  struct fs_addr_ip l, p;
-  fs_addr_ip_of(local, &l);
-  fs_addr_ip_of(peer, &p);
-  if (l.family == 0 || l.family != p.family)
-    return -EINVAL;
-  int nl = fs_fdreg_move_high(FS_REAL(socket)(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG));
-  if (nl < 0)
-    return -errno;
-  struct {
-    struct nlmsghdr nlh;
-    struct inet_diag_req_v2 r;
-  } req;
-  memset(&req, 0, sizeof req);
-  req.nlh.nlmsg_len = sizeof req;
-  req.nlh.nlmsg_type = SOCK_DIAG_BY_FAMILY;
-  req.nlh.nlmsg_flags = NLM_F_REQUEST;
-  req.r.sdiag_family = (uint8_t)l.family;
-  req.r.sdiag_protocol = IPPROTO_TCP;
-  req.r.idiag_states = ~0u;
-  req.r.id.idiag_cookie[0] = INET_DIAG_NOCOOKIE;
-  req.r.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
-  req.r.id.idiag_sport = l.port_be;
-  req.r.id.idiag_dport = p.port_be;
-  memcpy(req.r.id.idiag_src, l.ip, l.family == AF_INET ? 4 : 16);
-  memcpy(req.r.id.idiag_dst, p.ip, p.family == AF_INET ? 4 : 16);
-  struct sockaddr_nl sa = { .nl_family = AF_NETLINK };
-  int rc = -ENOENT;
-  if (FS_REAL(sendto)(nl, &req, sizeof req, 0, (struct sockaddr *)&sa, sizeof sa) < 0) {
-    rc = -errno;
-    goto out;
-  }
-  struct pollfd pfd = { nl, POLLIN, 0 };
-  if (FS_REAL(poll)(&pfd, 1, 500) <= 0) {
-    rc = -ETIMEDOUT;
-    goto out;
-  }
-  long buf[1024];
-  ssize_t n = FS_REAL(recv)(nl, buf, sizeof buf, MSG_DONTWAIT);
-  if (n < 0) {
-    rc = -errno;
-    goto out;
-  }
-  for (struct nlmsghdr *h = (struct nlmsghdr *)buf; NLMSG_OK(h, (size_t)n); h = NLMSG_NEXT(h, n)) {
-    if (h->nlmsg_type == NLMSG_ERROR || h->nlmsg_type == NLMSG_DONE)
-      break;
-    if (h->nlmsg_type == SOCK_DIAG_BY_FAMILY && h->nlmsg_len >= NLMSG_LENGTH(sizeof(struct inet_diag_msg))) {
-      struct inet_diag_msg *m = NLMSG_DATA(h);
-      *uid = m->idiag_uid;
-      if (inode)
-        *inode = m->idiag_inode;
-      rc = 0;
-      break;
-    }
-  }
-out:
-  fs_fdreg_close(nl);
-  return rc;
 }
 
 /* ---- item bookkeeping ------------------------------------------------- */
@@ -350,6 +191,7 @@ static bool fs_rdv_srv_try(struct fs_rdv_item *it)
   fs_rdv_closefds(it->fds, 3);
   if (status != 0) {
     fs_log(FS_LOG_INFO, "rendezvous refused for fd %d: %s", c->fd, fs_reason_name(status));
+    fs_host->refused(c, status); /* stat shows why on this end too */
     fs_rdv_reply(it->ufd, (uint32_t)status, -1);
     fs_host->put(c);
     fs_rdv_drop(it);
@@ -390,6 +232,10 @@ static void fs_rdv_srv_event(struct fs_rdv_item *it)
   ssize_t n = fs_rdv_recvfds(it->ufd, &req, sizeof req, it->fds, 3, &nf);
   if (n == -EAGAIN)
     return;
+  if (n == 0 && nf == 0) { /* the client gave up before asking (its connection closed): no news */
+    fs_rdv_drop(it);
+    return;
+  }
   int status = n == -EMFILE ? FS_REASON_RESOURCES : n < 0 ? FS_REASON_PROTOCOL : fs_rdv_check_req(&req, (size_t)n, nf);
   struct ucred cr;
   socklen_t cl = sizeof cr;
@@ -418,55 +264,118 @@ static void fs_rdv_srv_event(struct fs_rdv_item *it)
 
 /* ---- client side ------------------------------------------------------ */
 
-static int fs_rdv_cli_connect(struct fs_link *c, uint32_t diag_uid, int *ufd_out)
+/* Internal answer of an attempt: look again later (the peer's socket is
+ * held by more than one process, or by none yet). */
+#define FS_RDV_AGAIN (-1)
+
+/* Connect ufd to the abstract name: 0 if connected and its server is uid
+ * (and pid, if > 0); NO_PEER if nobody serves the name; NOT_OWNER for a
+ * server of another uid or pid (a squatter); RESOURCES for a full backlog. */
+static int fs_rdv_cli_dial(int ufd, const char *name, int n, int pid, uint32_t uid)
+{
+  struct sockaddr_un un = { .sun_family = AF_UNIX };
+  memcpy(un.sun_path, name, (size_t)n);
+  if (FS_REAL(connect)(ufd, (struct sockaddr *)&un, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)n)) < 0)
+    return errno == EAGAIN ? FS_REASON_RESOURCES : FS_REASON_NO_PEER;
+  struct ucred cr;
+  socklen_t cl = sizeof cr;
+  if (FS_REAL(getsockopt)(ufd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) < 0 || cr.uid != uid || (pid > 0 && cr.pid != pid))
+    return FS_REASON_NOT_OWNER; /* a squatter: it gets nothing */
+  return 0;
+}
+
+/* The names served beside the peer's listener: its exact address, that
+ * family's wildcard, the IPv6 wildcard of a dual-stack listener. */
+static int fs_rdv_cli_names(struct fs_link *c, uint32_t diag_uid, int ufd)
 {
   const struct sockaddr *peer = (const struct sockaddr *)&c->peer;
   struct sockaddr_storage t;
   const struct sockaddr *p4 = fs_addr_unmap(peer, &t);
   struct sockaddr_in6 any6 = { .sin6_family = AF_INET6, .sin6_port = htons(fs_addr_port(peer)) };
   const struct sockaddr *names[3] = { peer, peer, fs_addr_family(p4) == AF_INET ? (struct sockaddr *)&any6 : NULL };
-  int ufd = fs_fdreg_high(FS_REAL(socket)(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-  if (ufd < 0)
-    return FS_REASON_RESOURCES;
   int reason = FS_REASON_NO_PEER;
-  for (int i = 0; i < 3; i++) {
+  for (int i = 0; i < 3 && reason == FS_REASON_NO_PEER; i++) {
     if (!names[i])
       continue;
-    struct sockaddr_un un = { .sun_family = AF_UNIX };
-    int n = fs_rdv_name(un.sun_path, sizeof un.sun_path, names[i], i > 0);
-    if (FS_REAL(connect)(ufd, (struct sockaddr *)&un, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)n)) == 0) {
-      struct ucred cr;
-      socklen_t cl = sizeof cr;
-      if (FS_REAL(getsockopt)(ufd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) < 0 || cr.uid != diag_uid) {
-        reason = FS_REASON_NOT_OWNER;
-        break;
-      }
-      *ufd_out = ufd;
-      return 0;
-    }
-    if (errno == EAGAIN) {
-      reason = FS_REASON_RESOURCES;
-      break;
-    }
+    char name[108];
+    int n = fs_rdv_name(name, sizeof name, names[i], i > 0);
+    reason = fs_rdv_cli_dial(ufd, name, n, 0, diag_uid);
   }
-  FS_REAL(close)(ufd);
   return reason;
 }
 
-/* The fabric's connect (agent): a peer on this host, proven by sock_diag. */
-static int fs_rdv_connect(struct fs_link *c)
+/* The process that holds the peer's socket (the one that accepted it, or
+ * the child it went to), found in the stat tables by the socket's inode
+ * and proven by SO_PEERCRED.  Prefork servers, fork after accept, servers
+ * whose listening process is gone (daemons). */
+static int fs_rdv_cli_holder(uint32_t diag_uid, uint32_t inode, int ufd, bool told_shared)
 {
-  uint32_t uid;
+  int pids[2];
+  int n = fs_stat_holders(inode, pids, 2);
+  if (n < 0 || (n == 0 && !told_shared))
+    return FS_REASON_NO_PEER; /* no listener name, no holder: no libfabsock there */
+  if (n != 1)
+    return FS_RDV_AGAIN; /* not accepted yet, or shared since fork */
+  char name[108];
+  int len = fs_rdv_proc_name(name, sizeof name, pids[0]);
+  int reason = fs_rdv_cli_dial(ufd, name, len, pids[0], diag_uid);
+  /* A child forked a moment ago lists the socket before it serves its name. */
+  return reason == FS_REASON_NO_PEER ? FS_RDV_AGAIN : reason;
+}
+
+static struct fs_rdv_item *fs_rdv_cli_item(struct fs_link *c, int kind, uint64_t give_up)
+{
+  struct fs_rdv_item *it = calloc(1, sizeof *it);
+  if (!it)
+    return NULL;
+  it->kind = kind;
+  it->ufd = -1;
+  it->c = c;
+  it->give_up = give_up;
+  it->next = A.items;
+  A.items = it;
+  return it;
+}
+
+/* One attempt of the connecting end (agent).  0: an item holds c's
+ * reference now (a request in flight, or a retry); else a reason, and the
+ * caller keeps the reference and says why.  holder_only: the listener's
+ * process said the connection is not its own; ask the holder only. */
+static int fs_rdv_attempt(struct fs_link *c, bool holder_only, uint64_t give_up, uint32_t backoff_ms)
+{
+  uint32_t uid, inode = 0;
   int reason = 0, ufd = -1, memfd = -1, dupfd = -1;
+  bool via_holder = holder_only;
   struct fs_chan *ch = NULL;
-  int rc = fs_rdv_diag((struct sockaddr *)&c->peer, (struct sockaddr *)&c->local, &uid, NULL);
+  int rc = fs_rdv_diag((struct sockaddr *)&c->peer, (struct sockaddr *)&c->local, &uid, &inode);
   if (rc == -ENOENT)
     return FS_FABRIC_PASS(FS_REASON_REMOTE_HOST); /* another host */
   if (rc < 0)
     return FS_REASON_ERROR;
   if (uid != geteuid() && !c->policy.any_uid)
     return FS_REASON_PEER_UID;
-  reason = fs_rdv_cli_connect(c, uid, &ufd);
+  ufd = fs_fdreg_high(FS_REAL(socket)(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (ufd < 0)
+    return FS_REASON_RESOURCES;
+  reason = holder_only ? FS_REASON_NO_PEER : fs_rdv_cli_names(c, uid, ufd);
+  if (reason == FS_REASON_NO_PEER && inode != 0) {
+    via_holder = true;
+    reason = fs_rdv_cli_holder(uid, inode, ufd, holder_only);
+  } else if (reason == FS_REASON_NO_PEER && holder_only) {
+    reason = FS_RDV_AGAIN; /* no inode: still in the listener's accept queue */
+  }
+  if (reason == FS_RDV_AGAIN) {
+    FS_REAL(close)(ufd);
+    uint64_t now = fs_clock_ns();
+    if (now >= give_up)
+      return FS_REASON_NOT_OWNER;
+    struct fs_rdv_item *it = fs_rdv_cli_item(c, K_CLI_RETRY, give_up);
+    if (!it)
+      return FS_REASON_RESOURCES;
+    it->backoff_ms = backoff_ms * 2 > FS_RDV_RETRY_MAX_MS ? FS_RDV_RETRY_MAX_MS : backoff_ms * 2;
+    it->deadline = now + (uint64_t)backoff_ms * 1000000u;
+    return 0;
+  }
   if (reason)
     goto fail;
   /* Pass a dup of our own socket, checked to still be this connection. */
@@ -495,19 +404,17 @@ static int fs_rdv_connect(struct fs_link *c)
   }
   fs_fdreg_close(dupfd);
   fs_fdreg_close(memfd);
-  struct fs_rdv_item *it = calloc(1, sizeof *it);
+  dupfd = memfd = -1;
+  struct fs_rdv_item *it = fs_rdv_cli_item(c, K_CLI, give_up);
   if (!it) {
     reason = FS_REASON_RESOURCES;
-    dupfd = memfd = -1;
     goto fail;
   }
-  it->kind = K_CLI;
   it->ufd = ufd;
-  it->c = c;
   it->ch = ch;
-  it->deadline = fs_clock_ns() + (uint64_t)c->policy.timeout_ms * 1000000u;
-  it->next = A.items;
-  A.items = it;
+  it->via_holder = via_holder;
+  it->backoff_ms = backoff_ms;
+  it->deadline = give_up;
   if (fs_rdv_watch(it) < 0) {
     it->c = NULL; /* the caller keeps c's reference and says why */
     fs_rdv_drop(it);
@@ -526,6 +433,27 @@ fail:
   return reason;
 }
 
+/* The fabric's connect (agent): a peer on this host, proven by sock_diag. */
+static int fs_rdv_connect(struct fs_link *c)
+{
+  return fs_rdv_attempt(c, false, fs_clock_ns() + (uint64_t)c->policy.timeout_ms * 1000000u, 1);
+}
+
+/* Try again from a retry item (its reference passes on); the item goes. */
+static void fs_rdv_cli_again(struct fs_rdv_item *it, bool holder_only)
+{
+  struct fs_link *c = it->c;
+  uint64_t give_up = it->give_up;
+  uint32_t backoff = it->backoff_ms ? it->backoff_ms : 1;
+  it->c = NULL;
+  fs_rdv_drop(it);
+  int reason = fs_host->may_upgrade(c) ? fs_rdv_attempt(c, holder_only, give_up, backoff) : FS_REASON_ERROR;
+  if (reason == 0)
+    return;
+  fs_host->failed(c, reason < 0 ? -reason : reason);
+  fs_host->put(c);
+}
+
 static void fs_rdv_cli_event(struct fs_rdv_item *it)
 {
   struct fs_rdv_rep rep;
@@ -537,7 +465,12 @@ static void fs_rdv_cli_event(struct fs_rdv_item *it)
   if (n == (ssize_t)sizeof rep && rep.magic == FS_RDV_MAGIC_REP && rep.version == FS_RDV_VERSION) {
     if (rep.status == 0 && nf == 1) {
       struct fs_rdv_ack ack = { FS_RDV_MAGIC_ACK, FS_RDV_VERSION, 0 };
-      fs_shm_set_peer(it->ch, fds[0]);
+      if (fs_shm_set_peer(it->ch, fds[0]) < 0) {
+        fs_fdreg_close(fds[0]);
+        fs_host->failed(it->c, FS_REASON_PROTOCOL);
+        fs_rdv_drop(it);
+        return;
+      }
       fds[0] = -1;
       if (fs_rdv_sendfds(it->ufd, &ack, sizeof ack, NULL, 0) == 0 && fs_host->attach(it->c, it->ch) == 0) {
         it->ch = NULL;
@@ -545,6 +478,29 @@ static void fs_rdv_cli_event(struct fs_rdv_item *it)
         return;
       }
       reason = FS_REASON_ERROR;
+    } else if (rep.status == FS_REASON_NOT_OWNER && nf == 0) {
+      /* The listener's process does not hold it (prefork), or its holder
+       * still shares it (fork, then the parent closes): find the holder. */
+      it->kind = K_CLI_RETRY;
+      fs_host->unwatch(it->ufd);
+      fs_fdreg_close(it->ufd);
+      it->ufd = -1;
+      if (it->ch) {
+        fs_chan_detach(it->ch);
+        it->ch = NULL;
+      }
+      if (!it->via_holder) {
+        fs_rdv_cli_again(it, true);
+        return;
+      }
+      uint64_t now = fs_clock_ns();
+      if (now < it->give_up) {
+        uint32_t b = it->backoff_ms ? it->backoff_ms : 1;
+        it->deadline = now + (uint64_t)b * 1000000u;
+        it->backoff_ms = b * 2 > FS_RDV_RETRY_MAX_MS ? FS_RDV_RETRY_MAX_MS : b * 2;
+        return;
+      }
+      reason = FS_REASON_NOT_OWNER;
     } else if (rep.status > 0 && rep.status < FS_REASON_COUNT && nf == 0) {
       reason = (int)rep.status;
     }
@@ -570,6 +526,8 @@ static bool fs_rdv_event(void *arg)
   case K_CLI:
     fs_rdv_cli_event(it);
     return true;
+  case K_CLI_RETRY: /* never watched */
+    return false;
   }
   return true;
 }
@@ -582,6 +540,11 @@ static void fs_rdv_tick(void)
     next = it->next;
     if (it->kind == K_SRV && it->state == S_HELD && fs_rdv_srv_try(it))
       continue;
+    if (it->kind == K_CLI_RETRY && now >= it->deadline) {
+      fs_rdv_cli_again(it, true);
+      next = A.items; /* the list changed under us: start over (retries are few) */
+      continue;
+    }
     if (it->deadline && now >= it->deadline) {
       if (it->kind == K_CLI)
         fs_host->failed(it->c, FS_REASON_TIMEOUT);
@@ -605,6 +568,57 @@ static int fs_rdv_next_timeout(void)
   return ms > 5 ? 5 : (int)ms;
 }
 
+/* Bind and serve an abstract name; the new listener item, or NULL. */
+static struct fs_rdv_item *fs_rdv_serve_name(const char *name, int n)
+{
+  int ufd = FS_REAL(socket)(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (ufd < 0)
+    return NULL;
+  struct sockaddr_un un = { .sun_family = AF_UNIX };
+  memcpy(un.sun_path, name, (size_t)n);
+  struct fs_rdv_item *it = NULL;
+  if (FS_REAL(bind)(ufd, (struct sockaddr *)&un, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)n)) < 0 ||
+      FS_REAL(listen)(ufd, SOMAXCONN) < 0 || !(it = calloc(1, sizeof *it))) {
+    int err = errno;
+    FS_REAL(close)(ufd);
+    errno = err;
+    return NULL;
+  }
+  it->kind = K_LISTENER;
+  it->ufd = ufd;
+  it->namelen = n;
+  memcpy(it->name, name, (size_t)n);
+  if (fs_rdv_watch(it) < 0) {
+    FS_REAL(close)(ufd);
+    free(it);
+    return NULL;
+  }
+  it->next = A.items;
+  A.items = it;
+  return it;
+}
+
+/* This process holds connections it may not have accepted from a listener
+ * it serves (a prefork worker, a child forked after accept, a daemon whose
+ * listening process is gone): serve its own name, found by clients through
+ * the stat tables.  Once per process image. */
+static bool fs_rdv_serve_proc(void)
+{
+  for (struct fs_rdv_item *it = A.items; it; it = it->next)
+    if (it->kind == K_LISTENER && it->proc)
+      return true;
+  char name[108];
+  int n = fs_rdv_proc_name(name, sizeof name, (int)getpid());
+  struct fs_rdv_item *it = fs_rdv_serve_name(name, n);
+  if (!it) {
+    fs_log(FS_LOG_INFO, "rendezvous name of process %d: %s; connections it did not accept itself stay on TCP",
+           (int)getpid(), strerror(errno));
+    return false;
+  }
+  it->proc = true;
+  return true;
+}
+
 static bool fs_rdv_listen(struct fs_link *c, int fd)
 {
   struct sockaddr_storage ss;
@@ -619,34 +633,14 @@ static bool fs_rdv_listen(struct fs_link *c, int fd)
       it->c = c;
       return true;
     }
-  int ufd = FS_REAL(socket)(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (ufd < 0)
-    return false;
-  if (FS_REAL(bind)(ufd, (struct sockaddr *)&un, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)n)) < 0 ||
-      FS_REAL(listen)(ufd, SOMAXCONN) < 0) {
+  struct fs_rdv_item *it = fs_rdv_serve_name(un.sun_path, n);
+  if (!it) {
     fs_log(FS_LOG_INFO, "rendezvous name for port %u taken (%s); connections here stay on TCP",
            fs_addr_port((struct sockaddr *)&ss), strerror(errno));
-    FS_REAL(close)(ufd);
-    return false;
-  }
-  struct fs_rdv_item *it = calloc(1, sizeof *it);
-  if (!it) {
-    FS_REAL(close)(ufd);
-    return false;
-  }
-  it->kind = K_LISTENER;
-  it->ufd = ufd;
-  it->namelen = n;
-  memcpy(it->name, un.sun_path, (size_t)n);
-  if (fs_rdv_watch(it) < 0) {
-    FS_REAL(close)(ufd);
-    free(it);
     return false;
   }
   fs_host->get(c);
   it->c = c;
-  it->next = A.items;
-  A.items = it;
   return true;
 }
 
@@ -697,6 +691,7 @@ const struct fs_fabric_ops fs_shm_fabric = {
   .id = FS_FABRIC_SHM,
   .listen = fs_rdv_listen,
   .unlisten = fs_rdv_unlisten,
+  .serve_proc = fs_rdv_serve_proc,
   .connect = fs_rdv_connect,
   .tick = fs_rdv_tick,
   .next_timeout = fs_rdv_next_timeout,

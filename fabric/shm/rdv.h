@@ -35,6 +35,7 @@
 #include <sys/socket.h>
 
 #include "fabric/fabric.h"
+#include "fabric/shm/rdvio.h"
 
 #define FS_RDV_MAGIC_REQ 0x51525346u /* "FSRQ" */
 #define FS_RDV_MAGIC_REP 0x50525346u /* "FSRP" */
@@ -65,14 +66,6 @@ struct fs_rdv_ack {
 
 /* The shm fabric (fabric/fabric.h): its rendezvous runs on the engine's agent. */
 extern const struct fs_fabric_ops fs_shm_fabric;
-
-/* Build the abstract name for family/address/port (wild = any address). */
-int fs_rdv_name(char *buf, size_t len, const struct sockaddr *sa, bool wild);
-
-/* Look up the local socket whose local address is `local` and peer `peer`
- * (NETLINK_SOCK_DIAG exact match).  0 and *uid (and *inode, if not NULL: 0
- * when no process holds the socket any more) on success, -ENOENT if none. */
-int fs_rdv_diag(const struct sockaddr *local, const struct sockaddr *peer, uint32_t *uid, uint32_t *inode);
 
 /* Check a received request; 0 or a reason (enum fs_reason). Pure. */
 int fs_rdv_check_req(const struct fs_rdv_req *r, size_t len, int nfds);

@@ -10,20 +10,36 @@
 # With the server preloaded, a connection held open halfway must have its
 # row in `fabsock stat`, in the child that serves it: the parent frees its
 # slot right after fork, and the child's copy of the table once lost it.
+# The same shapes then run against forksrv -w 2, a prefork server (the
+# parent listens, two workers accept: nginx, Apache prefork, gunicorn).
+# For both kinds, held connections must be on ${FABSOCK_EXPECT_FABRIC:-the
+# expected fabric} in [both]: the process serving a connection is not the
+# one whose listener the client finds, so the client looks the holder up
+# (docs/design.md, 1.3).
 . "$(dirname "$0")/lib.sh"
 require_progs forksrv mtclient
 IT_CLIENT_TIMEOUT=${IT_CLIENT_TIMEOUT:-40} # quick clients: a hang must not eat the budget
 
 for MODE in $(it_modes); do
-  if ! start_prog_server forksrv forksrv; then
-    server_status; tap_not_ok "forksrv [$MODE]" "forksrv did not start ($SRV_STATUS)" "$SERVER_LOG"
+ for KIND in fork prefork; do
+  args=(); label=forksrv
+  [ $KIND = prefork ] && { args=(-w 2); label="forksrv -w 2"; }
+  if ! start_prog_server forksrv forksrv "${args[@]}"; then
+    server_status; tap_not_ok "$label [$MODE]" "forksrv did not start ($SRV_STATUS)" "$SERVER_LOG"
     stop_server; continue
   fi
+  hold_args
+  name="$label: 2 held connections of 4 MiB"
+  out=$IT_TMP/forksrv.held.$KIND.$MODE.out
+  run_held_client "forkheld" "$SERVER_PORT" "$out" "$PROGS/mtclient" -p "$SERVER_PORT" -t 2 -n 4M "${HOLD[@]}"
+  rc=$?
+  tap_result $rc "$name [$MODE]" "$(grep -v '^$' "$out" | tail -n 1)" "$out" "$SERVER_LOG"
+  [ -n "$HOLD_FILE" ] && tap_result "$FABRIC_STATUS" "$name [$MODE] fabric=$(fabric_expected)" "$FABRIC_DETAIL"
   for shape in "1 20 1M 64K" "4 5 256K 64K" "4 25 16K 1K"; do
     set -- $shape
-    name="forksrv, $1 client thread(s) x $2 sequential connections x $3"
+    name="$label, $1 client thread(s) x $2 sequential connections x $3"
     [ "$4" = 64K ] || name="$name in $4 writes"
-    out=$IT_TMP/forksrv.$1.$2.$MODE.out
+    out=$IT_TMP/forksrv.$KIND.$1.$2.$MODE.out
     run_client "$PROGS/mtclient" -p "$SERVER_PORT" -t "$1" -r "$2" -n "$3" -c "$4" >"$out" 2>&1
     rc=$?
     detail=$(grep -v '^$' "$out" | tail -n 1)
@@ -31,7 +47,7 @@ for MODE in $(it_modes); do
     [ $rc -eq 124 ] && detail="client timed out; $detail"
     tap_result $rc "$name [$MODE]" "$detail" "$out" "$SERVER_LOG"
   done
-  if [ -n "$FABSOCK_LIB" ] && preloaded server && [ -x "$FABSOCK_BIN" ]; then
+  if [ $KIND = fork ] && [ -n "$FABSOCK_LIB" ] && preloaded server && [ -x "$FABSOCK_BIN" ]; then
     name="forksrv: the child serving a connection has its row in fabsock stat"
     hold=$IT_TMP/forksrv.hold.$MODE
     start_bg_client forkhold "$PROGS/mtclient" -p "$SERVER_PORT" -t 1 -n 64K -w "$hold"
@@ -57,5 +73,6 @@ for p in doc.get("processes", []):
     fi
   fi
   stop_server
+ done
 done
 it_done

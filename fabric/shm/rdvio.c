@@ -1,0 +1,191 @@
+/* The shm rendezvous's plumbing: names, descriptors over unix sockets,
+ * sock_diag.  See fabric/shm/rdv.h for the protocol.  Everything here uses
+ * FS_REAL() only. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "base/addr.h"
+#include "base/fdreg.h"
+#include "base/real.h"
+#include "fabric/shm/rdvio.h"
+
+int fs_rdv_name(char *buf, size_t len, const struct sockaddr *sa, bool wild)
+{
+  char ip[96] = "*";
+  struct sockaddr_storage tmp;
+  const struct sockaddr *a = fs_addr_unmap(sa, &tmp);
+  if (!wild) {
+    char s[80];
+    fs_addr_str(a, s, sizeof s);
+    char *colon = strrchr(s, ':');
+    if (colon)
+      *colon = 0;
+    snprintf(ip, sizeof ip, "%s", s);
+  }
+  int n = snprintf(buf + 1, len - 1, "fabsock1/%c/%s/%u", fs_addr_family(a) == AF_INET6 ? '6' : '4', ip,
+                   fs_addr_port(a));
+  buf[0] = 0;
+  return n + 1;
+}
+
+int fs_rdv_proc_name(char *buf, size_t len, int pid)
+{
+  int n = snprintf(buf + 1, len - 1, "fabsock1/p/%d", pid);
+  buf[0] = 0;
+  return n + 1;
+}
+
+/* ---- small I/O helpers ------------------------------------------------ */
+
+int fs_rdv_sendfds(int ufd, const void *msg, size_t len, const int *fds, int nfds)
+{
+  struct iovec iov = { (void *)msg, len };
+  union {
+    char buf[CMSG_SPACE(3 * sizeof(int))];
+    struct cmsghdr align;
+  } u;
+  struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+  if (nfds > 0) {
+    memset(&u, 0, sizeof u);
+    mh.msg_control = u.buf;
+    mh.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+    memcpy(CMSG_DATA(cm), fds, nfds * sizeof(int));
+  }
+  ssize_t r = FS_REAL(sendmsg)(ufd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+  return r == (ssize_t)len ? 0 : (r < 0 ? -errno : -EIO);
+}
+
+/* Receive one message and up to `max` fds; every fd beyond max, or in an
+ * unexpected control message, is closed.  Returns the length or -errno. */
+ssize_t fs_rdv_recvfds(int ufd, void *msg, size_t len, int *fds, int max, int *nfds)
+{
+  char big[64];
+  struct iovec iov = { big, sizeof big };
+  union {
+    char buf[CMSG_SPACE(8 * sizeof(int))];
+    struct cmsghdr align;
+  } u;
+  struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf };
+  *nfds = 0;
+  ssize_t r = FS_REAL(recvmsg)(ufd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+  if (r < 0)
+    return -errno;
+  for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+    if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+      continue;
+    int n = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+    int got[8];
+    memcpy(got, CMSG_DATA(cm), (size_t)n * sizeof(int));
+    for (int i = 0; i < n; i++) {
+      if (*nfds < max) {
+        got[i] = fs_fdreg_move_high(got[i]);
+        fds[(*nfds)++] = got[i];
+      } else {
+        FS_REAL(close)(got[i]);
+        *nfds = max + 1; /* too many: reported as a protocol error */
+      }
+    }
+  }
+  if ((mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || (size_t)r > len) {
+    /* Closed here, and forgotten here: the caller's fds[] is its own list
+     * of what to close, and a second close would hit whatever descriptor
+     * the application has opened at that number meanwhile. */
+    for (int i = 0; i < *nfds && i < max; i++) {
+      fs_fdreg_close(fds[i]);
+      fds[i] = -1;
+    }
+    *nfds = 0;
+    /* Our buffer holds 8 descriptors: with fewer sent, a truncated control
+     * message means the kernel could not install them (RLIMIT_NOFILE). */
+    return (mh.msg_flags & MSG_CTRUNC) && !(mh.msg_flags & MSG_TRUNC) && (size_t)r <= len ? -EMFILE : -EPROTO;
+  }
+  memcpy(msg, big, (size_t)r);
+  return r;
+}
+
+void fs_rdv_closefds(int *fds, int n)
+{
+  for (int i = 0; i < n; i++)
+    if (fds[i] >= 0) {
+      fs_fdreg_close(fds[i]); /* received fds are marked ours (fs_rdv_recvfds) */
+      fds[i] = -1;
+    }
+}
+
+/* ---- sock_diag -------------------------------------------------------- */
+
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
+#include <linux/sock_diag.h>
+#include <netinet/in.h>
+
+int fs_rdv_diag(const struct sockaddr *local, const struct sockaddr *peer, uint32_t *uid, uint32_t *inode)
+{
+  struct fs_addr_ip l, p;
+  fs_addr_ip_of(local, &l);
+  fs_addr_ip_of(peer, &p);
+  if (l.family == 0 || l.family != p.family)
+    return -EINVAL;
+  int nl = fs_fdreg_move_high(FS_REAL(socket)(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG));
+  if (nl < 0)
+    return -errno;
+  struct {
+    struct nlmsghdr nlh;
+    struct inet_diag_req_v2 r;
+  } req;
+  memset(&req, 0, sizeof req);
+  req.nlh.nlmsg_len = sizeof req;
+  req.nlh.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+  req.nlh.nlmsg_flags = NLM_F_REQUEST;
+  req.r.sdiag_family = (uint8_t)l.family;
+  req.r.sdiag_protocol = IPPROTO_TCP;
+  req.r.idiag_states = ~0u;
+  req.r.id.idiag_cookie[0] = INET_DIAG_NOCOOKIE;
+  req.r.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
+  req.r.id.idiag_sport = l.port_be;
+  req.r.id.idiag_dport = p.port_be;
+  memcpy(req.r.id.idiag_src, l.ip, l.family == AF_INET ? 4 : 16);
+  memcpy(req.r.id.idiag_dst, p.ip, p.family == AF_INET ? 4 : 16);
+  struct sockaddr_nl sa = { .nl_family = AF_NETLINK };
+  int rc = -ENOENT;
+  if (FS_REAL(sendto)(nl, &req, sizeof req, 0, (struct sockaddr *)&sa, sizeof sa) < 0) {
+    rc = -errno;
+    goto out;
+  }
+  struct pollfd pfd = { nl, POLLIN, 0 };
+  if (FS_REAL(poll)(&pfd, 1, 500) <= 0) {
+    rc = -ETIMEDOUT;
+    goto out;
+  }
+  long buf[1024];
+  ssize_t n = FS_REAL(recv)(nl, buf, sizeof buf, MSG_DONTWAIT);
+  if (n < 0) {
+    rc = -errno;
+    goto out;
+  }
+  for (struct nlmsghdr *h = (struct nlmsghdr *)buf; NLMSG_OK(h, (size_t)n); h = NLMSG_NEXT(h, n)) {
+    if (h->nlmsg_type == NLMSG_ERROR || h->nlmsg_type == NLMSG_DONE)
+      break;
+    if (h->nlmsg_type == SOCK_DIAG_BY_FAMILY && h->nlmsg_len >= NLMSG_LENGTH(sizeof(struct inet_diag_msg))) {
+      struct inet_diag_msg *m = NLMSG_DATA(h);
+      *uid = m->idiag_uid;
+      if (inode)
+        *inode = m->idiag_inode;
+      rc = 0;
+      break;
+    }
+  }
+out:
+  fs_fdreg_close(nl);
+  return rc;
+}
+
