@@ -31,7 +31,12 @@ void fs_chan_shared_credit(struct fs_chan *ch)
 bool fs_chan_tx_ready(struct fs_chan *ch)
 {
   fs_chan_progress(ch);
-  return fs_ring_space(&ch->tx) > 0;
+  /* As the kernel's TCP (sk_stream_is_writeable): writable while at least a
+   * third of the buffer is free, not at the first free byte.  A program that
+   * writes a block in blocking mode whenever poll says writable (socat) must
+   * not find itself blocked on a ring its peer, doing the same, fills. */
+  size_t want = ch->tx.size / 3;
+  return fs_ring_space_for(&ch->tx, want) >= want;
 }
 
 bool fs_chan_arm_rx(struct fs_chan *ch)

@@ -5,6 +5,12 @@
 # A socat client sends a 50 MiB random file, half-closes (its stdin ends),
 # and must get every byte back (sha256 equal) before EOF.  Plus a one-line
 # message through the half-close path.
+# The PIPE server reads 4 KiB at a time (-b 4096): socat writes each block to
+# its own pipe, blocking, as soon as select says the pipe is writable (one
+# free page), and only it drains that pipe, so a larger block can block it
+# for good once the pipe fills.  That needs the way back to the client to
+# stall first, which kernel TCP's megabytes of buffer almost never let
+# happen and a connection on a fabric (ring of 256 KiB here) does under load.
 . "$(dirname "$0")/lib.sh"
 require_cmd socat
 
@@ -15,7 +21,7 @@ for MODE in $(it_modes); do
   for how in pipe exec; do
     port=$(pick_port)
     if [ "$how" = pipe ]; then
-      start_server "socat-$how" socat -t 10 "TCP-LISTEN:$port,bind=127.0.0.1,reuseaddr,fork" PIPE
+      start_server "socat-$how" socat -b 4096 -t 10 "TCP-LISTEN:$port,bind=127.0.0.1,reuseaddr,fork" PIPE
     else
       start_server "socat-$how" socat -t 10 "TCP-LISTEN:$port,bind=127.0.0.1,reuseaddr,fork" EXEC:cat,nofork
     fi
