@@ -98,7 +98,10 @@ static void fs_policy_builtin(struct fs_policy_action *a)
   a->spin_us = FS_POLICY_SPIN_ADAPTIVE;
   a->busy_poll = false;
   a->timeout_ms = 1000;
-  a->any_uid = false;
+  /* Another user's peer upgrades too: the rendezvous proves it holds this
+   * very connection, and a hostile peer can break only its own channel
+   * (docs/design.md 1.3).  uid=same restricts. */
+  a->any_uid = true;
 }
 
 static int fs_policy_vfail(char *err, size_t errlen, const char *prefix, const char *fmt, va_list ap)

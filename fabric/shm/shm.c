@@ -1,6 +1,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -151,15 +152,44 @@ int fs_shm_create(uint32_t ring, int my_efd, int *memfd_out, struct fs_chan **ou
   return 0;
 }
 
-void fs_shm_set_peer(struct fs_chan *ch, int peer_efd)
+/* The peer's wake fd must be an eventfd, non-blocking: our data path
+ * writes to it, and a peer of another user could pass a pipe it never
+ * drains (we would block) or a file (we would write into it). */
+static int fs_shm_check_efd(int fd)
 {
+  char path[48], link[32];
+  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  static const char want[] = "anon_inode:[eventfd]";
+  ssize_t n = readlink(path, link, sizeof link);
+  if (n < 0 && errno == ENOENT) {
+    /* No /proc: an anonymous inode at least (no file type); a write to one
+     * of another kind (timerfd, epoll) fails harmlessly. */
+    struct stat st;
+    if (fstat(fd, &st) < 0 || (st.st_mode & S_IFMT) != 0)
+      return -EPROTO;
+  } else if (n != (ssize_t)sizeof want - 1 || memcmp(link, want, sizeof want - 1) != 0) {
+    return -EPROTO;
+  }
+  int fl = fcntl(fd, F_GETFL);
+  if (fl < 0 || (!(fl & O_NONBLOCK) && fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0))
+    return -EPROTO;
+  return 0;
+}
+
+int fs_shm_set_peer(struct fs_chan *ch, int peer_efd)
+{
+  if (fs_shm_check_efd(peer_efd) < 0)
+    return -EPROTO;
   fs_fdreg_set(peer_efd, true);
   fs_shm_of(ch)->peer_efd = peer_efd;
+  return 0;
 }
 
 int fs_shm_attach(int memfd, int my_efd, int peer_efd, struct fs_chan **out)
 {
   struct stat st;
+  if (fs_shm_check_efd(peer_efd) < 0)
+    return -EPROTO;
   if (fstat(memfd, &st) < 0)
     return -errno;
   int seals = fcntl(memfd, F_GET_SEALS);

@@ -41,7 +41,7 @@ struct fs_shm_hdr {
 int fs_shm_create(uint32_t ring_size, int my_efd, int *memfd_out, struct fs_chan **out);
 
 /* Connecting end: the accepting end's eventfd arrived; the channel is whole. */
-void fs_shm_set_peer(struct fs_chan *ch, int peer_efd);
+int fs_shm_set_peer(struct fs_chan *ch, int peer_efd); /* 0, or -EPROTO: not an eventfd */
 
 /* Accepting end: validate and map a received memfd. -EPROTO on anything odd. */
 int fs_shm_attach(int memfd, int my_efd, int peer_efd, struct fs_chan **out);

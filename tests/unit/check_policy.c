@@ -81,7 +81,7 @@ START_TEST(defaults_empty)
     ck_assert_int_eq(a->spin_us, FS_POLICY_SPIN_ADAPTIVE);
     ck_assert(!a->busy_poll);
     ck_assert_uint_eq(a->timeout_ms, 1000);
-    ck_assert(!a->any_uid);
+    ck_assert(a->any_uid); /* peers of other users: allowed unless uid=same */
     ck_assert_str_eq(a->hooks, "");
     ck_assert_uint_eq(fs_policy_rule_count(p), 0);
     fs_policy_free(p);
@@ -144,6 +144,7 @@ START_TEST(values)
   ck_assert_int_eq(m(p, "e", 1, NULL, 0, NULL, 0)->fabric, FS_FABRIC_SHM);
   ck_assert_uint_eq(act.timeout_ms, 4294967295u);
   ck_assert(!act.any_uid);
+  ck_assert(m(p, "d", 1, NULL, 0, NULL, 0)->any_uid); /* the default: any */
   fs_policy_free(p);
 }
 END_TEST
