@@ -9,7 +9,9 @@ a loopback connection when both processes run libfabsock); PORT@BYTES those
 of them that moved at least BYTES; PID:FD selects one.
 Listening sockets are ignored.  Prints one line; exit 0 when at least one
 connection matched and all report FABRIC, 1 when one reports something else,
-2 when none matched or the input is not valid JSON.
+2 when none matched or the input is not valid JSON, 3 when every one that is
+not on FABRIC is still on its way (reason pending, or upgrading): a sample
+taken too early says nothing yet.
 """
 import sys
 
@@ -30,15 +32,20 @@ def main():
         return 2
     desc = []
     bad = 0
+    early = 0
     for proc, c in found:
         fab = c.get("fabric")
         if fab != want:
             bad += 1
+            if want != "tcp" and (c.get("reason") == "pending" or c.get("state") == "upgrading"):
+                early += 1
         desc.append("%s[%s] fd %s %s->%s fabric=%s state=%s reason=%s" % (
             proc.get("program", "?"), proc.get("pid"), c.get("fd"), c.get("local"), c.get("peer"),
             fab, c.get("state"), c.get("reason")))
     verdict = "all %s" % want if not bad else "%d of %d not %s" % (bad, len(found), want)
     print("%s: %s" % (verdict, "; ".join(desc)))
+    if bad and early == bad:
+        return 3
     return 1 if bad else 0
 
 

@@ -424,7 +424,8 @@ fabric_watch_stop() {
     return 0
   fi
   if ! grep -q '^rc=1$' "$FABRIC_WATCH_FILE"; then
-    # never a connection on the port in any sample: too short to observe
+    # never a connection on the port in any sample, or only before its
+    # upgrade could finish (rc=3): too short to observe
     FABRIC_DETAIL="connection not observed by fabsock stat (too short?): $(grep -v '^rc=' "$FABRIC_WATCH_FILE" | tail -n1)"
     return 2
   fi
