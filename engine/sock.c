@@ -561,24 +561,33 @@ void fs_sock_before_fork(void)
 }
 
 /* The child's stat table is a copy of the parent's slots as they were when
- * the child copied them: a slot the parent freed in between (a server that
- * closes its copy of an accepted connection right after fork) arrives
- * empty.  Fill such a row in again from the connection; its counters
- * restart at zero. */
+ * the child copied them, not when it forked: the parent goes on meanwhile.
+ * A slot it freed arrives empty (a server that closes its copy of an
+ * accepted connection right after fork), and one it freed and gave to its
+ * next connection arrives naming that one (the postmaster accepting the
+ * next client).  So every row is written again from the connection the
+ * child holds; counters restart at zero where the row was not its own. */
 static void fs_sock_stat_refill(struct fs_conn *c, struct fs_chan *ch)
 {
   struct fs_stat_conn *s = c->stat;
-  if (!s || __atomic_load_n(&s->used, __ATOMIC_ACQUIRE))
+  if (!s)
     return;
+  bool used = __atomic_load_n(&s->used, __ATOMIC_ACQUIRE);
+  uint16_t lport = s->lport, pport = s->pport;
+  uint32_t ino = s->inode;
+  int fd = s->fd;
   fs_sock_stat_addrs(c);
   if (s->family == 0)
     s->family = (uint8_t)c->family;
+  if (!used || ino != c->ino || lport != s->lport || pport != s->pport || fd != c->fd) {
+    __atomic_store_n(&s->used, 0, __ATOMIC_RELEASE);
+    s->tx_bytes = s->rx_bytes = s->tx_msgs = s->rx_msgs = s->fabric_tx = s->fabric_rx = 0;
+  }
   s->fd = c->fd;
   s->state = (uint8_t)fs_conn_state(c);
   s->reason = c->reason;
   s->fabric = (uint8_t)(ch ? ch->ops->fabric : FS_FABRIC_TCP);
   s->listening = fs_conn_state(c) == FS_STATE_LISTEN;
-  s->inode = c->ino;
   __atomic_store_n(&s->used, 1, __ATOMIC_RELEASE);
 }
 
@@ -614,7 +623,7 @@ static void fs_sock_fork_fix(int fd, struct fs_conn *c, void *arg)
    * all of it.  An accepted end may still upgrade once one process alone
    * holds it (servers that fork after accept and close their copy), with
    * counts from the kernel; any other stays on TCP. */
-  if (!ch && !c->no_upgrade) {
+  if (!ch && !c->no_upgrade && fs_conn_state(c) != FS_STATE_LISTEN) {
     if (c->dir == FS_DIR_ACCEPT && c->ino != 0 && c->stat) {
       c->shared_hist = true;
       if (pid == 0)
