@@ -87,6 +87,8 @@ struct fs_conn {
   uint64_t fab_tx, fab_rx;    /* bytes carried by the fabric */
   uint64_t crossed_ns;        /* accepting end: when the threshold was crossed */
   uint64_t alive_ns;          /* the peer half-closed TCP and was alive then (coarse ns) */
+  uint64_t live_ns;           /* rx: when TCP was last asked whether the peer went away */
+  bool tcp_news;              /* a poll or sleep saw the TCP socket stir since (atomic) */
   struct fs_stat_conn *stat;  /* may be NULL (stats off) */
   struct fs_hookset *hooks;   /* may be NULL */
   struct fs_chan *chan;       /* atomic pointer; set while on a fabric */

@@ -309,7 +309,7 @@ int fs_ready_epoll_wait(int epfd, struct epoll_event *out, int max, const struct
     }
     /* Spin while some fabric entry is idle: its peer publishes without a
      * wake as long as we do not sleep (the spin adapts to the gaps seen). */
-    bool spin = ep->had_chan && ep->idle && !spun_nothing;
+    bool spin = ep->had_chan && ep->idle && !spun_nothing && fs_wait_spin_worth();
     pthread_mutex_unlock(&ep->lock);
     /* 3. One kernel call for everything else (and to sleep). */
     struct timespec zero = { 0, 0 }, left;

@@ -388,6 +388,24 @@ static ssize_t fs_sockio_liveness(int fd)
   return -EAGAIN;
 }
 
+/* The ring is empty: does TCP say the peer went away?  Asked only when
+ * something was seen on the TCP socket since (a poll, epoll or sleep of
+ * ours reported it: c->tcp_news), or every FS_SOCKIO_LIVE_NS for a caller
+ * that never waits: once a connection is on the fabric its TCP socket
+ * carries nothing but the peer's FIN, and a peek per empty receive would be
+ * a system call per message that kernel TCP does not make. */
+#define FS_SOCKIO_LIVE_NS 10000000ull
+
+static ssize_t fs_sockio_live_check(struct fs_conn *c, int fd)
+{
+  uint64_t now = fs_clock_coarse_ns();
+  if (!__atomic_load_n(&c->tcp_news, __ATOMIC_RELAXED) && now - c->live_ns < FS_SOCKIO_LIVE_NS)
+    return -EAGAIN;
+  __atomic_store_n(&c->tcp_news, false, __ATOMIC_RELAXED);
+  c->live_ns = now;
+  return fs_sockio_liveness(fd);
+}
+
 /* One step from whichever source is current: >0 bytes, 0 EOF, -EAGAIN
  * nothing now (then *tcp_wait tells what to sleep on), other -errno. */
 static ssize_t fs_sockio_rx_step(struct fs_conn *c, int fd, struct fs_io *io, size_t skip, size_t want, bool peek)
@@ -533,7 +551,7 @@ static ssize_t fs_sockio_fabric_recv(struct fs_conn *c, int fd, struct fs_io *io
       }
       if (fs_chan_arm_rx(ch))
         continue;
-      ssize_t lv = fs_sockio_liveness(fd);
+      ssize_t lv = fs_sockio_live_check(c, fd);
       if (lv != -EAGAIN) {
         if (got)
           break;
@@ -661,6 +679,8 @@ short fs_sockio_ready(struct fs_conn *c, struct fs_chan *ch, short want, short k
     (void)fs_cutover_rx_switch(c, ch);
     fs_unlock(&c->rxlock);
   }
+  if (kernel & (POLLIN | POLLRDHUP | POLLHUP | POLLERR))
+    __atomic_store_n(&c->tcp_news, true, __ATOMIC_RELAXED); /* fs_sockio_live_check asks */
   short dead = kernel & (POLLHUP | POLLERR);
   bool closed = fs_chan_peer_closed(ch);
   /* The peer's FIN with its end open and our ring full: a poll-driven

@@ -1,7 +1,11 @@
 /* Waiting on a connection.  See engine/wait.h. */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 #include <sys/socket.h>
 
 #include "base/clock.h"
@@ -123,6 +127,8 @@ int fs_wait_sleep(struct fs_conn *c, int fd, bool tx, size_t need, int *budget_m
     if (r == 0 && *budget_ms == 0)
       return -EAGAIN;
   }
+  if (p[1].revents)
+    __atomic_store_n(&c->tcp_news, true, __ATOMIC_RELAXED); /* fs_sockio_live_check asks */
   if (c->wake_fd >= 0 && (p[0].revents & POLLIN)) {
     uint64_t v;
     if (FS_REAL(read)(c->wake_fd, &v, sizeof v) == (ssize_t)sizeof v && marked)
@@ -149,12 +155,57 @@ static uint32_t fs_wait_ns_iter = 50;
 /* Spin up to the connection's budget for cond(); *spun_ns: for how long
  * (estimated).  Every ~256 pauses we yield, so a peer woken onto our core
  * gets to run. */
+#define FS_WAIT_LOAD_NS 4000000ull
+
+static int fs_wait_ncpu(void)
+{
+  static int n;
+  int v = __atomic_load_n(&n, __ATOMIC_RELAXED);
+  if (v == 0) {
+    cpu_set_t set;
+    v = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    __atomic_store_n(&n, v > 0 ? v : 1, __ATOMIC_RELAXED);
+  }
+  return v;
+}
+
+bool fs_wait_spin_worth(void)
+{
+  static uint64_t when;
+  static bool worth = true;
+  uint64_t now = fs_clock_coarse_ns();
+  if (now - __atomic_load_n(&when, __ATOMIC_RELAXED) < FS_WAIT_LOAD_NS)
+    return __atomic_load_n(&worth, __ATOMIC_RELAXED);
+  __atomic_store_n(&when, now, __ATOMIC_RELAXED);
+  int saved = errno;
+  char buf[128];
+  bool w = true;
+  int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    ssize_t n = FS_REAL(read)(fd, buf, sizeof buf - 1);
+    FS_REAL(close)(fd);
+    /* "0.52 0.58 0.59 3/291 12345": the fourth field is running/threads,
+     * the running count includes us. */
+    if (n > 0) {
+      buf[n] = 0;
+      char *p = buf;
+      for (int f = 0; f < 3 && p; f++)
+        p = strchr(p + 1, ' ');
+      if (p)
+        w = atoi(p + 1) <= fs_wait_ncpu() + 1; /* a passer-by (a kworker) is no crowd */
+    }
+  }
+  errno = saved;
+  __atomic_store_n(&worth, w, __ATOMIC_RELAXED);
+  return w;
+}
+
 bool fs_wait_spin(struct fs_conn *c, bool (*cond)(struct fs_chan *, void *), struct fs_chan *ch, void *arg,
                            uint64_t *spun_ns)
 {
   uint32_t budget = c->policy.busy_poll ? 1000u : c->spin_us;
   *spun_ns = 0;
-  if (budget == 0)
+  if (budget == 0 || (!c->policy.busy_poll && !fs_wait_spin_worth()))
     return cond(ch, arg);
   uint32_t npi = __atomic_load_n(&fs_wait_ns_iter, __ATOMIC_RELAXED);
   uint64_t first = 0; /* the clock at the first check */

@@ -25,6 +25,13 @@ bool fs_wait_cond_tx(struct fs_chan *ch, void *arg);
 
 /* Spin up to the connection's budget for cond(); *spun_ns: for how long
  * (estimated). */
+/* Is a spin worth it now?  Not while more threads are runnable than the
+ * process may use CPUs: the peer we wait for then needs the CPU we would
+ * spin on (8 database backends and their client on 2 cores ran 25% slower
+ * than kernel TCP spinning).  From /proc/loadavg, read at most every 4 ms;
+ * yes when it cannot be read. */
+bool fs_wait_spin_worth(void);
+
 bool fs_wait_spin(struct fs_conn *c, bool (*cond)(struct fs_chan *, void *), struct fs_chan *ch, void *arg,
                   uint64_t *spun_ns);
 
