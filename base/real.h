@@ -33,6 +33,7 @@
   X(int, connect, -1, (int fd, const struct sockaddr *a, socklen_t l), (fd, a, l)) \
   X(int, close, -1, (int fd), (fd)) \
   X(int, close_range, -1, (unsigned lo, unsigned hi, int f), (lo, hi, f)) \
+  X(long, syscall, -1, (long n, long a, long b, long c, long d, long e, long f), (n, a, b, c, d, e, f)) \
   X(int, shutdown, -1, (int fd, int how), (fd, how)) \
   X(int, dup, -1, (int fd), (fd)) \
   X(int, dup2, -1, (int fd, int nfd), (fd, nfd)) \
@@ -84,7 +85,9 @@ enum fs_real_id {
 };
 
 /* fcntl and ioctl are variadic in libc; we always pass exactly one
- * word-sized argument, which is what every command takes on Linux/x86-64. */
+ * word-sized argument, which is what every command takes on Linux/x86-64.
+ * syscall is variadic too; we pass its six argument words, as glibc's own
+ * implementation loads them (it reads registers, not a va_list). */
 struct fs_real_table {
 #define FS_REAL_X_PTR(ret, name, err, params, args) ret (*name) params;
   FS_REAL_SYMBOLS(FS_REAL_X_PTR)

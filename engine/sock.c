@@ -197,6 +197,12 @@ static void fs_sock_stat_addrs(struct fs_conn *c)
   __atomic_store_n(&s->inode, c->ino, __ATOMIC_RELAXED);
 }
 
+bool fs_sock_enabled(void)
+{
+  fs_sock_init();
+  return !fs_sock_disabled;
+}
+
 void fs_sock_created(int fd, int domain, int type, int protocol)
 {
   fs_sock_init();
@@ -440,6 +446,8 @@ static int fs_sock_alone(struct fs_conn *c)
 
 int fs_sock_may_attach(struct fs_conn *c, uint32_t uid)
 {
+  if (c->reason == FS_REASON_FD_PASSED && !c->chan)
+    return FS_REASON_NOT_OWNER; /* handed to another process: the peer looks for it */
   if (c->no_upgrade || c->wake_fd < 0)
     return c->reason && c->reason != FS_REASON_PENDING ? c->reason : FS_REASON_POLICY;
   if (__atomic_load_n(&c->chan, __ATOMIC_ACQUIRE))
@@ -668,22 +676,20 @@ void fs_sock_before_exec(void)
   fs_fdtab_foreach(fs_sock_exec_one, NULL);
 }
 
-void fs_sock_scm_rights(const struct msghdr *msg)
+/* A connection handed to this process (engine/adopt.c): set up as accepted
+ * here, but with a history others made. */
+void fs_sock_adopted(struct fs_conn *c, int fd)
 {
-  for (struct cmsghdr *cm = CMSG_FIRSTHDR(msg); cm; cm = CMSG_NXTHDR((struct msghdr *)msg, cm)) {
-    if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-      continue;
-    size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (size_t i = 0; i < n; i++) {
-      int fd;
-      memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof fd);
-      struct fs_conn *c = fs_fdtab_get(fd);
-      if (c) {
-        fs_sock_downgrade(c, fd, FS_REASON_FD_PASSED);
-        fs_conn_put(c);
-      }
-    }
+  fs_sock_establish(c, fd, FS_DIR_ACCEPT);
+  if (!c->no_upgrade && c->ino != 0 && c->stat) {
+    c->shared_hist = true; /* another process held it; our counts start now */
+  } else if (!c->no_upgrade) {
+    c->no_upgrade = true;
+    fs_conn_set_state(c, FS_STATE_TCP, FS_REASON_FD_PASSED);
   }
+  __atomic_store_n(&c->ready, true, __ATOMIC_RELEASE);
+  if (c->shared_hist)
+    fs_agent_serve_proc(); /* its peer finds us by our own name */
 }
 
 void fs_sock_to_kernel(struct fs_conn *c, int fd)

@@ -65,7 +65,11 @@ void fs_sock_before_exec(void);
 void fs_sock_to_kernel(struct fs_conn *c, int fd);
 
 /* sendmsg() on any socket carrying SCM_RIGHTS: downgrade tracked fds in it. */
-void fs_sock_scm_rights(const struct msghdr *msg);
+/* fd (c installed for it) was handed to this process (engine/adopt.c):
+ * set it up as an accepted connection others held before us. */
+void fs_sock_adopted(struct fs_conn *c, int fd);
+/* Tracking is on (not FABSOCK_DISABLE, policy loaded). */
+bool fs_sock_enabled(void);
 
 /* The upgrade threshold may have been crossed: start a rendezvous (connecting
  * end) or give up on a silent peer (accepting end). */

@@ -6,6 +6,7 @@
 #include <sys/sendfile.h>
 #include <unistd.h>
 
+#include "engine/adopt.h"
 #include "engine/sock.h"
 #include "preload/boundary.h"
 #include "preload/export.h"
@@ -69,8 +70,15 @@ FS_EXPORT ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockad
 FS_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 {
   struct fs_conn *c = fs_fdtab_get(fd);
-  if (!c)
-    return FS_REAL(recvmsg)(fd, msg, flags);
+  if (!c) {
+    ssize_t r = FS_REAL(recvmsg)(fd, msg, flags);
+    if (r >= 0 && msg && msg->msg_controllen) {
+      int saved = errno;
+      fs_adopt_scm_received(msg); /* connections handed to us (node cluster) */
+      errno = saved;
+    }
+    return r;
+  }
   struct fs_io io = { .op = FS_IO_RECVMSG, .flags = flags, .msg = msg,
                       .iov = msg->msg_iov, .iovcnt = (int)msg->msg_iovlen };
   return fs_io_recv(c, fd, &io);
@@ -146,7 +154,7 @@ FS_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
     /* An accelerated fd leaving for another process goes back to TCP first. */
     if (msg && msg->msg_controllen) {
       int saved = errno;
-      fs_sock_scm_rights(msg);
+      fs_adopt_scm_sent(msg);
       errno = saved;
     }
     return FS_REAL(sendmsg)(fd, msg, flags);

@@ -1,10 +1,11 @@
 /* Exported socket-lifecycle names: socket, bind, listen, accept, connect,
- * shutdown, close, dup*, fcntl, ioctl, {get,set}sockopt.
+ * shutdown, close (and syscall(SYS_close)), dup*, fcntl, ioctl, {get,set}sockopt.
  *
  * Pattern: one fd-table load; an fd we do not track goes straight to libc. */
 #include <fcntl.h>
 #include <stdarg.h>
 #include <sys/ioctl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "base/fdreg.h"
@@ -125,6 +126,21 @@ FS_EXPORT int close(int fd)
   if (__builtin_expect(fs_ready_epoll_tracked(fd), 0))
     fs_ready_epoll_close(fd);
   return FS_REAL(close)(fd);
+}
+
+/* syscall(SYS_close, fd): libuv (node) closes every descriptor this way,
+ * so a socket closed by it would otherwise stay in our table as if open,
+ * its stat row claiming a connection the process no longer holds. */
+FS_EXPORT long syscall(long n, ...)
+{
+  va_list ap;
+  va_start(ap, n);
+  long a = va_arg(ap, long), b = va_arg(ap, long), c = va_arg(ap, long);
+  long d = va_arg(ap, long), e = va_arg(ap, long), f = va_arg(ap, long);
+  va_end(ap);
+  if (n == SYS_close)
+    return close((int)a);
+  return FS_REAL(syscall)(n, a, b, c, d, e, f);
 }
 
 /* close_range over [lo, hi] minus the library's own descriptors. */

@@ -168,6 +168,14 @@ static bool fs_rdv_srv_try(struct fs_rdv_item *it)
 {
   struct fs_link *c = fs_host->find((struct sockaddr *)&it->tp, (struct sockaddr *)&it->tl);
   if (!c) {
+    /* Accepted, but another process holds it (handed over: node cluster's
+     * primary accepts, a worker serves): the client looks for that one. */
+    uint32_t uid, ino = 0;
+    int pids[1];
+    if (!it->shared_listener &&
+        fs_rdv_diag((struct sockaddr *)&it->tp, (struct sockaddr *)&it->tl, &uid, &ino) == 0 && ino != 0 &&
+        fs_stat_holders(ino, pids, 1) > 0)
+      it->shared_listener = true;
     if (it->shared_listener) {
       fs_rdv_reply(it->ufd, FS_REASON_NOT_OWNER, -1);
       fs_rdv_drop(it);

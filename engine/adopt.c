@@ -1,0 +1,112 @@
+/* Descriptors that cross processes with SCM_RIGHTS.  See engine/adopt.h. */
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "base/addr.h"
+#include "base/real.h"
+#include "engine/adopt.h"
+#include "engine/fdtab.h"
+#include "engine/sock.h"
+
+void fs_adopt_scm_sent(const struct msghdr *msg)
+{
+  for (struct cmsghdr *cm = CMSG_FIRSTHDR(msg); cm; cm = CMSG_NXTHDR((struct msghdr *)msg, cm)) {
+    if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+      continue;
+    size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < n; i++) {
+      int fd;
+      memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof fd);
+      struct fs_conn *c = fs_fdtab_get(fd);
+      if (c) {
+        fs_sock_downgrade(c, fd, FS_REASON_FD_PASSED);
+        fs_conn_put(c);
+      }
+    }
+  }
+}
+
+/* Is port in this host's ephemeral range (where connect() picks local
+ * ports)?  A received connection whose local port is not was accepted. */
+static bool fs_adopt_ephemeral(uint16_t port)
+{
+  static int lo = -1, hi = -1;
+  if (__atomic_load_n(&lo, __ATOMIC_RELAXED) < 0) {
+    int l = 32768, h = 60999;
+    int fd = open("/proc/sys/net/ipv4/ip_local_port_range", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      char b[64];
+      ssize_t n = FS_REAL(read)(fd, b, sizeof b - 1);
+      FS_REAL(close)(fd);
+      if (n > 0) {
+        b[n] = 0;
+        char *e;
+        long a = strtol(b, &e, 10), z = strtol(e, NULL, 10);
+        if (a > 0 && z >= a && z < 65536)
+          l = (int)a, h = (int)z;
+      }
+    }
+    __atomic_store_n(&hi, h, __ATOMIC_RELAXED);
+    __atomic_store_n(&lo, l, __ATOMIC_RELAXED);
+  }
+  return port >= __atomic_load_n(&lo, __ATOMIC_RELAXED) && port <= __atomic_load_n(&hi, __ATOMIC_RELAXED);
+}
+
+/* A connection this process was handed with SCM_RIGHTS (node cluster: the
+ * primary accepts, a worker serves).  Adopt an accepted TCP connection as
+ * one forked with: it upgrades once the sender closed its copy, with byte
+ * counts from the kernel (fs_sock_alone, fs_cutover_resync_*). */
+static void fs_adopt_one(int fd)
+{
+  int type = 0, proto = 0, dom = 0, acc = 1;
+  socklen_t l = sizeof type;
+  if (!fs_sock_enabled())
+    return;
+  struct fs_conn *known = fs_fdtab_get(fd);
+  if (known) {
+    fs_conn_put(known);
+    return;
+  }
+  if (FS_REAL(getsockopt)(fd, SOL_SOCKET, SO_TYPE, &type, &l) < 0 || type != SOCK_STREAM)
+    return;
+  l = sizeof proto;
+  if (FS_REAL(getsockopt)(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &l) < 0 || proto != IPPROTO_TCP)
+    return;
+  l = sizeof dom;
+  if (FS_REAL(getsockopt)(fd, SOL_SOCKET, SO_DOMAIN, &dom, &l) < 0 || (dom != AF_INET && dom != AF_INET6))
+    return;
+  l = sizeof acc;
+  if (FS_REAL(getsockopt)(fd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &l) < 0 || acc)
+    return; /* a listener handed over: not adopted (yet) */
+  struct sockaddr_storage ss;
+  socklen_t sl = sizeof ss;
+  if (getsockname(fd, (struct sockaddr *)&ss, &sl) < 0 || fs_adopt_ephemeral(fs_addr_port((struct sockaddr *)&ss)))
+    return; /* not known to be an accepted end */
+  struct fs_conn *c = fs_conn_new(fd, dom);
+  if (!c)
+    return;
+  int fl = FS_REAL(fcntl)(fd, F_GETFL, 0);
+  c->nonblock = fl >= 0 && (fl & O_NONBLOCK);
+  if (fs_fdtab_install(fd, c) == 0)
+    fs_sock_adopted(c, fd);
+  fs_conn_put(c);
+}
+
+void fs_adopt_scm_received(const struct msghdr *msg)
+{
+  for (struct cmsghdr *cm = CMSG_FIRSTHDR(msg); cm; cm = CMSG_NXTHDR((struct msghdr *)msg, cm)) {
+    if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+      continue;
+    size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < n; i++) {
+      int fd;
+      memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof fd);
+      fs_adopt_one(fd);
+    }
+  }
+}
+

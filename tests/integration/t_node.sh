@@ -1,0 +1,35 @@
+#!/bin/bash
+# t_node: a node.js cluster (tests/node/cluster.js): the primary accepts and
+# hands each connection to a worker over its IPC channel (SCM_RIGHTS), the
+# workers echo.  4 connections x 4 MiB verified echo, held open halfway: on
+# ${FABSOCK_EXPECT_FABRIC:-the expected fabric} in [both] (the worker adopts
+# the connection it was handed and upgrades once the primary closed its
+# copy, which libuv does with syscall(SYS_close)).
+. "$(dirname "$0")/lib.sh"
+require_cmd node
+require_progs mtclient
+IT_CLIENT_TIMEOUT=${IT_CLIENT_TIMEOUT:-30}
+JS=$top_srcdir/tests/node/cluster.js
+[ -f "$JS" ] || JS=$(cd "$(dirname "$0")/../node" && pwd)/cluster.js
+
+for MODE in $(it_modes); do
+  name="node cluster (primary accepts, 2 workers echo), 4 x 4 MiB"
+  port=$(pick_port)
+  pf=$IT_TMP/node.$MODE.port
+  rm -f "$pf"
+  start_server node node "$JS" "$port" "$pf"
+  if ! wait_file "$pf" "$SERVER_PID" 30; then
+    server_status; tap_not_ok "$name [$MODE]" "node cluster did not start ($SRV_STATUS)" "$SERVER_LOG"
+    stop_server; continue
+  fi
+  hold_args
+  out=$IT_TMP/node.$MODE.out
+  run_held_client nodeclient "$port" "$out" "$PROGS/mtclient" -p "$port" -t 4 -n 4M "${HOLD[@]}"
+  rc=$?
+  detail=$(grep -v '^$' "$out" | tail -n 1)
+  server_check || { rc=1; detail="$SRV_DETAIL; $detail"; }
+  tap_result $rc "$name [$MODE]" "$detail" "$out" "$SERVER_LOG"
+  fabric_report "$name" "$FABRIC_STATUS"
+  stop_server
+done
+it_done
