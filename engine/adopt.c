@@ -12,7 +12,8 @@
 #include "engine/fdtab.h"
 #include "engine/sock.h"
 
-void fs_adopt_scm_sent(const struct msghdr *msg)
+/* fn(fd) for each descriptor of msg's SCM_RIGHTS messages. */
+static void fs_adopt_each_fd(const struct msghdr *msg, void (*fn)(int fd))
 {
   for (struct cmsghdr *cm = CMSG_FIRSTHDR(msg); cm; cm = CMSG_NXTHDR((struct msghdr *)msg, cm)) {
     if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
@@ -21,13 +22,23 @@ void fs_adopt_scm_sent(const struct msghdr *msg)
     for (size_t i = 0; i < n; i++) {
       int fd;
       memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof fd);
-      struct fs_conn *c = fs_fdtab_get(fd);
-      if (c) {
-        fs_sock_downgrade(c, fd, FS_REASON_FD_PASSED);
-        fs_conn_put(c);
-      }
+      fn(fd);
     }
   }
+}
+
+static void fs_adopt_leaving(int fd)
+{
+  struct fs_conn *c = fs_fdtab_get(fd);
+  if (c) {
+    fs_sock_downgrade(c, fd, FS_REASON_FD_PASSED);
+    fs_conn_put(c);
+  }
+}
+
+void fs_adopt_scm_sent(const struct msghdr *msg)
+{
+  fs_adopt_each_fd(msg, fs_adopt_leaving);
 }
 
 /* Is port in this host's ephemeral range (where connect() picks local
@@ -98,15 +109,5 @@ static void fs_adopt_one(int fd)
 
 void fs_adopt_scm_received(const struct msghdr *msg)
 {
-  for (struct cmsghdr *cm = CMSG_FIRSTHDR(msg); cm; cm = CMSG_NXTHDR((struct msghdr *)msg, cm)) {
-    if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-      continue;
-    size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (size_t i = 0; i < n; i++) {
-      int fd;
-      memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof fd);
-      fs_adopt_one(fd);
-    }
-  }
+  fs_adopt_each_fd(msg, fs_adopt_one);
 }
-
