@@ -320,6 +320,11 @@ void fs_sock_maybe_upgrade(struct fs_conn *c)
     uint64_t now = fs_clock_coarse_ns();
     if (!c->crossed_ns) {
       c->crossed_ns = now;
+      /* Forked with it or handed it: the peer will look for this process
+       * by its own name.  Served from here, not at fork: a child that
+       * serves a short connection never pays for it. */
+      if (c->shared_hist)
+        fs_agent_serve_proc();
       return;
     }
     if (now - c->crossed_ns > fs_sock_giveup_ns(c)) {
@@ -542,7 +547,6 @@ void fs_sock_close(struct fs_conn *c, int fd)
 /* ---- fork / exec / fd passing ---------------------------------------- */
 
 static uint32_t fs_sock_epoch;
-static bool fs_sock_fork_holds; /* the child holds accepted ends that may still upgrade */
 
 static void fs_sock_fork_prep(int fd, struct fs_conn *c, void *arg)
 {
@@ -634,9 +638,7 @@ static void fs_sock_fork_fix(int fd, struct fs_conn *c, void *arg)
   if (!ch && !c->no_upgrade && fs_conn_state(c) != FS_STATE_LISTEN) {
     if (c->dir == FS_DIR_ACCEPT && c->ino != 0 && c->stat) {
       c->shared_hist = true;
-      if (pid == 0)
-        fs_sock_fork_holds = true;
-      else
+      if (pid > 0)
         c->fork_child = (int32_t)pid;
     } else {
       c->no_upgrade = true;
@@ -650,7 +652,6 @@ void fs_sock_after_fork(pid_t pid)
   if (pid == 0)
     fs_stat_atfork_child();
   fs_sock_epoch++;
-  fs_sock_fork_holds = false;
   fs_fdtab_foreach(fs_sock_fork_fix, &pid);
   /* Agent lock last, as it was taken first: until the walk above has marked
    * every connection that forked without a channel no_upgrade, the parent's
@@ -659,8 +660,6 @@ void fs_sock_after_fork(pid_t pid)
    * parent's close() then writes EOF on it while the child, which really
    * serves the connection, stays on TCP, and the peer reads EOF early. */
   fs_agent_after_fork(pid == 0);
-  if (pid == 0 && fs_sock_fork_holds)
-    fs_agent_serve_proc(); /* its peers find it by its own name */
 }
 
 static void fs_sock_exec_one(int fd, struct fs_conn *c, void *arg)

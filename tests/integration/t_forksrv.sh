@@ -34,7 +34,11 @@ for MODE in $(it_modes); do
   run_held_client "forkheld" "$SERVER_PORT" "$out" "$PROGS/mtclient" -p "$SERVER_PORT" -t 2 -n 4M "${HOLD[@]}"
   rc=$?
   tap_result $rc "$name [$MODE]" "$(grep -v '^$' "$out" | tail -n 1)" "$out" "$SERVER_LOG"
-  [ -n "$HOLD_FILE" ] && tap_result "$FABRIC_STATUS" "$name [$MODE] fabric=$(fabric_expected)" "$FABRIC_DETAIL"
+  if [ -n "$HOLD_FILE" ] && [ "$MODE" = both ] && [ "$(fabric_expected)" = rdma ]; then
+    tap_skip "$name [$MODE] fabric=rdma" "a child of a process that set rdma up cannot use rdma (libfabsock(7)); on shm it upgrades"
+  elif [ -n "$HOLD_FILE" ]; then
+    tap_result "$FABRIC_STATUS" "$name [$MODE] fabric=$(fabric_expected)" "$FABRIC_DETAIL"
+  fi
   for shape in "1 20 1M 64K" "4 5 256K 64K" "4 25 16K 1K"; do
     set -- $shape
     name="$label, $1 client thread(s) x $2 sequential connections x $3"
