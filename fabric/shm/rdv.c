@@ -46,6 +46,7 @@ struct fs_rdv_item {
   int fds[3];                 /* K_SRV held: tcp dup, memfd, client efd */
   uint32_t uid;
   uint64_t give_up;           /* K_CLI, K_CLI_RETRY: the connecting end's set-up bound */
+  uint64_t look_ns;           /* K_SRV held: when to ask again whether another process holds it */
   uint32_t backoff_ms;        /* K_CLI_RETRY: the next wait */
   bool via_holder;            /* K_CLI: asked the holder's own name */
   bool shared_listener;
@@ -172,7 +173,11 @@ static bool fs_rdv_srv_try(struct fs_rdv_item *it)
      * primary accepts, a worker serves): the client looks for that one. */
     uint32_t uid, ino = 0;
     int pids[1];
-    if (!it->shared_listener &&
+    uint64_t now = fs_clock_ns();
+    bool look = now >= it->look_ns; /* a netlink query and a table scan: every 50 ms at most */
+    if (look)
+      it->look_ns = now + 50000000u;
+    if (!it->shared_listener && look &&
         fs_rdv_diag((struct sockaddr *)&it->tp, (struct sockaddr *)&it->tl, &uid, &ino) == 0 && ino != 0 &&
         fs_stat_holders(ino, pids, 1) > 0)
       it->shared_listener = true;
