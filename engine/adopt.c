@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/addr.h"
@@ -110,4 +111,24 @@ static void fs_adopt_one(int fd)
 void fs_adopt_scm_received(const struct msghdr *msg)
 {
   fs_adopt_each_fd(msg, fs_adopt_one);
+}
+
+void fs_adopt_stdio(void)
+{
+  struct stat st[3];
+  for (int fd = 0; fd < 3; fd++) {
+    if (fstat(fd, &st[fd]) < 0 || !S_ISSOCK(st[fd].st_mode))
+      continue;
+    /* inetd hands one socket as 0 and 1 (and often 2): one connection. */
+    struct fs_conn *same = NULL;
+    for (int j = 0; j < fd && !same; j++)
+      if (S_ISSOCK(st[j].st_mode) && st[j].st_ino == st[fd].st_ino && st[j].st_dev == st[fd].st_dev)
+        same = fs_fdtab_get(j);
+    if (same) {
+      fs_fdtab_install(fd, same);
+      fs_conn_put(same);
+    } else {
+      fs_adopt_one(fd);
+    }
+  }
 }

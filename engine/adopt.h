@@ -4,7 +4,8 @@
  * the other process may not run libfabsock.  Arriving: an accepted TCP
  * connection (its local port outside the ephemeral range) is adopted as
  * one forked with, so the process that serves it (a node cluster worker;
- * the primary accepted) upgrades once the sender closed its copy. */
+ * the primary accepted) upgrades once the sender closed its copy.
+ * Inherited across exec on fds 0-2: the same (fs_adopt_stdio). */
 #ifndef FS_ENGINE_ADOPT_H
 #define FS_ENGINE_ADOPT_H
 
@@ -12,5 +13,11 @@
 
 void fs_adopt_scm_sent(const struct msghdr *msg);
 void fs_adopt_scm_received(const struct msghdr *msg);
+
+/* An accepted TCP connection on fds 0-2 at start, inherited across exec
+ * (inetd, systemd Accept=yes, sshd's re-exec), is adopted the same way
+ * (0, 1 and 2 naming one socket share one connection).  Three fstat calls
+ * when none is a socket. */
+void fs_adopt_stdio(void);
 
 #endif

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "base/fdreg.h"
+#include "engine/adopt.h"
 #include "engine/agent.h"
 #include "engine/ready.h"
 #include "engine/sock.h"
@@ -126,6 +127,15 @@ FS_EXPORT int close(int fd)
   if (__builtin_expect(fs_ready_epoll_tracked(fd), 0))
     fs_ready_epoll_close(fd);
   return FS_REAL(close)(fd);
+}
+
+/* At load: a connection inherited on stdin/stdout (inetd style) is ours to
+ * accelerate too; three fstat calls when none is a socket. */
+__attribute__((constructor)) static void fs_preload_stdio(void)
+{
+  int saved = errno;
+  fs_adopt_stdio();
+  errno = saved;
 }
 
 /* syscall(SYS_close, fd): libuv (node) closes every descriptor this way,
