@@ -26,8 +26,16 @@ struct fs_agent_watch {
 struct fs_agent_job {
   struct fs_conn *c;
   void (*fn)(struct fs_conn *c); /* NULL: an upgrade (fs_agent_connect) */
+  uint64_t due;                  /* not before (CLOCK_MONOTONIC ns); 0 now */
   struct fs_agent_job *next;
 };
+
+/* An upgrade past the byte threshold starts this long after it was asked
+ * for: a short connection (a request per connection: ab, a CGI, a client
+ * process per query) has closed by then and costs no rendezvous, where
+ * one that lives on loses 2 ms of a transfer that goes on for longer.
+ * Not with upgrade=0 (at connect, asked for at once). */
+#define FS_AGENT_UPGRADE_DELAY_NS 2000000ull
 
 static struct {
   pthread_mutex_t lock;       /* agent state and the fabrics'; held across each batch */
@@ -125,12 +133,18 @@ static void fs_agent_connect(struct fs_conn *c)
 static void fs_agent_run_jobs(void)
 {
   pthread_mutex_lock(&A.qlock);
-  struct fs_agent_job *jobs = A.jobs;
+  struct fs_agent_job *jobs = A.jobs, *later = NULL;
   A.jobs = NULL;
   pthread_mutex_unlock(&A.qlock);
+  uint64_t now = jobs ? fs_clock_ns() : 0;
   while (jobs) {
     struct fs_agent_job *j = jobs;
     jobs = j->next;
+    if (j->due > now) {
+      j->next = later;
+      later = j;
+      continue;
+    }
     if (j->fn) {
       /* May block (a re-send on TCP): drop the agent lock so fork and
        * others go on. */
@@ -143,6 +157,15 @@ static void fs_agent_run_jobs(void)
     }
     free(j);
   }
+  if (later) {
+    pthread_mutex_lock(&A.qlock);
+    struct fs_agent_job *t = later;
+    while (t->next)
+      t = t->next;
+    t->next = A.jobs;
+    A.jobs = later;
+    pthread_mutex_unlock(&A.qlock);
+  }
 }
 
 /* ---- the thread -------------------------------------------------------- */
@@ -150,6 +173,17 @@ static void fs_agent_run_jobs(void)
 static int fs_agent_next_timeout(void)
 {
   int timeout = -1;
+  pthread_mutex_lock(&A.qlock);
+  bool any = A.jobs != NULL;
+  uint64_t due = any ? UINT64_MAX : 0;
+  for (struct fs_agent_job *j = A.jobs; j; j = j->next)
+    if (j->due < due)
+      due = j->due;
+  pthread_mutex_unlock(&A.qlock);
+  if (any) { /* jobs waiting for their time */
+    uint64_t now = fs_clock_ns();
+    timeout = due > now ? (int)((due - now + 999999u) / 1000000u) : 0;
+  }
   FS_FOREACH_FABRIC(f) {
     int t = (*f)->next_timeout();
     if (t >= 0 && (timeout < 0 || t < timeout))
@@ -242,6 +276,7 @@ static void fs_agent_queue(struct fs_conn *c, void (*fn)(struct fs_conn *c))
   fs_conn_get(c);
   j->c = c;
   j->fn = fn;
+  j->due = !fn && c->policy.upgrade_bytes > 0 ? fs_clock_ns() + FS_AGENT_UPGRADE_DELAY_NS : 0;
   pthread_mutex_lock(&A.qlock);
   j->next = A.jobs;
   A.jobs = j;
