@@ -54,6 +54,27 @@ static int fs_cutover_tcp_info(int fd, uint8_t *state, uint64_t *acked, uint64_t
   return 0;
 }
 
+/* One direction's kernel count (tx: bytes acknowledged, rx: bytes
+ * received) and its socket queue (SIOCOUTQ / SIOCINQ), taken together.
+ * Two calls are no snapshot: an ACK or a segment landing between them is
+ * in one and not the other, so the pair is taken again until the count
+ * held still around the queue's size.  0, -EPROTO (no answer), -EAGAIN
+ * (still moving after 100 tries: the caller tries again later). */
+static int fs_cutover_steady(int fd, bool tx, uint8_t *st, uint64_t *count, int *queue)
+{
+  for (int i = 0; i < 100; i++) {
+    uint64_t acked, rcvd, acked2, rcvd2;
+    if (fs_cutover_tcp_info(fd, st, &acked, &rcvd) < 0 || FS_REAL(ioctl)(fd, tx ? SIOCOUTQ : SIOCINQ, queue) < 0 ||
+        *queue < 0 || fs_cutover_tcp_info(fd, st, &acked2, &rcvd2) < 0)
+      return -EPROTO;
+    if (tx ? acked == acked2 : rcvd == rcvd2) {
+      *count = tx ? acked : rcvd;
+      return 0;
+    }
+  }
+  return -EAGAIN;
+}
+
 /* What every holder ever wrote on an accepted socket: acknowledged bytes
  * plus what waits in the send queue (its SYN-ACK is not counted; a FIN
  * would be, but a shut-down direction never switches).  txlock held, and
@@ -61,46 +82,29 @@ static int fs_cutover_tcp_info(int fd, uint8_t *state, uint64_t *acked, uint64_t
 static bool fs_cutover_resync_tx(struct fs_conn *c)
 {
   uint8_t st;
-  uint64_t acked, acked2, rcvd;
+  uint64_t acked;
   int outq = 0;
-  /* Two calls are no snapshot: an ACK landing between them moves bytes
-   * from the queue to the acknowledged count.  Take the pair again until
-   * the count held still around the queue's size. */
-  for (int i = 0; i < 100; i++) {
-    if (fs_cutover_tcp_info(c->fd, &st, &acked, &rcvd) < 0 || FS_REAL(ioctl)(c->fd, SIOCOUTQ, &outq) < 0 ||
-        outq < 0 || (st != TCP_ESTABLISHED && st != TCP_CLOSE_WAIT) ||
-        fs_cutover_tcp_info(c->fd, &st, &acked2, &rcvd) < 0)
-      return false; /* our FIN went out (another holder shut it down), or no answer */
-    if (acked == acked2) {
-      c->tcp_tx = acked + (uint64_t)outq;
-      c->resync_tx = false;
-      return true;
-    }
-  }
-  return false; /* still moving: the next send tries again */
+  if (fs_cutover_steady(c->fd, true, &st, &acked, &outq) < 0 || (st != TCP_ESTABLISHED && st != TCP_CLOSE_WAIT))
+    return false; /* our FIN went out (another holder shut it down), no answer, or still moving */
+  c->tcp_tx = acked + (uint64_t)outq;
+  c->resync_tx = false;
+  return true;
 }
 
 void fs_cutover_resync_rx(struct fs_conn *c)
 {
   uint8_t st;
-  uint64_t acked, rcvd, rcvd2;
+  uint64_t rcvd;
   int inq = 0;
-  /* As for tx: a segment arriving between the two calls is in one and not
-   * the other; take them again until bytes_received held still. */
-  for (int i = 0; i < 100; i++) {
-    if (fs_cutover_tcp_info(c->fd, &st, &acked, &rcvd) < 0 || FS_REAL(ioctl)(c->fd, SIOCINQ, &inq) < 0 ||
-        inq < 0 || fs_cutover_tcp_info(c->fd, &st, &acked, &rcvd2) < 0)
-      break;
-    if (rcvd != rcvd2)
-      continue;
-    /* The peer's FIN counts one in bytes_received, never in the queue. */
-    bool fin = st == TCP_CLOSE_WAIT || st == TCP_LAST_ACK || st == TCP_CLOSING || st == TCP_TIME_WAIT ||
-               st == TCP_CLOSE;
-    c->tcp_rx = rcvd - (uint64_t)inq - (fin ? 1u : 0u);
-    c->resync_rx = false;
+  if (fs_cutover_steady(c->fd, false, &st, &rcvd, &inq) < 0) {
+    fs_log(FS_LOG_WARN, "fd %d: no steady byte count from the kernel; trying again", c->fd);
     return;
   }
-  fs_log(FS_LOG_WARN, "fd %d: no steady byte count from the kernel; trying again", c->fd);
+  /* The peer's FIN counts one in bytes_received, never in the queue. */
+  bool fin = st == TCP_CLOSE_WAIT || st == TCP_LAST_ACK || st == TCP_CLOSING || st == TCP_TIME_WAIT ||
+             st == TCP_CLOSE;
+  c->tcp_rx = rcvd - (uint64_t)inq - (fin ? 1u : 0u);
+  c->resync_rx = false;
 }
 
 void fs_cutover_switch_tx(struct fs_conn *c, struct fs_chan *ch)

@@ -336,6 +336,16 @@ static int fs_rdv_cli_holder(uint32_t diag_uid, uint32_t inode, int ufd, bool to
   return reason == FS_REASON_NO_PEER ? FS_RDV_AGAIN : reason;
 }
 
+/* A retry item waits b ms (at least 1); the one after waits twice that,
+ * up to FS_RDV_RETRY_MAX_MS. */
+static void fs_rdv_cli_wait(struct fs_rdv_item *it, uint64_t now, uint32_t b)
+{
+  if (b == 0)
+    b = 1;
+  it->deadline = now + (uint64_t)b * 1000000u;
+  it->backoff_ms = b * 2 > FS_RDV_RETRY_MAX_MS ? FS_RDV_RETRY_MAX_MS : b * 2;
+}
+
 static struct fs_rdv_item *fs_rdv_cli_item(struct fs_link *c, int kind, uint64_t give_up)
 {
   struct fs_rdv_item *it = calloc(1, sizeof *it);
@@ -385,8 +395,7 @@ static int fs_rdv_attempt(struct fs_link *c, bool holder_only, uint64_t give_up,
     struct fs_rdv_item *it = fs_rdv_cli_item(c, K_CLI_RETRY, give_up);
     if (!it)
       return FS_REASON_RESOURCES;
-    it->backoff_ms = backoff_ms * 2 > FS_RDV_RETRY_MAX_MS ? FS_RDV_RETRY_MAX_MS : backoff_ms * 2;
-    it->deadline = now + (uint64_t)backoff_ms * 1000000u;
+    fs_rdv_cli_wait(it, now, backoff_ms);
     return 0;
   }
   if (reason)
@@ -508,9 +517,7 @@ static void fs_rdv_cli_event(struct fs_rdv_item *it)
       }
       uint64_t now = fs_clock_ns();
       if (now < it->give_up) {
-        uint32_t b = it->backoff_ms ? it->backoff_ms : 1;
-        it->deadline = now + (uint64_t)b * 1000000u;
-        it->backoff_ms = b * 2 > FS_RDV_RETRY_MAX_MS ? FS_RDV_RETRY_MAX_MS : b * 2;
+        fs_rdv_cli_wait(it, now, it->backoff_ms);
         return;
       }
       reason = FS_REASON_NOT_OWNER;
