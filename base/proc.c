@@ -46,17 +46,13 @@ static void fs_proc_find(void)
       goto out;
     }
   }
-  int fd = open("/proc/self/comm", O_RDONLY | O_CLOEXEC);
-  if (fd >= 0) {
-    char b[64];
-    ssize_t n = FS_REAL(read)(fd, b, sizeof b);
-    FS_REAL(close)(fd);
-    while (n > 0 && b[n - 1] == '\n')
-      n--;
-    if (n > 0) {
-      fs_proc_set(b, (size_t)n);
-      goto out;
-    }
+  char b[65];
+  size_t n = fs_proc_read("/proc/self/comm", b, sizeof b);
+  while (n > 0 && b[n - 1] == '\n')
+    n--;
+  if (n > 0) {
+    fs_proc_set(b, n);
+    goto out;
   }
   if (program_invocation_short_name)
     fs_proc_set(program_invocation_short_name, strlen(program_invocation_short_name));
@@ -93,4 +89,22 @@ int fs_proc_holds_socket(int pid, unsigned long inode)
   closedir(d);
   errno = saved;
   return rc;
+}
+
+size_t fs_proc_read(const char *path, char *buf, size_t len)
+{
+  int saved = errno;
+  ssize_t n = -1;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    n = FS_REAL(read)(fd, buf, len - 1);
+    FS_REAL(close)(fd);
+  }
+  errno = saved;
+  if (n <= 0) {
+    buf[0] = '\0';
+    return 0;
+  }
+  buf[n] = '\0';
+  return (size_t)n;
 }

@@ -9,6 +9,10 @@
  * Found once, on first use; never NULL, at most 63 bytes. */
 const char *fs_proc_name(void);
 
+/* Read a small file (a /proc entry) into buf, NUL-terminated: its length
+ * (> 0), or 0 when it cannot be read or is empty.  errno is kept. */
+size_t fs_proc_read(const char *path, char *buf, size_t len);
+
 /* Does process pid hold socket inode among its descriptors
  * (/proc/PID/fd/N -> "socket:[inode]")?  1 yes, 0 no (or no such
  * process), -errno when it cannot be told (another user's process). */

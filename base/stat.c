@@ -58,14 +58,8 @@ static void fs_stat_fail(const char *what, int err)
 static uint64_t fs_stat_proc_start(void)
 {
   char buf[1024];
-  int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
+  if (fs_proc_read("/proc/self/stat", buf, sizeof buf) == 0)
     return 0;
-  ssize_t n = FS_REAL(read)(fd, buf, sizeof buf - 1);
-  FS_REAL(close)(fd);
-  if (n <= 0)
-    return 0;
-  buf[n] = '\0';
   char *p = strrchr(buf, ')');
   if (p == NULL)
     return 0;

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "base/addr.h"
+#include "base/proc.h"
 #include "base/real.h"
 #include "engine/adopt.h"
 #include "engine/fdtab.h"
@@ -49,18 +50,12 @@ static bool fs_adopt_ephemeral(uint16_t port)
   static int lo = -1, hi = -1;
   if (__atomic_load_n(&lo, __ATOMIC_RELAXED) < 0) {
     int l = 32768, h = 60999;
-    int fd = open("/proc/sys/net/ipv4/ip_local_port_range", O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
-      char b[64];
-      ssize_t n = FS_REAL(read)(fd, b, sizeof b - 1);
-      FS_REAL(close)(fd);
-      if (n > 0) {
-        b[n] = 0;
-        char *e;
-        long a = strtol(b, &e, 10), z = strtol(e, NULL, 10);
-        if (a > 0 && z >= a && z < 65536)
-          l = (int)a, h = (int)z;
-      }
+    char b[64];
+    if (fs_proc_read("/proc/sys/net/ipv4/ip_local_port_range", b, sizeof b) > 0) {
+      char *e;
+      long a = strtol(b, &e, 10), z = strtol(e, NULL, 10);
+      if (a > 0 && z >= a && z < 65536)
+        l = (int)a, h = (int)z;
     }
     __atomic_store_n(&hi, h, __ATOMIC_RELAXED);
     __atomic_store_n(&lo, l, __ATOMIC_RELAXED);

@@ -1,15 +1,14 @@
 /* Waiting on a connection.  See engine/wait.h. */
 #include <errno.h>
-#include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include <sys/socket.h>
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "base/proc.h"
 #include "base/real.h"
 #include "engine/cutover.h"
 #include "engine/wait.h"
@@ -177,25 +176,17 @@ bool fs_wait_spin_worth(void)
   if (now - __atomic_load_n(&when, __ATOMIC_RELAXED) < FS_WAIT_LOAD_NS)
     return __atomic_load_n(&worth, __ATOMIC_RELAXED);
   __atomic_store_n(&when, now, __ATOMIC_RELAXED);
-  int saved = errno;
   char buf[128];
   bool w = true;
-  int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
-  if (fd >= 0) {
-    ssize_t n = FS_REAL(read)(fd, buf, sizeof buf - 1);
-    FS_REAL(close)(fd);
-    /* "0.52 0.58 0.59 3/291 12345": the fourth field is running/threads,
-     * the running count includes us. */
-    if (n > 0) {
-      buf[n] = 0;
-      char *p = buf;
-      for (int f = 0; f < 3 && p; f++)
-        p = strchr(p + 1, ' ');
-      if (p)
-        w = atoi(p + 1) <= fs_wait_ncpu() + 1; /* a passer-by (a kworker) is no crowd */
-    }
+  /* "0.52 0.58 0.59 3/291 12345": the fourth field is running/threads,
+   * the running count includes us. */
+  if (fs_proc_read("/proc/loadavg", buf, sizeof buf) > 0) {
+    char *p = buf;
+    for (int f = 0; f < 3 && p; f++)
+      p = strchr(p + 1, ' ');
+    if (p)
+      w = atoi(p + 1) <= fs_wait_ncpu() + 1; /* a passer-by (a kworker) is no crowd */
   }
-  errno = saved;
   __atomic_store_n(&worth, w, __ATOMIC_RELAXED);
   return w;
 }
