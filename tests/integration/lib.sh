@@ -478,6 +478,23 @@ run_held_client() {
   return $rc
 }
 
+# held_mtclient NAME TAG PORT OUTFILE ARGS...: tests/progs/mtclient -p PORT
+# ARGS against the server of start_server, held for the fabric check
+# (hold_args, run_held_client), then one TAP line for the echo: mtclient's
+# last line, the server's state, "client timed out" on 124.  FABRIC_STATUS
+# and FABRIC_DETAIL stay set for fabric_report.
+held_mtclient() {
+  local name=$1 tag=$2 port=$3 out=$4 rc detail
+  shift 4
+  hold_args
+  run_held_client "$tag" "$port" "$out" "$PROGS/mtclient" -p "$port" "$@" "${HOLD[@]}"
+  rc=$?
+  detail=$(grep -v '^$' "$out" | tail -n 1)
+  server_check || { rc=1; detail="$SRV_DETAIL; $detail"; }
+  [ $rc -eq 124 ] && detail="client timed out; $detail"
+  tap_result $rc "$name [$MODE]" "$detail" "$out" "$SERVER_LOG"
+}
+
 # server_alive [PID]: is the server started by start_server still running?
 # (Its `timeout` exits, and turns zombie until reaped, when the server does.)
 server_alive() {

@@ -15,14 +15,7 @@ for MODE in $(it_modes); do
       server_status; tap_not_ok "$name [$MODE]" "echosrv did not start ($SRV_STATUS)" "$SERVER_LOG"
       stop_server; continue
     fi
-    hold_args
-    out=$IT_TMP/mtclient-$trig.$MODE.out
-    run_held_client mtclient "$SERVER_PORT" "$out" "$PROGS/mtclient" -p "$SERVER_PORT" -t 8 -n 4M "${HOLD[@]}"
-    rc=$?
-    detail=$(grep -v '^$' "$out" | tail -n 1)
-    server_check || { rc=1; detail="$SRV_DETAIL; $detail"; }
-    [ $rc -eq 124 ] && detail="client timed out; $detail"
-    tap_result $rc "$name [$MODE]" "$detail" "$out" "$SERVER_LOG"
+    held_mtclient "$name" mtclient "$SERVER_PORT" "$IT_TMP/mtclient-$trig.$MODE.out" -t 8 -n 4M
     fabric_report "$name" "$FABRIC_STATUS"
     stop_server
   done

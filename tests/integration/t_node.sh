@@ -22,13 +22,7 @@ for MODE in $(it_modes); do
     server_status; tap_not_ok "$name [$MODE]" "node cluster did not start ($SRV_STATUS)" "$SERVER_LOG"
     stop_server; continue
   fi
-  hold_args
-  out=$IT_TMP/node.$MODE.out
-  run_held_client nodeclient "$port" "$out" "$PROGS/mtclient" -p "$port" -t 4 -n 4M "${HOLD[@]}"
-  rc=$?
-  detail=$(grep -v '^$' "$out" | tail -n 1)
-  server_check || { rc=1; detail="$SRV_DETAIL; $detail"; }
-  tap_result $rc "$name [$MODE]" "$detail" "$out" "$SERVER_LOG"
+  held_mtclient "$name" nodeclient "$port" "$IT_TMP/node.$MODE.out" -t 4 -n 4M
   fabric_report "$name" "$FABRIC_STATUS"
   stop_server
 done

@@ -26,13 +26,7 @@ for MODE in $(it_modes); do
     server_status; tap_not_ok "$name [$MODE]" "systemd-socket-activate did not listen ($SRV_STATUS)" "$SERVER_LOG"
     stop_server; continue
   fi
-  hold_args
-  out=$IT_TMP/sockact.$KIND.$MODE.out
-  run_held_client sockact "$port" "$out" "$PROGS/mtclient" -p "$port" -t 4 -n 1M "${HOLD[@]}"
-  rc=$?
-  detail=$(grep -v '^$' "$out" | tail -n 1)
-  server_check || { rc=1; detail="$SRV_DETAIL; $detail"; }
-  tap_result $rc "$name [$MODE]" "$detail" "$out" "$SERVER_LOG"
+  held_mtclient "$name" sockact "$port" "$IT_TMP/sockact.$KIND.$MODE.out" -t 4 -n 1M
   fabric_report "$name" "$FABRIC_STATUS"
   stop_server
  done

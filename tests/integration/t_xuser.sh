@@ -24,13 +24,7 @@ for MODE in $(it_modes); do
       server_status; tap_not_ok "$name [$MODE]" "echosrv did not start as nobody ($SRV_STATUS)" "$SERVER_LOG"
       stop_server; continue
     fi
-    hold_args
-    out=$IT_TMP/xuser.$uid.$MODE.out
-    run_held_client xuser "$port" "$out" "$PROGS/mtclient" -p "$port" -t 4 -n 4M "${HOLD[@]}"
-    rc=$?
-    detail=$(grep -v '^$' "$out" | tail -n 1)
-    server_check || { rc=1; detail="$SRV_DETAIL; $detail"; }
-    tap_result $rc "$name [$MODE]" "$detail" "$out" "$SERVER_LOG"
+    held_mtclient "$name" xuser "$port" "$IT_TMP/xuser.$uid.$MODE.out" -t 4 -n 4M
     if [ $uid = any ]; then
       fabric_report "$name" "$FABRIC_STATUS"
     elif fabric_enabled; then
