@@ -4,7 +4,9 @@
 # RUN_DIR (on the 9p share, written by run-in-vm.sh) holds: env (the caller's exported
 # environment, loaded here; TMPDIR is then pointed at a guest tmpfs), cwd, script.  This
 # writes there: started (when the script starts), output (the script's stdout and stderr,
-# appended as it runs) and status (its exit status, written last).
+# appended as it runs) and status (its exit status, written last).  A two-host run
+# (run-two-hosts.sh) adds net: "HOST SELF PEER", this guest's name (a or b), its address and the
+# other guest's on the link that is its eth0.
 run=${1:?usage: guest-run.sh RUN_DIR}
 out=$run/output
 # The guest's /dev is a fresh devtmpfs: give it the usual tmpfs for POSIX shm (libfabsock's stat
@@ -20,6 +22,17 @@ export FABSOCK_VM_GUEST=1
 # Temporary files on a guest tmpfs: over 9p, a file cannot be resized once unlinked (iperf3's
 # mkstemp+unlink+ftruncate buffer fails with ENOENT).
 mkdir -p /dev/shm/tmp && chmod 1777 /dev/shm/tmp && export TMPDIR=/dev/shm/tmp
+if [ -s "$run/net" ]; then
+  # One of two hosts: eth0 is the link between the guests (no user network, no default route).
+  read -r FABSOCK_VM_HOST FABSOCK_VM_SELF FABSOCK_VM_PEER < "$run/net"
+  export FABSOCK_VM_HOST FABSOCK_VM_SELF FABSOCK_VM_PEER
+  ip route del default > /dev/null 2>&1
+  ip addr flush dev eth0
+  ip addr add "$FABSOCK_VM_SELF/24" dev eth0
+  # Jumbo frames: every frame that crosses the link costs host wake-ups, and RoCE (no
+  # segmentation offload) sends one per path-MTU packet: 4096 B payloads need MTU 9000.
+  ip link set eth0 mtu "${FABSOCK_VM_MTU:-9000}"
+fi
 if ! rdma link add rxe0 type rxe netdev eth0 >> "$out" 2>&1; then
   echo "vm: rdma link add rxe0 type rxe netdev eth0 failed" >> "$out"
 fi

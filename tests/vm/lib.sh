@@ -5,7 +5,8 @@
 # and one hung test must not eat the VM's whole time budget.
 
 VM_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
-VM_IP=10.0.2.15                  # the guest's eth0 (rxe0 sits on it)
+# the guest's eth0 (rxe0 sits on it); its address on the link in a two-host run
+VM_IP=${FABSOCK_VM_SELF:-10.0.2.15}
 RSOCKET_LIB=${RSOCKET_LIB:-/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so}
 VMTOOL=$VM_DIR/vmtool.py
 # The system's python3 before any other in PATH: wrappers such as pyenv's shims cost seconds per

@@ -68,14 +68,40 @@ if [ $vst = 77 ]; then
   exit 0
 fi
 
-# Host-side points, numbered after the guest's.
+# Two hosts (run-two-hosts.sh: two guests, one link, a Soft-RoCE device each): t2_hosts.sh in
+# both, its points numbered after the single guest's.  FABSOCK_VM_TWO=0 leaves it out.
 n=$(grep -c -E '^(not )?ok ' "$work/out")
+tst=0
+if [ "${FABSOCK_VM_TWO:-1}" != 0 ]; then
+  echo "# ---- t2_hosts (two guests)"
+  "$dir/run-two-hosts.sh" "$dir/t2_hosts.sh" "$dir/t2_hosts.sh" "${FABSOCK_VM_TWO_TIMEOUT:-1200}" \
+    > "$work/two" 2>&1 &
+  vm=$!
+  pids+=($vm)
+  tail -n +1 -f --pid=$vm "$work/two" 2> /dev/null | awk -v n="$n" -v out="$work/out" '
+    /^(not )?ok / { v = ($1 == "not") ? "not ok" : "ok"; sub(/^(not )?ok [0-9]+ -? ?/, "")
+                    line = sprintf("%s %d - t2_hosts: %s", v, ++n, $0)
+                    print line; print line >> out; fflush(); next }
+    /^1\.\.[0-9]+$/ { next }
+    /^#/ { print; fflush(); next }
+    { print "# " $0; fflush() }' &
+  tailpid=$!
+  wait $vm
+  tst=$?
+  wait $tailpid
+  n=$(grep -c -E '^(not )?ok ' "$work/out")
+fi
 after=("${host_points[@]}")
 for var in "${started[@]}"; do
   eval "p=\$${var}_pid"
   if kill -0 "$p" 2> /dev/null; then after+=("ok - host: $var echo server survived the guest's connections")
   else after+=("not ok - host: $var echo server died: $(tail -n 3 "$work/$var.log" | tr '\n' ' ')"); fi
 done
+case $tst in
+  0 | 77) ;;
+  124) after+=("not ok - two-host VM run timed out after ${FABSOCK_VM_TWO_TIMEOUT:-1200}s") ;;
+  *) grep -q -E '^(not )?ok ' "$work/two" || after+=("not ok - two-host VM run failed (run-two-hosts.sh exit $tst)") ;;
+esac
 case $vst in
   0) ;;
   124) after+=("not ok - VM run timed out after ${FABSOCK_VM_TIMEOUT:-1500}s") ;;

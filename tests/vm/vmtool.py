@@ -22,11 +22,23 @@
       write their last bytes and quit do.  Prints {"bytes", "sha"} of what it sent first.
   vmtool.py stat [--peer A:P] [--local A:P] [--pid N] < fabsock-stat.json
       Print the matching connections of `fabsock stat --json`, one per line:
-      "pid program fd state fabric reason tx_bytes rx_bytes local peer"; listening sockets are
+      "pid program fd state fabric reason tx_bytes rx_bytes local peer" (A:* matches any port);
+      listening sockets are
       left out.  Exit 0 (even when none match), 2 when the input is not the documented JSON.
   vmtool.py iperf3 FILE
       Print "sent_bytes received_bytes receiver_MBps" from an iperf3 --json result (exit 2 on an
-      iperf3 error, whose message is printed)."""
+      iperf3 error, whose message is printed).
+  vmtool.py flood-client HOST:PORT [--ready-file F --ready-bytes N] [--timeout S]
+      Send 64 KiB chunks with blocking send() and never read (so against an echo server it soon
+      blocks), until send fails; creates F after N bytes (1 MiB).  Prints one JSON line: error
+      (the errno name), sent, and at (time.time() of the failure).  Exit 0 when send failed
+      with an error, 1 when S seconds (60) passed without one.
+  vmtool.py sync TAG [--value V] [--timeout S] [--port N]
+      Two-host runs (run-two-hosts.sh): a barrier between this guest and the other one.  Both
+      call it with the same TAG; each returns once both have arrived, and prints the value the
+      other passed (e.g. a port number).  Over TCP between FABSOCK_VM_SELF and FABSOCK_VM_PEER,
+      port 7999 (run it without LD_PRELOAD).  Exit 1 after S seconds (120) without the peer, or
+      when the peer arrived at another TAG (the two scripts are out of step)."""
 
 import errno
 import fcntl
@@ -209,6 +221,15 @@ def burst_client(args):
     return 3
 
 
+def addr_match(want, have):
+    """want "A:P", or "A:*" for any port of A; None matches anything."""
+    if want is None:
+        return True
+    if want.endswith(":*"):
+        return (have or "").rsplit(":", 1)[0] == want[:-2]
+    return have == want
+
+
 def stat(args):
     peer = opt(args, "--peer")
     local = opt(args, "--local")
@@ -225,9 +246,7 @@ def stat(args):
         for c in p.get("connections", []):
             if c.get("state") in ("listen", "listening"):
                 continue
-            if peer and c.get("peer") != peer:
-                continue
-            if local and c.get("local") != local:
+            if not addr_match(peer, c.get("peer")) or not addr_match(local, c.get("local")):
                 continue
             print(p.get("pid"), p.get("program"), c.get("fd"), c.get("state"), c.get("fabric"),
                   c.get("reason"), c.get("tx_bytes"), c.get("rx_bytes"), c.get("local"),
@@ -257,13 +276,100 @@ def iperf3(args):
     return 0
 
 
+def flood_client(args):
+    target = args.pop(0)
+    ready = opt(args, "--ready-file")
+    ready_bytes = opt(args, "--ready-bytes", 1 << 20, int)
+    limit = opt(args, "--timeout", 60.0, float)
+    host, port = target.rsplit(":", 1)
+    s = socket.create_connection((host, int(port)))
+    s.settimeout(limit)
+    piece = random.Random(3).randbytes(1 << 16)
+    res = {"error": None, "sent": 0}
+    try:
+        while True:
+            res["sent"] += s.send(piece)
+            if ready and res["sent"] >= ready_bytes:
+                with open(ready, "w"):
+                    pass
+                ready = None
+    except socket.timeout:
+        res["error"] = "timeout"
+    except OSError as e:
+        res["error"] = errno.errorcode.get(e.errno, str(e))
+    res["at"] = time.time()
+    print(json.dumps(res), flush=True)
+    return 0 if res["error"] not in (None, "timeout") else 1
+
+
+def sync(args):
+    value = opt(args, "--value", "-")
+    limit = opt(args, "--timeout", 120.0, float)
+    port = opt(args, "--port", 7999, int)
+    tag = args[0]
+    me, peer = os.environ["FABSOCK_VM_SELF"], os.environ["FABSOCK_VM_PEER"]
+    deadline = time.monotonic() + limit
+    got = {}
+
+    # Our side: the peer connects here and says "TAG VALUE"; we answer "ok" when it is our TAG.
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind((me, port))
+    srv.listen(4)
+
+    def serve():
+        while "peer" not in got and time.monotonic() < deadline:
+            srv.settimeout(max(0.1, deadline - time.monotonic()))
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(10)
+                try:
+                    line = conn.makefile("r").readline().rstrip("\n").split(" ", 1)
+                    ok = len(line) == 2 and line[0] == tag
+                    conn.sendall(b"ok\n" if ok else b"wrong\n")
+                except OSError:
+                    continue
+                got["peer"] = line[1] if ok else None
+                if not ok:
+                    got["wrong"] = line[0] if line else "?"
+
+    th = threading.Thread(target=serve, daemon=True)
+    th.start()
+    # Their side: connect until the peer listens (it may not have arrived yet), tell our TAG.
+    told = False
+    while not told and time.monotonic() < deadline:
+        try:
+            with socket.create_connection((peer, port), timeout=5) as c:
+                c.sendall(("%s %s\n" % (tag, value)).encode())
+                told = c.makefile("r").readline().strip() == "ok"
+                if not told:
+                    print("sync %s: the peer is at another step" % tag, file=sys.stderr)
+                    return 1
+        except OSError:
+            time.sleep(0.1)
+    th.join(max(0, deadline - time.monotonic()))
+    srv.close()
+    if "wrong" in got:
+        print("sync %s: the peer arrived at %s" % (tag, got["wrong"]), file=sys.stderr)
+        return 1
+    if not told or got.get("peer") is None:
+        print("sync %s: no peer within %gs" % (tag, limit), file=sys.stderr)
+        return 1
+    print(got["peer"])
+    return 0
+
+
 def main():
     if len(sys.argv) < 2:
         print(__doc__, file=sys.stderr)
         return 2
     cmd, args = sys.argv[1], sys.argv[2:]
     table = {"echo-server": echo_server, "echo-client": echo_client, "stat": stat,
-             "iperf3": iperf3, "sink-server": sink_server, "burst-client": burst_client}
+             "iperf3": iperf3, "sink-server": sink_server, "burst-client": burst_client, "sync": sync,
+             "flood-client": flood_client}
     if cmd not in table:
         print(__doc__, file=sys.stderr)
         return 2

@@ -1,0 +1,414 @@
+#!/bin/bash
+# Two-host test: run-two-hosts.sh boots two guests joined by one link, each with its own
+# Soft-RoCE device, and runs this script in both (FABSOCK_VM_HOST=a or b).  A prints the TAP
+# stream and drives; B is the server host and runs what A asks (b_* below), one command per
+# network sync (vmtool.py sync).  Auto mode throughout (no FABSOCK_TRANSPORT): libfabsock must
+# itself choose rdma for a peer on another host, and TCP for a peer that cannot take part.
+#
+# Points: both devices up; raw verbs, kernel TCP, libfabsock and rsocket across the link
+# (sockperf 64 B ping-pong, iperf3), with the fabric each connection was on; a checksummed echo
+# on rdma; a peer process killed mid-transfer (the sender gets the error TCP gives it); the link
+# down 3 s mid-transfer (it ends as it ends on TCP); a peer without libfabsock and a peer host
+# without RDMA (TCP, no added connect delay); a non-root user at the default memlock limit.
+# Timing figures are diagnostics, never verdicts; the summary table at the end (and
+# FABSOCK_T2_JSON=FILE) is what bench/vm/two-hosts.sh reports.
+#
+# Environment: FABSOCK_LIB, FABSOCK_BIN (without them only the baselines run),
+#   SOCKPERF_TIME (6), IPERF3_TIME (6), FABSOCK_T2_ONLY (sections to run, see the end),
+#   FABSOCK_T2_FABENV (more environment for every libfabsock process, e.g. FABSOCK_LOG=info).
+. "$(dirname "$0")/lib.sh"
+
+PEER=${FABSOCK_VM_PEER:?run through run-two-hosts.sh}
+FAB=${FABSOCK_LIB:+LD_PRELOAD=$FABSOCK_LIB}
+RS=LD_PRELOAD=$RSOCKET_LIB
+# 6 s: the fabric of libfabsock's connections is sampled at both ends while they run.
+export SOCKPERF_TIME=${SOCKPERF_TIME:-6} IPERF3_TIME=${IPERF3_TIME:-6}
+sync_() { env -u LD_PRELOAD "$PYTHON" "$VMTOOL" sync "$@"; }
+envof() { case $1 in plain) echo "" ;; fab) echo "$FAB ${FABSOCK_T2_FABENV:-}" ;; rs) echo "$RS" ;; esac; }
+
+# ==== B: the server host ==========================================================================
+# b_serve NAME PORT ENV CMD...: CMD in the background (ENV: plain, fab or rs), once it listens.
+b_serve() {
+  local name=$1 port=$2 how=$3 envs; envs=$(envof "$3"); shift 3
+  bg "$T_WORK/b-$name" env $envs "$@"
+  eval "bpid_${name//-/_}=$bg_pid"
+  # A libfabsock server's connections are sampled here 5 s on (the client runs by then): a
+  # sample A asked for would cost both guests python starts during the measurement.
+  [ "$how" != fab ] || { sleep 5; timeout 20 "$FABSOCK_BIN" stat --json > "$T_WORK/b-$name.snap.json"; } \
+    > /dev/null 2>&1 < /dev/null &
+  if wait_listen "$port" 30 "$bg_pid"; then echo listening
+  else server_gone "$bg_pid" "$T_WORK/b-$name"; echo "not listening ($gone)"; fi
+}
+b_stop() { local p; eval "p=\$bpid_${1//-/_}"; stop "$p"; echo stopped; }
+b_kill() { local p; eval "p=\$bpid_${1//-/_}"; kill -9 "$p"; echo killed; }
+b_link() { echo "$(rdma link show | grep -o 'state [A-Z]*' | head -n 1), mtu $(cat /sys/class/net/eth0/mtu)"; }
+# b_stat [NAME]: "fabric/reason xN, ..." of B's connections with A (all processes), now or as
+# sampled after server NAME started.
+b_stat() {
+  if [ -n "${1:-}" ]; then
+    "$PYTHON" "$VMTOOL" stat --peer "$PEER:*" < "$T_WORK/b-$1.snap.json" > "$T_WORK/b-stat" || { echo "no sample"; return; }
+  else
+    fabsock_stat "$T_WORK/b-stat" --peer "$PEER:*" || { echo "stat failed"; return; }
+  fi
+  [ -s "$T_WORK/b-stat" ] || { echo "none"; return; }
+  awk '{ print $5 "/" $6 }' "$T_WORK/b-stat" | sort | uniq -c | awk '{ printf "%s%s x%d", s, $2, $1; s = ", " }'
+}
+b_nordma() { rdma link delete rxe0 && echo "rxe0 deleted"; }
+
+if [ "$FABSOCK_VM_HOST" = b ]; then
+  k=0
+  while cmd=$(sync_ "cmd$k" --timeout 900); do
+    [ "$cmd" = quit ] && break
+    read -r -a words <<< "$cmd"
+    "b_${words[0]}" "${words[@]:1}" > "$T_WORK/b-res" 2>&1
+    sync_ "done$k" --value "$(tail -n 1 "$T_WORK/b-res")" > /dev/null || break
+    k=$((k + 1))
+  done
+  exit 0
+fi
+
+# ==== A: the client host, the test ================================================================
+k=0
+# b_do CMD ARGS...: run b_CMD on B; its one-line answer in $bres.
+b_do() {
+  bres=
+  sync_ "cmd$k" --value "$*" > /dev/null || { bres="(B unreachable)"; return 1; }
+  bres=$(sync_ "done$k" --timeout 300) || bres="(B did not answer)"
+  k=$((k + 1))
+}
+trap 'b_do quit > /dev/null 2>&1; t_cleanup' EXIT
+rows=()          # summary table rows: "label|latency|throughput"
+# b_on_rdma "fabric/reason xN, ...": B's connections (b_stat) include one on rdma, and every
+# other one is still pending (iperf3's control connection never reaches the threshold).
+b_on_rdma() {
+  local s=${1//, /$'\n'}
+  grep -q '^rdma/none x' <<< "$s" && ! grep -v -E '^(rdma/none|tcp/pending) x' <<< "$s" | grep -q .
+}
+# stat_settled FILE SECONDS FILTER...: fabsock_stat FILE FILTER... again until no matching
+# connection is pending any more (an upgrade attempt has ended), or SECONDS passed.
+stat_settled() {
+  local f=$1 deadline=$((SECONDS + $2)); shift 2
+  while fabsock_stat "$f" "$@"; do
+    [ -s "$f" ] && ! awk '$6 == "pending" { p = 1 } END { exit !p }' "$f" && return 0
+    [ $SECONDS -lt $deadline ] || return 1
+    sleep 0.5
+  done
+}
+
+# held_echo NAME PORT SERVER_ENV [plain]: B serves an echo server (SERVER_ENV: plain or fab);
+# with "plain", a plain client's 1 MiB echo first (its connect time in $cs_plain); then a
+# preloaded client's, held at half until this end's stat of it settles (no longer pending).
+# Sets $he_ok (0: intact), $he_fab ("fabric/reason" as A's stat saw it), $cs_fab, $cs_plain.
+held_echo() {
+  local name=$1 port=$2 c
+  cs_plain= cs_fab=
+  b_do serve "$name" "$port" "$3" "$PYTHON" "$VMTOOL" echo-server --bind "$PEER" --port "$port"
+  if [ "${4:-}" = plain ]; then
+    timeout 60 "$PYTHON" "$VMTOOL" echo-client "$PEER:$port" --bytes $((1 << 20)) > "$T_WORK/$name-plain" 2>&1
+    cs_plain=$(sed -n 's/.*"connect_s": \([0-9.]*\).*/\1/p' "$T_WORK/$name-plain")
+  fi
+  timeout 120 env $FAB "$PYTHON" "$VMTOOL" echo-client "$PEER:$port" --bytes $((1 << 20)) \
+    --ready-file "$T_WORK/$name.ready" --hold-file "$T_WORK/$name.hold" > "$T_WORK/$name-fab" 2>&1 &
+  c=$!
+  : > "$T_WORK/$name.hold"
+  wait_file "$T_WORK/$name.ready" 60 $c
+  stat_settled "$T_WORK/$name-stat" 40 --peer "$PEER:$port"
+  rm -f "$T_WORK/$name.hold"
+  wait $c && grep -q '"ok": true' "$T_WORK/$name-fab"
+  he_ok=$?
+  b_do stop "$name"
+  cs_fab=$(sed -n 's/.*"connect_s": \([0-9.]*\).*/\1/p' "$T_WORK/$name-fab")
+  he_fab=$(awk '{ print $5 "/" $6 }' "$T_WORK/$name-stat")
+}
+
+s_link() {
+# ---- the link and both devices -----------------------------------------------------------------
+b_do link
+mine="$(rdma link show | grep -o 'state [A-Z]*' | head -n 1), mtu $(cat /sys/class/net/eth0/mtu)"
+[ "$mine" = "${mine/ACTIVE/}" ] || [ "$bres" = "${bres/ACTIVE/}" ]
+t_check $((1 - $?)) "two hosts: rxe0 on the link of a ($VM_IP: $mine) and b ($PEER: $bres)"
+
+}
+s_verbs() {
+# ---- raw verbs across the link ------------------------------------------------------------------
+b_do serve lat 18515 plain ib_send_lat -d rxe0 -x 1 -n 2000 -p 18515
+timeout 90 ib_send_lat -d rxe0 -x 1 -n 2000 -p 18515 "$PEER" > "$T_WORK/lat" 2>&1
+st=$?
+read -r v_p50 v_p99 <<< "$(awk '$1 == 2 && $2 == 2000 { print $5, $8 }' "$T_WORK/lat")"
+b_do stop lat
+[ $st = 0 ] && [ -n "$v_p50" ]
+t_check $? "raw verbs a -> b: ib_send_lat 2 B typical ${v_p50:-?} us, p99 ${v_p99:-?} us"
+[ $st = 0 ] || t_diag "$(tail -n 4 "$T_WORK/lat")"
+
+b_do serve bw 18516 plain ib_write_bw -F -d rxe0 -x 1 -m 4096 -s 65536 -p 18516
+timeout 90 ib_write_bw -F -d rxe0 -x 1 -m 4096 -s 65536 -p 18516 "$PEER" > "$T_WORK/bw" 2>&1
+st=$?
+v_bw=$(awk '$1 == 65536 && NF >= 4 { print $4 }' "$T_WORK/bw")
+b_do stop bw
+[ $st = 0 ] && [ -n "$v_bw" ]
+t_check $? "raw verbs a -> b: ib_write_bw 64 KiB ${v_bw:-?} MB/s"
+[ $st = 0 ] || t_diag "$(tail -n 4 "$T_WORK/bw")"
+rows+=("raw verbs (perftest)|${v_p50:-} / ${v_p99:-} (ib_send_lat)|${v_bw:-} (ib_write_bw 64 KiB)")
+
+}
+s_across() {
+# ---- sockperf and iperf3 across the link: plain, libfabsock (auto), rsocket ---------------------
+# snap FILE: `fabsock stat --json` into FILE.json, now (read later: python is slow here).
+snap() { timeout 20 "$FABSOCK_BIN" stat --json > "$1.json" 2> /dev/null; }
+# across LABEL ENV SP_PORT IP_PORT: both programs with both ends under ENV; sets sp_* ip_* and
+# $fab_a / $fab_b, the fabrics each end's connections were on (sampled mid-run).
+across() {
+  local label=$1 env=$2 spp=$3 ipp=$4 envs to=60 log upnow=
+  envs=$(envof "$env")
+  [ "$env" != fab ] || upnow=FABSOCK_UPGRADE_BYTES=0
+  [ "$env" = rs ] && to=$RS_TIMEOUT
+  sp_out= sp_p50= sp_p99= ip_out= ip_mbps= fab_a= fab_b= on_rdma=0
+  b_do serve "sp-$label" "$spp" "$env" sockperf server --tcp -i "$PEER" -p "$spp"
+  if [ "$bres" = listening ]; then
+    log=$T_WORK/sp-$label
+    # 2 s after connecting before the first message: libfabsock (upgrading at once here) has
+    # its channel up by then, so the measurement is of rdma, not of a TCP start.
+    timeout -k 5 "$to" env $envs ${upnow:-} sockperf ping-pong --tcp -i "$PEER" -p "$spp" \
+      -t "$SOCKPERF_TIME" -m 64 --pre-warmup-wait 2 > "$log" 2>&1 &
+    local c=$!
+    if [ "$env" = fab ]; then
+      sleep 4
+      snap "$T_WORK/sp-$label-stat"
+    fi
+    wait $c
+    st=$?
+    if [ "$env" = fab ]; then
+      "$PYTHON" "$VMTOOL" stat --peer "$PEER:$spp" < "$T_WORK/sp-$label-stat.json" > "$T_WORK/sp-$label-stat"
+      all_on "$T_WORK/sp-$label-stat" rdma || on_rdma=1
+      fab_a="sockperf $(fabrics "$T_WORK/sp-$label-stat")"
+      b_do stat "sp-$label"; b_on_rdma "$bres" || on_rdma=1; fab_b="sockperf $bres"
+    fi
+    outcome $st "$log" "$to"
+    if [ $st = 0 ] && sockperf_clean "$log"; then
+      read -r sp_p50 sp_p99 _ <<< "$(sockperf_summary "$log")"
+    elif [ $st = 0 ]; then out="fails (incomplete run, or lost or reordered messages)"; fi
+    sp_out=$out
+    [ "$out" = works ] || t_why "$(tail -n 3 "$log")"
+  else
+    sp_out="fails (server: $bres)"
+  fi
+  b_do stop "sp-$label"
+
+  b_do serve "ip-$label" "$ipp" "$env" iperf3 -s -B "$PEER" -p "$ipp" -1
+  if [ "$bres" = listening ]; then
+    log=$T_WORK/ip-$label
+    timeout -k 5 "$to" env $envs iperf3 -c "$PEER" -p "$ipp" -t "$IPERF3_TIME" -J > "$log.json" 2>&1 &
+    local c=$!
+    if [ "$env" = fab ]; then
+      sleep 2.5
+      snap "$T_WORK/ip-$label-stat"
+    fi
+    wait $c
+    st=$?
+    if [ "$env" = fab ]; then
+      "$PYTHON" "$VMTOOL" stat --peer "$PEER:$ipp" < "$T_WORK/ip-$label-stat.json" > "$T_WORK/ip-$label-stat"
+      all_on "$T_WORK/ip-$label-stat" rdma || on_rdma=1
+      fab_a="$fab_a; iperf3 $(fabrics "$T_WORK/ip-$label-stat")"
+      b_do stat "ip-$label"; b_on_rdma "$bres" || on_rdma=1; fab_b="$fab_b; iperf3 $bres"
+    fi
+    "$PYTHON" "$VMTOOL" iperf3 "$log.json" > "$log" 2>&1
+    outcome $st "$log" "$to"
+    [ $st = 0 ] && read -r _ _ ip_mbps < "$log"
+    ip_out=$out
+  else
+    ip_out="fails (server: $bres)"
+  fi
+  b_do stop "ip-$label"
+}
+
+across tcp plain 11111 5201
+t_check "$([ "$sp_out" = works ] && [ "$ip_out" = works ]; echo $?)" \
+  "kernel TCP a -> b: sockperf $sp_out (p50 ${sp_p50:-?} us, p99 ${sp_p99:-?} us), iperf3 $ip_out (${ip_mbps:-?} MB/s)"
+rows+=("kernel TCP|${sp_p50:-$sp_out} / ${sp_p99:-}|${ip_mbps:-$ip_out}")
+t_p50=$sp_p50 t_mbps=$ip_mbps
+
+if have_fabsock; then
+  across fab fab 11112 5202
+  t_check "$([ "$sp_out" = works ] && [ "$ip_out" = works ]; echo $?)" \
+    "libfabsock auto a -> b: sockperf $sp_out (p50 ${sp_p50:-?} us, p99 ${sp_p99:-?} us), iperf3 $ip_out (${ip_mbps:-?} MB/s)"
+  # Every data connection on rdma, at both ends (iperf3's control connection stays pending).
+  t_check $on_rdma "libfabsock auto between two hosts chose rdma: a sees [$fab_a], b sees [$fab_b]"
+  t_diag "$(awk -v a="$sp_p50" -v b="$t_p50" -v c="$v_p50" -v m="$ip_mbps" -v n="$t_mbps" -v w="$v_bw" 'BEGIN {
+    if (a > 0 && b > 0 && c > 0) printf "sockperf p50: libfabsock / TCP %.2f, libfabsock / raw verbs %.2f\n", a / b, a / c
+    if (m > 0 && n > 0 && w > 0) printf "throughput: libfabsock / TCP %.2f, libfabsock / ib_write_bw %.2f\n", m / n, m / w }')"
+  rows+=("libfabsock preload (auto: rdma)|${sp_p50:-$sp_out} / ${sp_p99:-}|${ip_mbps:-$ip_out}")
+else
+  t_skip "libfabsock across the link" "FABSOCK_LIB/FABSOCK_BIN not set (make check-vm sets them)"
+fi
+
+if [ -f "$RSOCKET_LIB" ]; then
+  RS_TIMEOUT=${RS_TIMEOUT:-20}
+  T_QUIET_WHY=1
+  across rs rs 11113 5203
+  T_QUIET_WHY=
+  t_ok "rsocket preload a -> b (recorded, not judged): sockperf $sp_out${sp_p50:+ (p50 $sp_p50 us, p99 $sp_p99 us)}, iperf3 $ip_out${ip_mbps:+ ($ip_mbps MB/s)}"
+  rows+=("rsocket preload|${sp_p50:-$sp_out} / ${sp_p99:-}|${ip_mbps:-$ip_out}")
+fi
+
+
+}
+s_echo() {
+# ---- a checksummed echo on rdma -------------------------------------------------------------------
+b_do serve echo 7101 fab "$PYTHON" "$VMTOOL" echo-server --bind "$PEER" --port 7101
+timeout 120 env $FAB "$PYTHON" "$VMTOOL" echo-client "$PEER:7101" --bytes $((16 << 20)) --chunk 65536 \
+  --ready-file "$T_WORK/echo.ready" --hold-file "$T_WORK/echo.hold" > "$T_WORK/echo" 2>&1 &
+c=$!
+: > "$T_WORK/echo.hold"
+wait_file "$T_WORK/echo.ready" 60 $c
+stat_until "$T_WORK/echo-stat" rdma 15 --peer "$PEER:7101"
+fa=$(fabrics "$T_WORK/echo-stat"); b_do stat; fb=$bres
+rm -f "$T_WORK/echo.hold"
+wait $c
+st=$?
+b_do stop echo
+[ $st = 0 ] && grep -q '"ok": true' "$T_WORK/echo" && [ "$fa" = rdma ] && b_on_rdma "$fb"
+t_check $? "16 MiB checksummed echo a -> b intact, on rdma (a: $fa, b: $fb)"
+[ $st = 0 ] || t_diag "$(tail -n 2 "$T_WORK/echo")"
+
+}
+s_kill() {
+# ---- a peer process killed mid-transfer ---------------------------------------------------------
+# A sends and never reads; B's echo server soon blocks too; B is killed with SIGKILL.  TCP tells
+# the sender with ECONNRESET (B's kernel resets: it had unread bytes), then EPIPE.
+killed() {   # killed LABEL ENV PORT: sets $k_err, $k_delay (s from the kill to the error), $k_fab
+  local label=$1 env=$2 port=$3 envs t_kill at
+  envs=$(envof "$env")
+  k_err= k_delay= k_fab=
+  b_do serve "kill-$label" "$port" "$env" "$PYTHON" "$VMTOOL" echo-server --bind "$PEER" --port "$port"
+  timeout 120 env $envs "$PYTHON" "$VMTOOL" flood-client "$PEER:$port" --ready-file "$T_WORK/kill-$label.ready" \
+    --ready-bytes $((512 << 10)) --timeout 60 > "$T_WORK/kill-$label" 2>&1 &
+  local c=$!
+  wait_file "$T_WORK/kill-$label.ready" 60 $c
+  if [ "$env" = fab ]; then
+    stat_until "$T_WORK/kill-$label-stat" rdma 15 --peer "$PEER:$port"
+    k_fab=$(fabrics "$T_WORK/kill-$label-stat")
+  fi
+  sleep 1                       # let the sender block
+  t_kill=$(date +%s.%N)         # the delay includes asking b (a sync: about a second)
+  b_do kill "kill-$label"
+  wait $c
+  k_err=$(sed -n 's/.*"error": "\{0,1\}\([A-Za-z0-9]*\).*/\1/p' "$T_WORK/kill-$label")
+  at=$(sed -n 's/.*"at": \([0-9.]*\).*/\1/p' "$T_WORK/kill-$label")
+  [ -n "$at" ] && k_delay=$(awk -v a="$at" -v b="$t_kill" 'BEGIN { printf "%.2f", a - b }')
+  b_do stop "kill-$label"
+}
+killed tcp plain 7102
+tcp_err=$k_err tcp_delay=$k_delay
+killed fab fab 7103
+case $k_err in ECONNRESET | EPIPE) ok=0 ;; *) ok=1 ;; esac
+[ "$k_fab" = rdma ] || ok=1
+t_check $ok "peer process killed mid-transfer on rdma: blocked sender got ${k_err:-nothing} ${k_delay:-?} s after asking b to kill (TCP: $tcp_err after $tcp_delay s)"
+[ $ok = 0 ] || t_diag "fabric before the kill: ${k_fab:-?}; $(tail -n 2 "$T_WORK/kill-fab")"
+
+}
+s_linkdown() {
+# ---- the link down for 3 s mid-transfer ----------------------------------------------------------
+linkdown() {   # linkdown LABEL ENV PORT: sets $l_out (the echo-client's verdict), $l_fab
+  local label=$1 env=$2 port=$3 envs
+  envs=$(envof "$env")
+  l_fab=
+  b_do serve "ld-$label" "$port" "$env" "$PYTHON" "$VMTOOL" echo-server --bind "$PEER" --port "$port"
+  timeout 180 env $envs "$PYTHON" "$VMTOOL" echo-client "$PEER:$port" --bytes $((32 << 20)) --chunk 262144 \
+    --ready-file "$T_WORK/ld-$label.ready" --hold-file "$T_WORK/ld-$label.hold" > "$T_WORK/ld-$label" 2>&1 &
+  local c=$!
+  : > "$T_WORK/ld-$label.hold"
+  wait_file "$T_WORK/ld-$label.ready" 60 $c
+  if [ "$env" = fab ]; then
+    stat_until "$T_WORK/ld-$label-stat" rdma 15 --peer "$PEER:$port"
+    l_fab=$(fabrics "$T_WORK/ld-$label-stat")
+  fi
+  rm -f "$T_WORK/ld-$label.hold"
+  sleep 0.3
+  ip link set eth0 down; sleep 3; ip link set eth0 up
+  wait $c
+  local st=$?
+  if [ $st = 0 ] && grep -q '"ok": true' "$T_WORK/ld-$label"; then l_out="intact"
+  elif [ $st = 124 ] || [ $st = 137 ]; then l_out="hangs"
+  else l_out="fails ($(sed -n 's/.*"error": "\([^"]*\)".*/\1/p' "$T_WORK/ld-$label"))"; fi
+  # Routes come back with the link; wait until B answers again before going on.
+  b_do stop "ld-$label"
+}
+linkdown tcp plain 7104
+tcp_out=$l_out
+linkdown fab fab 7105
+# Where TCP survives and the connection ends with a reset instead, that is the known limit (a
+# dead queue pair is not resumed: docs/design.md, "A broken channel"); a hang, an EOF or other
+# bytes than were sent fail.
+if [ "$l_out" = "$tcp_out" ] && [ "$l_fab" = rdma ]; then
+  t_ok "link down 3 s mid-transfer on rdma: $l_out (TCP on the same link: $tcp_out)"
+elif [ "$l_fab" = rdma ] && [ "$tcp_out" = intact ] && [ "$l_out" != "${l_out%reset*}" ]; then
+  t_fail "link down 3 s mid-transfer on rdma: $l_out (TCP on the same link: $tcp_out) # TODO a broken queue pair resets the connection: no resume yet"
+else
+  t_fail "link down 3 s mid-transfer on rdma (fabric before: ${l_fab:-?}): $l_out (TCP on the same link: $tcp_out)"
+fi
+# After the link is back, a new connection reaches rdma again.
+held_echo ld-after 7109 fab
+[ $he_ok = 0 ] && [ "$he_fab" = rdma/none ]
+t_check $? "after the link came back: a new connection intact, on rdma again ($he_fab)"
+
+}
+s_nofab() {
+# ---- a peer without libfabsock ------------------------------------------------------------------
+held_echo plain-echo 7106 plain plain
+[ $he_ok = 0 ] && [ "$he_fab" = tcp/peer-no-fabsock ]
+t_check $? "peer host without libfabsock: echo intact over TCP ($he_fab), connect ${cs_fab:-?} s (plain client ${cs_plain:-?} s)"
+
+}
+s_memlock() {
+# ---- non-root at the default memlock limit --------------------------------------------------------
+# 24 connections from a user with an 8 MiB memlock limit: every one works; each is on rdma or
+# on TCP with reason resources (the limit says how many registered rings fit).
+b_do serve ml-echo 7107 fab "$PYTHON" "$VMTOOL" echo-server --bind "$PEER" --port 7107
+: > "$T_WORK/ml.hold"
+chmod 777 "$T_WORK"; chmod 666 "$T_WORK/ml.hold"
+ml_pids=()
+for i in $(seq 24); do
+  timeout 120 setpriv --reuid=nobody --regid=nogroup --clear-groups \
+    bash -c 'ulimit -l 8192 && exec env '"$FAB"' "$@"' ml "$PYTHON" "$VMTOOL" echo-client "$PEER:7107" \
+    --bytes 262144 --ready-file "$T_WORK/ml-$i.ready" --hold-file "$T_WORK/ml.hold" > "$T_WORK/ml-$i" 2>&1 &
+  ml_pids+=($!)
+done
+for i in $(seq 24); do wait_file "$T_WORK/ml-$i.ready" 60; done
+sleep 2
+fabsock_stat "$T_WORK/ml-stat" --peer "$PEER:7107"
+rm -f "$T_WORK/ml.hold"
+ml_ok=0
+for p in "${ml_pids[@]}"; do wait "$p" || ml_ok=1; done
+b_do stop ml-echo
+ml=$(awk '{ print $5 "/" $6 }' "$T_WORK/ml-stat" | sort | uniq -c | awk '{ printf "%s%s x%d", s, $2, $1; s = ", " }')
+awk '!($5 == "rdma" || ($5 == "tcp" && $6 == "resources")) { bad = 1 } END { exit bad || NR != 24 }' "$T_WORK/ml-stat" || ml_ok=1
+t_check $ml_ok "non-root, memlock 8 MiB: 24 connections to b all intact ($ml)"
+
+}
+s_nordma() {
+# ---- a peer host without RDMA (it runs libfabsock) — last: B's device is gone after it ----------
+b_do nordma
+held_echo nr-echo 7108 fab plain
+[ $he_ok = 0 ] && [ "${he_fab%%/*}" = tcp ] && [ "${he_fab#*/}" != pending ]
+t_check $? "peer host without RDMA (b: rxe0 deleted): echo intact over TCP ($he_fab), connect ${cs_fab:-?} s (plain client ${cs_plain:-?} s)"
+
+}
+s_summary() {
+# ---- summary ---------------------------------------------------------------------------------------
+echo "# two hosts | sockperf 64 B p50 / p99 us | iperf3 MB/s"
+for r in "${rows[@]}"; do echo "# | ${r//|/ | } |"; done
+if [ -n "${FABSOCK_T2_JSON:-}" ]; then
+  for r in "${rows[@]}"; do
+    IFS='|' read -r l lat thr <<< "$r"
+    printf '{"transport": "%s", "latency": "%s", "throughput": "%s"}\n' "$l" "$lat" "$thr"
+  done > "$FABSOCK_T2_JSON"
+fi
+}
+# FABSOCK_T2_ONLY="echo kill ...": only those sections (and the link check); default all.
+# The link goes down and up in linkdown, and b loses its device in nordma: they come last.
+for sec in link verbs across echo kill nofab memlock linkdown nordma summary; do
+  case " link summary ${FABSOCK_T2_ONLY:-$sec} " in *" $sec "*) ;; *) continue ;; esac
+  case $sec in link | verbs | across | summary) ;; *) have_fabsock || continue ;; esac
+  "s_$sec"
+done
+t_done
