@@ -161,6 +161,22 @@ bool fs_cutover_peer_died(struct fs_conn *c, struct fs_chan *ch)
   return true;
 }
 
+void fs_cutover_broken(struct fs_conn *c, struct fs_chan *ch, int fd)
+{
+  if (c->peer_dead || !fs_chan_broken(ch))
+    return;
+  c->peer_dead = true;
+  c->reset_tx = c->reset_rx = true;
+  fs_log(FS_LOG_INFO, "fd %d: the %s channel broke (tcp_tx %llu fab_tx %llu); resetting", fd, ch->ops->name,
+         (unsigned long long)c->tcp_tx, (unsigned long long)c->fab_tx);
+  struct sockaddr sa = { .sa_family = AF_UNSPEC };
+  int saved = errno;
+  FS_REAL(connect)(fd, &sa, sizeof sa);
+  errno = saved;
+  if (c->wake_fd >= 0)
+    fs_chan_efd_write(c->wake_fd); /* our other direction may be waiting */
+}
+
 void fs_cutover_last_close(struct fs_conn *c, struct fs_chan *ch, int abort_fd)
 {
   if (fs_chan_unref(ch)) {

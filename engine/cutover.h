@@ -141,6 +141,13 @@ void fs_cutover_last_close(struct fs_conn *c, struct fs_chan *ch, int abort_fd);
  * holds) fail once with ECONNRESET, as the kernel's reset would make them. */
 bool fs_cutover_peer_died(struct fs_conn *c, struct fs_chan *ch);
 
+/* The channel broke under the stream (fs_chan_broken): bytes may be lost, so
+ * the connection ends as a reset would end it.  Both directions owe
+ * ECONNRESET once (after what our ring still holds), poll reports
+ * POLLERR | POLLHUP, and the kernel socket fd is reset so that the peer learns
+ * it too.  Cheap no-op otherwise; call where the peer's end reads closed. */
+void fs_cutover_broken(struct fs_conn *c, struct fs_chan *ch, int fd);
+
 /* Answer a pending peer revert request (see fs_sock_downgrade): queue the
  * re-send of our unread ring bytes on the agent (fs_cutover_resend_job). */
 void fs_cutover_service(struct fs_conn *c, int fd);

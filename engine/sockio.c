@@ -238,6 +238,7 @@ static ssize_t fs_sockio_fabric_send(struct fs_conn *c, int fd, struct fs_chan *
   int budget = -2;
   while (sent < total || total == 0) {
     if (fs_chan_peer_closed(ch)) {
+      fs_cutover_broken(c, ch, fd);
       if (sent)
         break;
       if (c->reset_tx) { /* the peer died with our bytes unread: its reset */
@@ -481,6 +482,7 @@ static ssize_t fs_sockio_rx_step(struct fs_conn *c, int fd, struct fs_io *io, si
       return -ECONNRESET;
     }
     if (fs_chan_peer_closed(ch)) {
+      fs_cutover_broken(c, ch, fd);
       if (c->reset_rx && !peek) { /* the peer died with our bytes unread: its reset */
         c->reset_rx = false;
         return -ECONNRESET;
@@ -683,6 +685,8 @@ short fs_sockio_ready(struct fs_conn *c, struct fs_chan *ch, short want, short k
     __atomic_store_n(&c->tcp_news, true, __ATOMIC_RELAXED); /* fs_sockio_live_check asks */
   short dead = kernel & (POLLHUP | POLLERR);
   bool closed = fs_chan_peer_closed(ch);
+  if (closed)
+    fs_cutover_broken(c, ch, c->fd);
   /* The peer's FIN with its end open and our ring full: a poll-driven
    * sender waits for nothing else, so ask whether the peer died. */
   if (!closed && (kernel & POLLRDHUP) && c->tx_flow == FS_FLOW_FABRIC && fs_ring_space(&ch->tx) == 0)

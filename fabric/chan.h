@@ -86,6 +86,9 @@ struct fs_chan {
   int wait_fd;               /* the fabric's own event fd, or -1 (see above) */
   uint32_t news;             /* fabrics with progress: bumped by each look that took
                                 something in (atomic; one writer at a time) */
+  uint32_t broken;           /* the fabric failed under the stream (a queue pair
+                                error, not the peer's close); the peer's end is
+                                also marked closed; atomic */
 };
 
 /* The data path's small steps are inline: under an emulated CPU (the
@@ -138,6 +141,12 @@ bool fs_chan_tx_ready(struct fs_chan *ch);
 static inline bool fs_chan_peer_closed(const struct fs_chan *ch)
 {
   return __atomic_load_n(&ch->peer->closed, __ATOMIC_ACQUIRE) != 0;
+}
+
+/* The fabric failed under the stream: what was on it may be lost. */
+static inline bool fs_chan_broken(const struct fs_chan *ch)
+{
+  return __atomic_load_n(&ch->broken, __ATOMIC_ACQUIRE) != 0;
 }
 
 /* The peer stopped reading its ring (exec, SCM_RIGHTS): what it did not
