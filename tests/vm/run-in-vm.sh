@@ -67,18 +67,7 @@ tpid=
 wait "$tailpid" 2> /dev/null || true
 end=$(date +%s.%N)
 
-if [ "$qst" = 124 ] || [ "$qst" = 137 ]; then
-  echo "# run-in-vm: timed out after ${limit}s; guest console:"
-  vm_console "$run" | tail -n 40
-  exit 124
-fi
-if [ ! -s "$run/status" ]; then
-  echo "# run-in-vm: the guest reported no status (qemu exit $qst); qemu said:"
-  sed 's/^/# qemu: /' "$run/qemu.log"
-  vm_console "$run" | tail -n 60
-  exit 125
-fi
-[ "${FABSOCK_VM_CONSOLE:-0}" != 1 ] || vm_console "$run"
+vm_verdict "$run" "$qst" "run-in-vm: the guest" "$limit"
 # "started" is created by the guest when the script starts: its mtime is this machine's clock.
 booted=$(stat -c %.3Y "$run/started" 2> /dev/null || echo "$start")
 awk -v s="$start" -v b="$booted" -v e="$end" -v k="$kver" 'BEGIN {

@@ -110,21 +110,8 @@ for p in $tails; do kill "$p" 2> /dev/null || true; done
 tails=
 end=$(date +%s.%N)
 
-for g in a b; do
-  eval "r=\$run_$g q=\$q$g"
-  if [ "$q" = 124 ] || [ "$q" = 137 ]; then
-    echo "# run-two-hosts: $g timed out after ${limit}s; its console:"
-    vm_console "$r" | tail -n 40
-    exit 124
-  fi
-  if [ ! -s "$r/status" ]; then
-    echo "# run-two-hosts: $g reported no status (qemu exit $q); qemu said:"
-    sed 's/^/# qemu: /' "$r/qemu.log"
-    vm_console "$r" | tail -n 60
-    exit 125
-  fi
-  [ "${FABSOCK_VM_CONSOLE:-0}" != 1 ] || vm_console "$r"
-done
+vm_verdict "$run_a" "$qa" "run-two-hosts: a" "$limit"
+vm_verdict "$run_b" "$qb" "run-two-hosts: b" "$limit"
 sa=$(cat "$run_a/status") sb=$(cat "$run_b/status")
 awk -v s="$start" -v e="$end" -v k="$kver" -v a="$sa" -v b="$sb" 'BEGIN {
   printf "# run-two-hosts: kernel %s, VM wall time %.1fs, a exit %s, b exit %s\n", k, e - s, a, b }' >&2

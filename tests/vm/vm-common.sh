@@ -11,6 +11,9 @@
 # vm_kill RUN         kills RUN's qemu, if still running (only ever ours: its command line
 #                     names RUN)
 # vm_console RUN      RUN's guest console, each line prefixed "# console: "
+# vm_verdict RUN QEMU_STATUS WHO LIMIT
+#                     after a guest ended: exits 124 (it timed out) or 125 (it reported no
+#                     status: a boot failure), printing why and its console; else returns
 #
 # Environment: FABSOCK_VM_CACHE, FABSOCK_VM_KVER, FABSOCK_VM_MEM, FABSOCK_VM_CPUS,
 # FABSOCK_VM_APPEND, FABSOCK_VM_QEMU (see run-in-vm.sh).
@@ -95,3 +98,18 @@ vm_kill() {
 }
 
 vm_console() { sed 's/\x1b\[[0-9;?]*[a-zA-Z]//g; s/^/# console: /' "$1/console" | tr -d '\r'; }
+
+vm_verdict() {
+  if [ "$2" = 124 ] || [ "$2" = 137 ]; then
+    echo "# $3 timed out after ${4}s; guest console:"
+    vm_console "$1" | tail -n 40
+    exit 124
+  fi
+  if [ ! -s "$1/status" ]; then
+    echo "# $3 reported no status (qemu exit $2); qemu said:"
+    sed 's/^/# qemu: /' "$1/qemu.log"
+    vm_console "$1" | tail -n 60
+    exit 125
+  fi
+  [ "${FABSOCK_VM_CONSOLE:-0}" != 1 ] || vm_console "$1"
+}
