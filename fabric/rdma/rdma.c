@@ -155,13 +155,16 @@ static void fs_rdma_region_put(struct fs_rdma *r)
 static void fs_rdma_die(struct fs_rdma *r, const char *why, int status)
 {
   /* Flushed work after the peer closed is the normal end of a channel. */
-  bool normal = status == IBV_WC_WR_FLUSH_ERR && __atomic_load_n(&r->ep[1].closed, __ATOMIC_ACQUIRE);
+  bool gone = __atomic_load_n(&r->ep[1].closed, __ATOMIC_ACQUIRE);
+  bool normal = status == IBV_WC_WR_FLUSH_ERR && gone;
   if (!__atomic_exchange_n(&r->dead, true, __ATOMIC_ACQ_REL))
     fs_log(normal ? FS_LOG_DEBUG : FS_LOG_INFO, "rdma channel %p dead: %s (%d)%s", (void *)r, why, status,
-           normal ? "" : "; the connection is reset");
+           gone ? "" : "; the connection is reset");
   /* Bytes may be lost (a link down kills a Soft-RoCE queue pair at the next
-   * post): the engine resets the connection rather than read an EOF. */
-  if (!normal)
+   * post): the engine resets the connection rather than read an EOF.  Not
+   * after the peer closed or disconnected: that explains any error, and the
+   * engine's close and peer-death rules answer as TCP would. */
+  if (!gone)
     __atomic_store_n(&r->ch.broken, 1, __ATOMIC_RELEASE);
   __atomic_store_n(&r->ep[1].closed, 1, __ATOMIC_RELEASE);
 }
