@@ -8,8 +8,10 @@
 # Points: both devices up; raw verbs, kernel TCP, libfabsock and rsocket across the link
 # (sockperf 64 B ping-pong, iperf3), with the fabric each connection was on; a checksummed echo
 # on rdma; a peer process killed mid-transfer (the sender gets the error TCP gives it); the link
-# down 3 s mid-transfer (it ends as it ends on TCP); a peer without libfabsock and a peer host
-# without RDMA (TCP, no added connect delay); a non-root user at the default memlock limit.
+# down 3 s mid-transfer (it must end as on TCP; a reset is the known limit, TODO) and rdma
+# again after it; a peer without libfabsock and a peer host without RDMA (TCP, intact; connect
+# time and sockperf latency beside a plain client's); a non-root user at the default memlock
+# limit.
 # Timing figures are diagnostics, never verdicts; the summary table at the end (and
 # FABSOCK_T2_JSON=FILE) is what bench/vm/two-hosts.sh reports.
 #
