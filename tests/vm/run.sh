@@ -1,6 +1,6 @@
 #!/bin/bash
 # Soft-RoCE VM tests: boots ONE VM (run-in-vm.sh) and runs every tests/vm/t_rdma_*.sh in it
-# (guest-suite.sh).  Prints one TAP stream, then "# N passed, N failed (N todo, N skipped)".
+# (guest-suite.sh), then two VMs as two hosts (run-two-hosts.sh, t2_hosts.sh).  Prints one TAP stream, then "# N passed, N failed (N todo, N skipped)".
 # Exit 0 when nothing failed (TODO points do not count), 1 otherwise; a machine that cannot run
 # the VM prints "1..0 # SKIP reason" and exits 0.
 #
@@ -74,7 +74,10 @@ n=$(grep -c -E '^(not )?ok ' "$work/out")
 tst=0
 if [ "${FABSOCK_VM_TWO:-1}" != 0 ]; then
   echo "# ---- t2_hosts (two guests)"
-  "$dir/run-two-hosts.sh" "$dir/t2_hosts.sh" "$dir/t2_hosts.sh" "${FABSOCK_VM_TWO_TIMEOUT:-1200}" \
+  # One vCPU per guest (FABSOCK_VM_TWO_CPUS): two guests of two would put four vCPU threads on
+  # a 2-core machine (in CI: libfabsock's p50 2.3-2.6x raw verbs', 1.2-1.5x with one each).
+  FABSOCK_VM_CPUS=${FABSOCK_VM_TWO_CPUS:-1} \
+    "$dir/run-two-hosts.sh" "$dir/t2_hosts.sh" "$dir/t2_hosts.sh" "${FABSOCK_VM_TWO_TIMEOUT:-1200}" \
     > "$work/two" 2>&1 &
   vm=$!
   pids+=($vm)
