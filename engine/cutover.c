@@ -161,6 +161,14 @@ bool fs_cutover_peer_died(struct fs_conn *c, struct fs_chan *ch)
   return true;
 }
 
+void fs_cutover_reset_tcp(int fd)
+{
+  struct sockaddr sa = { .sa_family = AF_UNSPEC };
+  int saved = errno;
+  FS_REAL(connect)(fd, &sa, sizeof sa);
+  errno = saved;
+}
+
 void fs_cutover_broken(struct fs_conn *c, struct fs_chan *ch, int fd)
 {
   if (c->peer_dead || !fs_chan_broken(ch))
@@ -169,10 +177,7 @@ void fs_cutover_broken(struct fs_conn *c, struct fs_chan *ch, int fd)
   c->reset_tx = c->reset_rx = true;
   fs_log(FS_LOG_INFO, "fd %d: the %s channel broke (tcp_tx %llu fab_tx %llu); resetting", fd, ch->ops->name,
          (unsigned long long)c->tcp_tx, (unsigned long long)c->fab_tx);
-  struct sockaddr sa = { .sa_family = AF_UNSPEC };
-  int saved = errno;
-  FS_REAL(connect)(fd, &sa, sizeof sa);
-  errno = saved;
+  fs_cutover_reset_tcp(fd);
   if (c->wake_fd >= 0)
     fs_chan_efd_write(c->wake_fd); /* our other direction may be waiting */
 }
@@ -184,10 +189,7 @@ void fs_cutover_last_close(struct fs_conn *c, struct fs_chan *ch, int abort_fd)
       /* An abort: no EOF; the kernel resets the connection now (as the
        * close with SO_LINGER {1, 0} would, a moment later), so the peer
        * finds the reset on TCP when it finds our end closed. */
-      struct sockaddr sa = { .sa_family = AF_UNSPEC };
-      int saved = errno;
-      FS_REAL(connect)(abort_fd, &sa, sizeof sa);
-      errno = saved;
+      fs_cutover_reset_tcp(abort_fd);
     } else {
       fs_cutover_tx_eof(c, ch);
     }

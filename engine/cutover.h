@@ -141,6 +141,11 @@ void fs_cutover_last_close(struct fs_conn *c, struct fs_chan *ch, int abort_fd);
  * holds) fail once with ECONNRESET, as the kernel's reset would make them. */
 bool fs_cutover_peer_died(struct fs_conn *c, struct fs_chan *ch);
 
+/* Reset the kernel's TCP connection now: connect(AF_UNSPEC) on a connected
+ * socket makes the kernel send a reset and drop both queues.  errno is left
+ * alone. */
+void fs_cutover_reset_tcp(int fd);
+
 /* The channel broke under the stream (fs_chan_broken): bytes may be lost, so
  * the connection ends as a reset would end it.  Both directions owe
  * ECONNRESET once (after what our ring still holds), poll reports

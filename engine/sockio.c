@@ -45,10 +45,8 @@ static void fs_sockio_hook_shut(struct fs_conn *c, int fd)
   c->hook_closed = true;
   fs_conn_set_state(c, fs_conn_state(c), FS_REASON_HOOK);
   struct fs_chan *ch = fs_cutover_chan(c);
-  if (!ch) {
-    struct sockaddr sa = { .sa_family = AF_UNSPEC };
-    FS_REAL(connect)(fd, &sa, sizeof sa);
-  }
+  if (!ch)
+    fs_cutover_reset_tcp(fd);
   FS_REAL(shutdown)(fd, SHUT_RDWR);
   if (ch)
     fs_chan_shut(ch);
