@@ -178,6 +178,15 @@ s_across() {
 # ---- sockperf and iperf3 across the link: plain, libfabsock (auto), rsocket ---------------------
 # snap FILE: `fabsock stat --json` into FILE.json, now (read later: python is slow here).
 snap() { timeout 20 "$FABSOCK_BIN" stat --json > "$1.json" 2> /dev/null; }
+# on_rdma_at_both PROGRAM NAME PORT: read A's sample of NAME (snap) and B's (b_stat NAME);
+# appends "PROGRAM fabrics" to $fab_a and $fab_b, sets on_rdma=1 unless both were on rdma.
+on_rdma_at_both() {
+  "$PYTHON" "$VMTOOL" stat --peer "$PEER:$3" < "$T_WORK/$2-stat.json" > "$T_WORK/$2-stat"
+  all_on "$T_WORK/$2-stat" rdma || on_rdma=1
+  fab_a="$fab_a${fab_a:+; }$1 $(fabrics "$T_WORK/$2-stat")"
+  b_do stat "$2"; b_on_rdma "$bres" || on_rdma=1
+  fab_b="$fab_b${fab_b:+; }$1 $bres"
+}
 # across LABEL ENV SP_PORT IP_PORT: both programs with both ends under ENV; sets sp_* ip_* and
 # $fab_a / $fab_b, the fabrics each end's connections were on (sampled mid-run).
 across() {
@@ -200,12 +209,7 @@ across() {
     fi
     wait $c
     st=$?
-    if [ "$env" = fab ]; then
-      "$PYTHON" "$VMTOOL" stat --peer "$PEER:$spp" < "$T_WORK/sp-$label-stat.json" > "$T_WORK/sp-$label-stat"
-      all_on "$T_WORK/sp-$label-stat" rdma || on_rdma=1
-      fab_a="sockperf $(fabrics "$T_WORK/sp-$label-stat")"
-      b_do stat "sp-$label"; b_on_rdma "$bres" || on_rdma=1; fab_b="sockperf $bres"
-    fi
+    [ "$env" != fab ] || on_rdma_at_both sockperf "sp-$label" "$spp"
     outcome $st "$log" "$to"
     if [ $st = 0 ] && sockperf_clean "$log"; then
       read -r sp_p50 sp_p99 _ <<< "$(sockperf_summary "$log")"
@@ -228,12 +232,7 @@ across() {
     fi
     wait $c
     st=$?
-    if [ "$env" = fab ]; then
-      "$PYTHON" "$VMTOOL" stat --peer "$PEER:$ipp" < "$T_WORK/ip-$label-stat.json" > "$T_WORK/ip-$label-stat"
-      all_on "$T_WORK/ip-$label-stat" rdma || on_rdma=1
-      fab_a="$fab_a; iperf3 $(fabrics "$T_WORK/ip-$label-stat")"
-      b_do stat "ip-$label"; b_on_rdma "$bres" || on_rdma=1; fab_b="$fab_b; iperf3 $bres"
-    fi
+    [ "$env" != fab ] || on_rdma_at_both iperf3 "ip-$label" "$ipp"
     "$PYTHON" "$VMTOOL" iperf3 "$log.json" > "$log" 2>&1
     outcome $st "$log" "$to"
     [ $st = 0 ] && read -r _ _ ip_mbps < "$log"
