@@ -33,7 +33,7 @@ void *fs_real_resolve(enum fs_real_id id)
   void *p = dlsym(RTLD_NEXT, fs_real_names[id]);
   if (p == NULL) {
     p = fs_real_stubs[id];
-    fs_log(FS_LOG_WARN, "libc has no %s; calls fail with ENOSYS", fs_real_names[id]);
+    fs_log(FS_LOG_WARN, "no library after libfabsock has %s; calls fail with ENOSYS", fs_real_names[id]);
   }
   switch (id) {
 #define FS_REAL_X_STORE(ret, name, err, params, args) \

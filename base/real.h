@@ -22,7 +22,12 @@
 #include <sys/uio.h>
 #include <time.h>
 
-/* X(return type, name, error value, parameter list, argument list) */
+struct io_uring;        /* liburing's, opaque here */
+struct io_uring_params;
+
+/* X(return type, name, error value, parameter list, argument list).  The
+ * io_uring_* entries are liburing's (they return -errno), present only in a
+ * process that links it. */
 #define FS_REAL_SYMBOLS(X) \
   X(int, socket, -1, (int d, int t, int p), (d, t, p)) \
   X(int, socketpair, -1, (int d, int t, int p, int sv[2]), (d, t, p, sv)) \
@@ -75,7 +80,12 @@
   X(int, system, -1, (const char *c), (c)) \
   X(FILE *, popen, NULL, (const char *c, const char *m), (c, m)) \
   X(int, getsockopt, -1, (int fd, int l, int o, void *v, socklen_t *n), (fd, l, o, v, n)) \
-  X(int, setsockopt, -1, (int fd, int l, int o, const void *v, socklen_t n), (fd, l, o, v, n))
+  X(int, setsockopt, -1, (int fd, int l, int o, const void *v, socklen_t n), (fd, l, o, v, n)) \
+  X(int, io_uring_setup, -ENOSYS, (unsigned e, struct io_uring_params *p), (e, p)) \
+  X(int, io_uring_queue_init, -ENOSYS, (unsigned e, struct io_uring *r, unsigned f), (e, r, f)) \
+  X(int, io_uring_queue_init_params, -ENOSYS, (unsigned e, struct io_uring *r, struct io_uring_params *p), (e, r, p)) \
+  X(int, io_uring_queue_init_mem, -ENOSYS, \
+    (unsigned e, struct io_uring *r, struct io_uring_params *p, void *b, size_t n), (e, r, p, b, n))
 
 enum fs_real_id {
 #define FS_REAL_X_ID(ret, name, err, params, args) FS_REAL_ID_##name,

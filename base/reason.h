@@ -27,7 +27,8 @@
   X(ERROR,       "error")           /* an unexpected internal error (logged) */ \
   X(INHERITED,   "inherited")       /* fd inherited from exec: plain TCP */ \
   X(AUTH,        "auth")            /* rdma_key: the peer did not prove the same key */ \
-  X(KERNEL_IO,   "kernel-io")       /* splice, tee or copy_file_range hand the socket to the kernel */
+  X(KERNEL_IO,   "kernel-io")       /* splice, tee or copy_file_range hand the socket to the kernel */ \
+  X(IO_URING,    "io-uring")        /* the process set up an io_uring: its rings bypass us */
 
 enum fs_reason {
 #define FS_REASON_X_ENUM(id, str) FS_REASON_##id,

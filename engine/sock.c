@@ -22,6 +22,7 @@
 #include "base/log.h"
 #include "engine/agent.h"
 #include "engine/cutover.h"
+#include "engine/lend.h"
 #include "engine/ready.h"
 #include "engine/sock.h"
 #include "engine/fdtab.h"
@@ -101,63 +102,6 @@ __attribute__((destructor)) static void fs_sock_fini(void)
   fs_stat_shutdown();
 }
 
-/* ---- what the engine lends the fabrics (fabric/fabric.h) ------------- */
-
-static void fs_sock_link_get(struct fs_link *l)
-{
-  fs_conn_get(fs_conn_of(l));
-}
-
-static void fs_sock_link_put(struct fs_link *l)
-{
-  fs_conn_put(fs_conn_of(l));
-}
-
-static struct fs_link *fs_sock_link_find(const struct sockaddr *local, const struct sockaddr *peer)
-{
-  struct fs_conn *c = fs_sock_find(local, peer);
-  return c ? &c->link : NULL;
-}
-
-static bool fs_sock_link_may_upgrade(struct fs_link *l)
-{
-  return fs_sock_may_upgrade(fs_conn_of(l));
-}
-
-static int fs_sock_link_may_attach(struct fs_link *l, uint32_t uid)
-{
-  return fs_sock_may_attach(fs_conn_of(l), uid);
-}
-
-static int fs_sock_link_attach(struct fs_link *l, struct fs_chan *ch)
-{
-  return fs_sock_attach(fs_conn_of(l), ch);
-}
-
-static void fs_sock_link_failed(struct fs_link *l, int reason)
-{
-  fs_sock_upgrade_failed(fs_conn_of(l), reason);
-}
-
-static void fs_sock_link_refused(struct fs_link *l, int reason)
-{
-  fs_sock_refused(fs_conn_of(l), reason);
-}
-
-static const struct fs_fabric_host fs_sock_host = {
-  .get = fs_sock_link_get,
-  .put = fs_sock_link_put,
-  .find = fs_sock_link_find,
-  .may_upgrade = fs_sock_link_may_upgrade,
-  .may_attach = fs_sock_link_may_attach,
-  .attach = fs_sock_link_attach,
-  .failed = fs_sock_link_failed,
-  .refused = fs_sock_link_refused,
-  .watch = fs_agent_watch,
-  .unwatch = fs_agent_unwatch,
-  .kick = fs_agent_kick,
-};
-
 void fs_sock_init(void)
 {
   if (__atomic_load_n(&fs_sock_inited, __ATOMIC_ACQUIRE))
@@ -165,7 +109,7 @@ void fs_sock_init(void)
   fs_sock_disabled = fs_policy_off();
   fs_conn_release_hook = fs_sock_release;
   fs_conn_last_fd_hook = fs_sock_last_close;
-  fs_fabric_set_host(&fs_sock_host);
+  fs_fabric_set_host(&fs_lend_host);
   __atomic_store_n(&fs_sock_inited, true, __ATOMIC_RELEASE);
 }
 
@@ -277,6 +221,8 @@ static void fs_sock_establish(struct fs_conn *c, int fd, int dir)
     reason = FS_REASON_DISABLED;
   else if (c->policy.fabric == FS_FABRIC_TCP || c->policy.upgrade_bytes == FS_POLICY_UPGRADE_NEVER)
     reason = FS_REASON_POLICY;
+  else if (fs_sock_refuse_all())
+    reason = fs_sock_refuse_all();
   else if (c->policy.fabric != FS_FABRIC_AUTO && !fs_fabric_by_id(c->policy.fabric))
     reason = FS_REASON_NO_DEVICE; /* that fabric is not in this build */
   else if (!fs_sock_fd_budget_ok(fd) || (c->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
@@ -698,6 +644,32 @@ void fs_sock_to_kernel(struct fs_conn *c, int fd)
   fs_sock_downgrade(c, fd, FS_REASON_KERNEL_IO);
 }
 
+/* Set once: the reason no connection of this process takes a fabric any
+ * more (io_uring), else 0. */
+static int fs_sock_all_tcp;
+
+static void fs_sock_kernel_one(int fd, struct fs_conn *c, void *arg)
+{
+  int st = fs_conn_state(c); /* listeners and unconnected ones learn it at establish */
+  if ((st == FS_STATE_TCP || st == FS_STATE_UPGRADING || st == FS_STATE_FABRIC) &&
+      !(c->no_upgrade && !fs_cutover_chan(c)))
+    fs_sock_downgrade(c, fd, *(int *)arg);
+}
+
+void fs_sock_kernel_only(int reason)
+{
+  int none = 0;
+  if (!__atomic_compare_exchange_n(&fs_sock_all_tcp, &none, reason, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+    return;
+  fs_log(FS_LOG_INFO, "%s: this process's connections stay on (or go back to) tcp", fs_reason_name(reason));
+  fs_fdtab_foreach(fs_sock_kernel_one, &reason);
+}
+
+int fs_sock_refuse_all(void)
+{
+  return __atomic_load_n(&fs_sock_all_tcp, __ATOMIC_ACQUIRE);
+}
+
 void fs_sock_set_nonblock(struct fs_conn *c, bool on)
 {
   c->nonblock = on;
@@ -739,26 +711,33 @@ void fs_sock_downgrade(struct fs_conn *c, int fd, int reason)
   (void)fd;
   struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
   if (!ch || c->reverted) {
-    if (!c->no_upgrade) {
-      c->no_upgrade = true;
-      fs_conn_set_state(c, fs_conn_state(c), reason);
+    /* Under c->lock, as fs_sock_attach checks: a channel the agent puts on
+     * now is seen here, and none comes once no_upgrade is set. */
+    pthread_mutex_lock(&c->lock);
+    ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
+    if (!ch || c->reverted) {
+      if (!c->no_upgrade) {
+        c->no_upgrade = true;
+        fs_conn_set_state(c, fs_conn_state(c), reason);
+      }
+      pthread_mutex_unlock(&c->lock);
+      return;
     }
-    return;
+    pthread_mutex_unlock(&c->lock);
   }
-  if (reason == FS_REASON_FORK) {
-    /* In fork's prepare handler a thread of ours may sit in a blocking
-     * recv or send holding these locks for as long as its peer is silent:
-     * never make fork wait on that.  Such a connection stays on its fabric in
-     * the parent; the child must not use it (logged). */
+  if (reason == FS_REASON_FORK || reason == FS_REASON_IO_URING) {
+    /* In fork's prepare handler (or io_uring's set-up, which walks every
+     * connection) a thread of ours may sit in a blocking recv or send
+     * holding these locks for as long as its peer is silent: never make the
+     * call wait on that.  Such a connection stays on its fabric (logged). */
+    const char *when = reason == FS_REASON_FORK ? "fork" : "io_uring set-up";
     if (!fs_sock_trylock_for(&c->rxlock, 100)) {
-      fs_log(FS_LOG_WARN, "fd %d: a thread is inside recv at fork; it stays on %s in the parent only", fd,
-             ch->ops->name);
+      fs_log(FS_LOG_WARN, "fd %d: a thread is inside recv at %s; it stays on %s", fd, when, ch->ops->name);
       return;
     }
     if (!fs_sock_trylock_for(&c->txlock, 100)) {
       fs_unlock(&c->rxlock);
-      fs_log(FS_LOG_WARN, "fd %d: a thread is inside send at fork; it stays on %s in the parent only", fd,
-             ch->ops->name);
+      fs_log(FS_LOG_WARN, "fd %d: a thread is inside send at %s; it stays on %s", fd, when, ch->ops->name);
       return;
     }
   } else {

@@ -64,6 +64,15 @@ void fs_sock_before_exec(void);
  * connection goes back to TCP, byte-exact, and stays there (kernel-io). */
 void fs_sock_to_kernel(struct fs_conn *c, int fd);
 
+/* The process handed its sockets to the kernel behind our back (it set up an
+ * io_uring, whose submissions never pass through us): every connection goes
+ * back to TCP, byte-exact, and every later one stays there, with this
+ * reason; rendezvous requests for connections we never saw are refused at
+ * once.  Idempotent. */
+void fs_sock_kernel_only(int reason);
+/* That reason, or 0. */
+int fs_sock_refuse_all(void);
+
 /* sendmsg() on any socket carrying SCM_RIGHTS: downgrade tracked fds in it. */
 /* fd (c installed for it) was handed to this process (engine/adopt.c):
  * set it up as an accepted connection others held before us. */

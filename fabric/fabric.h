@@ -61,6 +61,10 @@ struct fs_fabric_host {
    * l may still take a later valid one (a forged request must not cost the
    * real one). */
   void (*refused)(struct fs_link *l, int reason);
+  /* 0, or the reason this process takes no channel at all any more (it
+   * uses io_uring): a request for a connection not found is refused with
+   * it at once rather than held for an accept() we may never see. */
+  int (*refuse_all)(void);
   /* Agent: run fn(arg) on the agent whenever fd is readable (level-
    * triggered) until unwatch; fn returns true when it may have unwatched
    * fds (the agent then stops its batch: the rest come back).  0 or -errno. */

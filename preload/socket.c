@@ -15,6 +15,7 @@
 #include "engine/sock.h"
 #include "preload/boundary.h"
 #include "preload/export.h"
+#include "preload/uring.h"
 #include "engine/fdtab.h"
 #include "engine/inherit.h"
 #include "base/real.h"
@@ -140,7 +141,8 @@ __attribute__((constructor)) static void fs_preload_stdio(void)
 
 /* syscall(SYS_close, fd): libuv (node) closes every descriptor this way,
  * so a socket closed by it would otherwise stay in our table as if open,
- * its stat row claiming a connection the process no longer holds. */
+ * its stat row claiming a connection the process no longer holds.
+ * syscall(SYS_io_uring_setup, ...): see preload/uring.c. */
 FS_EXPORT long syscall(long n, ...)
 {
   va_list ap;
@@ -150,6 +152,8 @@ FS_EXPORT long syscall(long n, ...)
   va_end(ap);
   if (n == SYS_close)
     return close((int)a);
+  if (n == SYS_io_uring_setup)
+    fs_preload_uring_seen();
   return FS_REAL(syscall)(n, a, b, c, d, e, f);
 }
 

@@ -334,8 +334,9 @@ static bool fs_cm_srv_try(struct fs_cm_item *it)
   struct fs_link *c = fs_host->find((struct sockaddr *)&it->tl, (struct sockaddr *)&it->tp);
   if (!c) {
     struct fs_link *l = it->listener ? it->listener->c : NULL;
-    if (l && l->listener_shared) {
-      fs_cm_reject(it, FS_REASON_NOT_OWNER);
+    int all = fs_host->refuse_all();
+    if (all || (l && l->listener_shared)) { /* io_uring here, or another process holds it */
+      fs_cm_reject(it, all ? all : FS_REASON_NOT_OWNER);
       fs_cm_drop(it);
       return true;
     }

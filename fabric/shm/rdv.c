@@ -169,6 +169,12 @@ static bool fs_rdv_srv_try(struct fs_rdv_item *it)
 {
   struct fs_link *c = fs_host->find((struct sockaddr *)&it->tp, (struct sockaddr *)&it->tl);
   if (!c) {
+    int all = fs_host->refuse_all();
+    if (all) { /* this process takes no channel (io_uring): say why now */
+      fs_rdv_reply(it->ufd, (uint32_t)all, -1);
+      fs_rdv_drop(it);
+      return true;
+    }
     /* Accepted, but another process holds it (handed over: node cluster's
      * primary accepts, a worker serves): the client looks for that one. */
     uint32_t uid, ino = 0;

@@ -99,6 +99,83 @@ tap_not_ok() {
   done
   it_print_hangs
 }
+# stream_run PROG TAG EARLY WAIT SARGS CARGS: one run of a one-way stream
+# test program (tests/progs/splicer, uringio: -l/-c, -P, -p, -n, -H, -w as
+# they document), 8 MiB from client to server; prints both ends' lines and
+# "client exit N".  EARLY set: FABSOCK_UPGRADE_BYTES=0 should be in the
+# environment, and the client is held after connect until the connection
+# shows its fabric (a "note:" line when it does not).  STREAM_STAT gets a
+# hook_stat.py snapshot taken while both ends hold after their last byte;
+# WAIT "DIR REASON" (both ends preloaded only) waits for the DIR end to show
+# REASON first, 10 s at most.  SARGS, CARGS: more arguments (word-split).
+stream_run() {
+  local prog=$1 tag=$2 early=$3 wait=$4 sargs=$5 cargs=$6 base hold=() pf port i
+  base=$IT_TMP/$prog.$tag.$MODE
+  pf=$base.port
+  rm -f "$base".*
+  [ -n "$early" ] && hold=(-H "$base.hold")
+  # shellcheck disable=SC2086
+  start_server "$prog-$tag" "$PROGS/$prog" -l -P "$pf" -w "$base.ends" $sargs
+  if ! wait_file "$pf" "$SERVER_PID" 20; then echo "setup: server did not start"; stop_server; return; fi
+  port=$(cat "$pf")
+  # shellcheck disable=SC2086
+  start_bg_client "$prog-$tag" "$PROGS/$prog" -c -p "$port" -n 8M "${hold[@]}" -w "$base.endc" $cargs
+  local cpid=$BG_PID clog=$BG_LOG
+  if [ -n "$early" ]; then
+    wait_file "$base.hold.ready" "$cpid" 20 && expect_fabric "$port" "$(fabric_expected)" 10 ||
+      echo "note: not on the fabric before the first byte: ${FABRIC_DETAIL:-client not held}"
+    touch "$base.hold"
+  fi
+  STREAM_STAT=
+  if wait_file "$base.endc.ready" "$cpid" 30 && wait_file "$base.ends.ready" "$SERVER_PID" 30 &&
+    [ "$MODE" != plain ]; then
+    for i in $(seq 50); do
+      STREAM_STAT=$(timeout 10 "$FABSOCK_BIN" stat --json 2>&1 | "$IT_PYTHON" "$IT_DIR/hook_stat.py" "$port")
+      [ -z "$wait" ] || [ "$MODE" != both ] && break
+      [[ " $(grep -m1 "dir=${wait% *} " <<<"$STREAM_STAT") " == *" reason=${wait#* } "* ]] && break
+      sleep 0.2
+    done
+  fi
+  touch "$base.endc" "$base.ends"
+  { wait "$cpid"; } 2>/dev/null
+  echo "client exit $?"
+  it_forget "$cpid"
+  grep -h "^$prog:" "$clog" "$SERVER_LOG"
+  for _ in $(seq 100); do server_alive || break; sleep 0.1; done
+  stop_server
+}
+
+# stream_why OUT: for a one-way stream run whose output OUT holds "client
+# exit N" and each end's "PROG: role=R bytes=N crc=X" line, WHY gets what is
+# wrong (empty when the client exited 0 and both ends saw the same bytes and
+# CRC); STREAM_SERVER gets the server's line.
+stream_why() {
+  local cl sv
+  WHY=
+  grep -qx 'client exit 0' "$1" || WHY="client: $(grep -m1 '^client exit' "$1")"
+  cl=$(grep -m1 'role=client' "$1") sv=$(grep -m1 'role=server' "$1")
+  if [ -z "$cl" ] || [ -z "$sv" ] || [ "${cl#*bytes=}" != "${sv#*bytes=}" ]; then
+    WHY="${WHY:+$WHY; }bytes differ: client '${cl:-none}', server '${sv:-none}'"
+  fi
+  STREAM_SERVER=$sv
+}
+
+# ends_tcp_why STAT WANT [SKIPDIR]: append to WHY each preloaded end (its
+# hook_stat.py line in STAT; dir=SKIPDIR ends left out) that is not on TCP,
+# or, when WANT is set, does not show reason WANT.
+ends_tcp_why() {
+  local d who l
+  for d in connect accept; do
+    [ "$d" = "${3:-}" ] && continue
+    who=client; [ $d = accept ] && who=server
+    preloaded $who || continue
+    l=" $(grep -m1 "dir=$d " <<<"$1") "
+    if [[ $l != *" fabric=tcp "* || ( -n $2 && $l != *" reason=$2 "* ) ]]; then
+      WHY="${WHY:+$WHY; }$who:${l:- not in fabsock stat}"
+    fi
+  done
+}
+
 # tap_result STATUS NAME DETAILS [LOGS...]: ok when STATUS is 0.
 tap_result() {
   local st=$1 name=$2 details=$3

@@ -419,3 +419,38 @@ void it_hold(const char *path)
   for (int i = 0; i < 3000 && stat(path, &st) != 0; i++)
     it_sleep_us(10000);
 }
+
+char *it_stream_client(int port, uint64_t n, uint64_t *first, const char *hold, int *fd)
+{
+  if (!port || !n)
+    it_die(2, "client needs -p and -n");
+  if (!*first || *first > n)
+    *first = n / 2;
+  char *buf = malloc(n);
+  if (!buf)
+    it_die(2, "out of memory");
+  struct it_gen g;
+  it_gen_init(&g, 42);
+  it_gen_fill(&g, buf, n);
+  *fd = it_connect(0, NULL, port);
+  if (*fd < 0)
+    it_die(2, "connect:");
+  it_hold(hold);
+  if (it_write_all(*fd, buf, *first) < 0)
+    it_die(1, "send:");
+  return buf;
+}
+
+bool it_stream_server_first(int fd, uint64_t rfirst, uint64_t *bytes, uint32_t *crc)
+{
+  char *buf = malloc(rfirst ? rfirst : 1);
+  if (!buf)
+    it_die(2, "out of memory");
+  ssize_t got = it_read_full(fd, buf, rfirst);
+  if (got < 0)
+    it_die(1, "recv:");
+  *crc = it_crc32(*crc, buf, (size_t)got);
+  *bytes += (uint64_t)got;
+  free(buf);
+  return (uint64_t)got == rfirst;
+}

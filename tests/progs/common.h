@@ -15,6 +15,7 @@
 #define _GNU_SOURCE 1
 #endif
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -72,5 +73,14 @@ int it_poll_ms(void);
 /* Harness hold point (fabric checks): when path is non-NULL, create
  * "<path>.ready" and wait (up to 30 s) until "<path>" exists. */
 void it_hold(const char *path);
+
+/* Client of a one-way stream test (splicer, uringio): n bytes of
+ * stream(42) in a new buffer, a connection to port on 127.0.0.1 (held at
+ * it_hold(hold)), and the first *first bytes (0 or over n: half) sent with
+ * send().  Exits on any failure. */
+char *it_stream_client(int port, uint64_t n, uint64_t *first, const char *hold, int *fd);
+/* Its server: read the first rfirst bytes of fd with read(); bytes and crc
+ * go on.  False at EOF before that many.  Exits on any failure. */
+bool it_stream_server_first(int fd, uint64_t rfirst, uint64_t *bytes, uint32_t *crc);
 
 #endif

@@ -108,37 +108,15 @@ int main(int argc, char **argv)
     int fd = accept(lfd, NULL, NULL);
     if (fd < 0)
       it_die(1, "accept:");
-    char *buf = malloc(rfirst ? rfirst : 1);
-    if (!buf)
-      it_die(2, "out of memory");
-    ssize_t r = it_read_full(fd, buf, rfirst);
-    if (r < 0)
-      it_die(1, "recv:");
-    crc = it_crc32(crc, buf, (size_t)r);
-    bytes = (uint64_t)r;
-    if ((uint64_t)r == rfirst && splice_in(fd, &bytes, &crc) < 0)
+    if (it_stream_server_first(fd, rfirst, &bytes, &crc) && splice_in(fd, &bytes, &crc) < 0)
       it_die(1, "splice in after %llu bytes:", (unsigned long long)bytes);
     printf("splicer: role=server bytes=%llu crc=%08x\n", (unsigned long long)bytes, crc);
     fflush(stdout);
     it_hold(endhold);
     return 0;
   }
-  if (!port || !n)
-    it_die(2, "client needs -p and -n");
-  if (!first || first > n)
-    first = n / 2;
-  char *buf = malloc(n);
-  if (!buf)
-    it_die(2, "out of memory");
-  struct it_gen g;
-  it_gen_init(&g, 42);
-  it_gen_fill(&g, buf, n);
-  int fd = it_connect(0, NULL, port);
-  if (fd < 0)
-    it_die(2, "connect:");
-  it_hold(hold);
-  if (it_write_all(fd, buf, first) < 0)
-    it_die(1, "send:");
+  int fd;
+  char *buf = it_stream_client(port, n, &first, hold, &fd);
   if (splice_out(fd, buf + first, n - first) < 0)
     it_die(1, "splice out:");
   if (shutdown(fd, SHUT_WR) < 0)
