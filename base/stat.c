@@ -311,7 +311,21 @@ void fs_stat_shutdown(void)
 /* Does the table in fd (owner pid) list a live connection on inode?  Read
  * with pread, never mapped: its owner may truncate it under us (SIGBUS),
  * and every bound comes from our own constants, not from the file. */
-static bool fs_stat_file_holds(int fd, int pid, uint32_t inode)
+/* What a scan looks for: a live connection on inode, or (inode 0) a
+ * listening socket on port. */
+struct fs_stat_want {
+  uint32_t inode;
+  uint16_t port;
+};
+
+static bool fs_stat_row_is(const struct fs_stat_conn *r, const struct fs_stat_want *w)
+{
+  if (r->used != 1 || r->state == FS_STAT_STATE_CLOSED)
+    return false;
+  return w->inode ? r->inode == w->inode && !r->listening : r->listening && r->lport == w->port;
+}
+
+static bool fs_stat_file_has(int fd, int pid, const struct fs_stat_want *w)
 {
   struct fs_stat_header h;
   if (pread(fd, &h, sizeof h, 0) != (ssize_t)sizeof h || h.magic != FS_STAT_MAGIC ||
@@ -325,17 +339,15 @@ static bool fs_stat_file_holds(int fd, int pid, uint32_t inode)
     if (r <= 0)
       return false;
     for (uint32_t j = 0; j < (uint32_t)r / sizeof buf[0]; j++)
-      if (buf[j].used == 1 && buf[j].inode == inode && !buf[j].listening && buf[j].state != FS_STAT_STATE_CLOSED)
+      if (fs_stat_row_is(&buf[j], w))
         return true;
   }
   return false;
 }
 
-int fs_stat_holders(uint32_t inode, int *pids, int max)
+static int fs_stat_find(const struct fs_stat_want *w, int *pids, int max)
 {
   int saved = errno;
-  if (inode == 0)
-    return -EINVAL;
   DIR *d = opendir(fs_stat_dir());
   if (d == NULL) {
     int err = errno;
@@ -362,7 +374,7 @@ int fs_stat_holders(uint32_t inode, int *pids, int max)
       FS_REAL(close)(fd);
       continue;
     }
-    if (fs_stat_file_holds(fd, (int)pid, inode)) {
+    if (fs_stat_file_has(fd, (int)pid, w)) {
       if (found < max)
         pids[found] = (int)pid;
       found++;
@@ -372,4 +384,20 @@ int fs_stat_holders(uint32_t inode, int *pids, int max)
   closedir(d);
   errno = saved;
   return found;
+}
+
+int fs_stat_holders(uint32_t inode, int *pids, int max)
+{
+  if (inode == 0)
+    return -EINVAL;
+  struct fs_stat_want w = { inode, 0 };
+  return fs_stat_find(&w, pids, max);
+}
+
+int fs_stat_listeners(uint16_t port, int *pids, int max)
+{
+  if (port == 0)
+    return -EINVAL;
+  struct fs_stat_want w = { 0, port };
+  return fs_stat_find(&w, pids, max);
 }

@@ -77,6 +77,8 @@ void fs_stat_shutdown(void);                   /* unlink at exit */
  * processes' files are read defensively (a table of another user is
  * untrusted input).  Tables of processes that no longer exist are skipped. */
 int fs_stat_holders(uint32_t inode, int *pids, int max);
+/* The same for a listening socket on TCP port `port` (any address). */
+int fs_stat_listeners(uint16_t port, int *pids, int max);
 
 
 #define FS_STAT_ADD(slot, field, n) \

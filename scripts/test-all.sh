@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: install what is needed, build, then
-#   1. unit tests (Check) and integration tests with real programs: make check
+#   1. unit tests (Check) and integration tests with real programs: make check,
+#      then the integration tests at other upgrade points: make check-upgrade-points
 #   2. a third-party hook built against the installed header through
 #      pkg-config and loaded by path: make check-hook-pkgconfig
 #   3. the rdma tests inside a Soft-RoCE VM: make check-vm
@@ -16,6 +17,9 @@ make -j2 check || rc=1
 for log in $(find . -name '*.log' -path '*tests*' ! -name test-suite.log); do
   grep -h -E '^(not )?ok ' "$log" || true
 done > "$build/all-tap.txt"
+make check-upgrade-points 2>&1 | tee "$build/upgrade-points.log" | grep -E '^(not ok|# (every|integration))' || true
+[ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+grep -E '^(not )?ok ' "$build/upgrade-points.log" >> "$build/all-tap.txt" || true
 make check-hook-pkgconfig > "$build/hook-pkgconfig.log" 2>&1 || rc=1
 grep -E '^(not )?ok ' "$build/hook-pkgconfig.log" >> "$build/all-tap.txt" || true
 if [ "${FABSOCK_SKIP_VM:-0}" != 1 ]; then

@@ -29,6 +29,7 @@
                                    listeners pause (their backlog waits) */
 #define FS_RDV_HOLD_MS 2000     /* how long a request waits for accept() */
 #define FS_RDV_RETRY_MAX_MS 50  /* backoff cap while the holder is not alone yet */
+#define FS_RDV_LIST_GRACE_MS 100 /* from a process of ours accepting to its stat row */
 
 /* K_CLI_RETRY: a connecting end waiting to look for its peer's holder
  * again (the peer's socket is shared, or not accepted yet). */
@@ -48,6 +49,9 @@ struct fs_rdv_item {
   uint64_t give_up;           /* K_CLI, K_CLI_RETRY: the connecting end's set-up bound */
   uint64_t look_ns;           /* K_SRV held: when to ask again whether another process holds it */
   uint32_t backoff_ms;        /* K_CLI_RETRY: the next wait */
+  bool holder_only;           /* K_CLI_RETRY: ask the holder only next */
+  uint64_t seen_ns;           /* K_CLI_RETRY: when the peer's socket was first
+                                 seen accepted, listed by nobody yet */
   bool via_holder;            /* K_CLI: asked the holder's own name */
   bool shared_listener;
   bool paused;               /* K_LISTENER: unwatched while too many are in flight */
@@ -283,9 +287,19 @@ static void fs_rdv_srv_event(struct fs_rdv_item *it)
 
 /* ---- client side ------------------------------------------------------ */
 
-/* Internal answer of an attempt: look again later (the peer's socket is
- * held by more than one process, or by none yet). */
+/* Internal answers of an attempt: look again later (the peer's socket is
+ * held by more than one process, or by none yet); nobody lists the peer's
+ * socket, but a process of ours listens on its port (it accepted it a
+ * moment ago and lists it soon, or it is not ours at all). */
 #define FS_RDV_AGAIN (-1)
+#define FS_RDV_UNLISTED (-2)
+
+/* Does a process of ours (any user) listen on TCP port `port`? */
+static bool fs_rdv_cli_listened(uint16_t port)
+{
+  int pids[1];
+  return fs_stat_listeners(port, pids, 1) > 0;
+}
 
 /* Connect ufd to the abstract name: 0 if connected and its server is uid
  * (and pid, if > 0); NO_PEER if nobody serves the name; NOT_OWNER for a
@@ -327,10 +341,12 @@ static int fs_rdv_cli_names(struct fs_link *c, uint32_t diag_uid, int ufd)
  * the child it went to), found in the stat tables by the socket's inode
  * and proven by SO_PEERCRED.  Prefork servers, fork after accept, servers
  * whose listening process is gone (daemons). */
-static int fs_rdv_cli_holder(uint32_t diag_uid, uint32_t inode, int ufd, bool told_shared)
+static int fs_rdv_cli_holder(uint32_t diag_uid, uint32_t inode, int ufd, bool told_shared, uint16_t port)
 {
   int pids[2];
   int n = fs_stat_holders(inode, pids, 2);
+  if (n == 0 && !told_shared && fs_rdv_cli_listened(port))
+    return FS_RDV_UNLISTED;
   if (n < 0 || (n == 0 && !told_shared))
     return FS_REASON_NO_PEER; /* no listener name, no holder: no libfabsock there */
   if (n != 1)
@@ -369,10 +385,14 @@ static struct fs_rdv_item *fs_rdv_cli_item(struct fs_link *c, int kind, uint64_t
 /* One attempt of the connecting end (agent).  0: an item holds c's
  * reference now (a request in flight, or a retry); else a reason, and the
  * caller keeps the reference and says why.  holder_only: the listener's
- * process said the connection is not its own; ask the holder only. */
-static int fs_rdv_attempt(struct fs_link *c, bool holder_only, uint64_t give_up, uint32_t backoff_ms)
+ * process said the connection is not its own; ask the holder only.
+ * seen_ns: see fs_rdv_item (0 at first). */
+static int fs_rdv_attempt(struct fs_link *c, bool holder_only, uint64_t give_up, uint32_t backoff_ms,
+                          uint64_t seen_ns)
 {
   uint32_t uid, inode = 0;
+  uint16_t port = fs_addr_port((const struct sockaddr *)&c->peer);
+  uint64_t now = fs_clock_ns();
   int reason = 0, ufd = -1, memfd = -1, dupfd = -1;
   bool via_holder = holder_only;
   struct fs_chan *ch = NULL;
@@ -386,21 +406,34 @@ static int fs_rdv_attempt(struct fs_link *c, bool holder_only, uint64_t give_up,
   ufd = fs_fdreg_high(FS_REAL(socket)(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (ufd < 0)
     return FS_REASON_RESOURCES;
+  /* Nobody serves the listener's names when its process is gone (a
+   * prefork server that daemonized): the holder of the peer's socket is
+   * found by its inode.  Asked right after connect (upgrade at 0 bytes),
+   * the socket may still sit in the accept queue (no inode), or be
+   * accepted but not listed yet: where a process of ours listens on that
+   * port, look again (briefly for the second); else no libfabsock there. */
   reason = holder_only ? FS_REASON_NO_PEER : fs_rdv_cli_names(c, uid, ufd);
+  bool again_holder = holder_only;
   if (reason == FS_REASON_NO_PEER && inode != 0) {
     via_holder = true;
-    reason = fs_rdv_cli_holder(uid, inode, ufd, holder_only);
-  } else if (reason == FS_REASON_NO_PEER && holder_only) {
+    reason = fs_rdv_cli_holder(uid, inode, ufd, holder_only, port);
+    if (reason == FS_RDV_UNLISTED) {
+      if (seen_ns == 0)
+        seen_ns = now;
+      reason = now - seen_ns < (uint64_t)FS_RDV_LIST_GRACE_MS * 1000000u ? FS_RDV_AGAIN : FS_REASON_NO_PEER;
+    }
+  } else if (reason == FS_REASON_NO_PEER && (holder_only || fs_rdv_cli_listened(port))) {
     reason = FS_RDV_AGAIN; /* no inode: still in the listener's accept queue */
   }
   if (reason == FS_RDV_AGAIN) {
     FS_REAL(close)(ufd);
-    uint64_t now = fs_clock_ns();
     if (now >= give_up)
-      return FS_REASON_NOT_OWNER;
+      return holder_only ? FS_REASON_NOT_OWNER : FS_REASON_NO_PEER;
     struct fs_rdv_item *it = fs_rdv_cli_item(c, K_CLI_RETRY, give_up);
     if (!it)
       return FS_REASON_RESOURCES;
+    it->holder_only = again_holder;
+    it->seen_ns = seen_ns;
     fs_rdv_cli_wait(it, now, backoff_ms);
     return 0;
   }
@@ -464,18 +497,19 @@ fail:
 /* The fabric's connect (agent): a peer on this host, proven by sock_diag. */
 static int fs_rdv_connect(struct fs_link *c)
 {
-  return fs_rdv_attempt(c, false, fs_clock_ns() + (uint64_t)c->policy.timeout_ms * 1000000u, 1);
+  return fs_rdv_attempt(c, false, fs_clock_ns() + (uint64_t)c->policy.timeout_ms * 1000000u, 1, 0);
 }
 
 /* Try again from a retry item (its reference passes on); the item goes. */
 static void fs_rdv_cli_again(struct fs_rdv_item *it, bool holder_only)
 {
   struct fs_link *c = it->c;
-  uint64_t give_up = it->give_up;
+  uint64_t give_up = it->give_up, seen_ns = it->seen_ns;
   uint32_t backoff = it->backoff_ms ? it->backoff_ms : 1;
   it->c = NULL;
   fs_rdv_drop(it);
-  int reason = fs_host->may_upgrade(c) ? fs_rdv_attempt(c, holder_only, give_up, backoff) : FS_REASON_ERROR;
+  int reason =
+    fs_host->may_upgrade(c) ? fs_rdv_attempt(c, holder_only, give_up, backoff, seen_ns) : FS_REASON_ERROR;
   if (reason == 0)
     return;
   fs_host->failed(c, reason < 0 ? -reason : reason);
@@ -510,6 +544,8 @@ static void fs_rdv_cli_event(struct fs_rdv_item *it)
       /* The listener's process does not hold it (prefork), or its holder
        * still shares it (fork, then the parent closes): find the holder. */
       it->kind = K_CLI_RETRY;
+      it->holder_only = true;
+      it->seen_ns = 0;
       fs_host->unwatch(it->ufd);
       fs_fdreg_close(it->ufd);
       it->ufd = -1;
@@ -567,7 +603,7 @@ static void fs_rdv_tick(void)
     if (it->kind == K_SRV && it->state == S_HELD && fs_rdv_srv_try(it))
       continue;
     if (it->kind == K_CLI_RETRY && now >= it->deadline) {
-      fs_rdv_cli_again(it, true);
+      fs_rdv_cli_again(it, it->holder_only);
       next = A.items; /* the list changed under us: start over (retries are few) */
       continue;
     }

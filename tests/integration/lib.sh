@@ -82,8 +82,9 @@ it_reap() {
 it_vlog() { [ "${FABSOCK_IT_VERBOSE:-0}" = 1 ] && echo "+ [$MODE] $*" >&2; return 0; }
 
 # ---- TAP ---------------------------------------------------------------------
-tap_ok() { IT_N=$((IT_N + 1)); IT_PASS=$((IT_PASS + 1)); echo "ok $IT_N - $1${2:+ # $2}"; }
-tap_skip() { IT_N=$((IT_N + 1)); IT_SKIP=$((IT_SKIP + 1)); echo "ok $IT_N - $1 # SKIP $2"; }
+# IT_NAME_SUFFIX (run.sh, FABSOCK_IT_UPGRADE) ends every test's name.
+tap_ok() { IT_N=$((IT_N + 1)); IT_PASS=$((IT_PASS + 1)); echo "ok $IT_N - $1${IT_NAME_SUFFIX:-}${2:+ # $2}"; }
+tap_skip() { IT_N=$((IT_N + 1)); IT_SKIP=$((IT_SKIP + 1)); echo "ok $IT_N - $1${IT_NAME_SUFFIX:-} # SKIP $2"; }
 # tap_not_ok NAME DETAILS [LOGFILE...]: details go on the line (never starting
 # with a TAP directive word), the tail of each log file as diagnostics.
 tap_not_ok() {
@@ -91,7 +92,7 @@ tap_not_ok() {
   shift 2
   IT_N=$((IT_N + 1)); IT_FAIL=$((IT_FAIL + 1))
   details=$(printf '%s' "$details" | tr '\n' ' ' | cut -c1-300)
-  echo "not ok $IT_N - $name # failed: $details"
+  echo "not ok $IT_N - $name${IT_NAME_SUFFIX:-} # failed: $details"
   for f in "$@"; do
     [ -s "$f" ] || continue
     echo "#   --- $(basename "$f") (last lines)"
@@ -187,7 +188,7 @@ tap_diag() { echo "# $*"; }
 # counted as a failure).  The reason names the bug so it stays visible.
 tap_todo() {
   IT_N=$((IT_N + 1))
-  echo "not ok $IT_N - $1 # TODO $2 ($(printf '%s' "$3" | tr '\n' ' ' | cut -c1-320))"
+  echo "not ok $IT_N - $1${IT_NAME_SUFFIX:-} # TODO $2 ($(printf '%s' "$3" | tr '\n' ' ' | cut -c1-320))"
 }
 
 it_done() {

@@ -9,6 +9,11 @@
 # comes last, then "# N passed, N failed, N skipped".  A script that exits
 # non-zero without reporting a failure, reports nothing, or runs longer than
 # FABSOCK_IT_SCRIPT_TIMEOUT seconds (default 240) adds a failure.
+# FABSOCK_IT_UPGRADE=N, random or random:SEED: every preloaded process
+# upgrades its connections at N bytes (FABSOCK_UPGRADE_BYTES), or at a point
+# drawn from SEED in [0, 4096), below the default threshold, so whatever a
+# test expects at the default holds there too; the point and seed are
+# printed and added to every test's name (make check-upgrade-points).
 # Exit 0 only when nothing failed.
 set -u
 dir=$(cd "$(dirname "$0")" && pwd)
@@ -36,6 +41,24 @@ if [ -z "${IT_PYTHON:-}" ] && command -v python3 >/dev/null 2>&1; then
 fi
 echo "# libfabsock integration tests: modes '${FABSOCK_IT_MODES:-plain client server both}'," \
   "preload '${FABSOCK_LIB:-none (FABSOCK_LIB unset)}', fabric checks '${FABSOCK_EXPECT_FABRIC:-off}'"
+
+if [ -n "${FABSOCK_IT_UPGRADE:-}" ]; then
+  seed=
+  case $FABSOCK_IT_UPGRADE in
+    random) seed=$(( $(date +%s%N) / 1000 % 1000000007 )) ;;
+    random:*) seed=${FABSOCK_IT_UPGRADE#random:} ;;
+  esac
+  if [ -n "$seed" ]; then
+    [[ $seed =~ ^[0-9]+$ ]] || { echo "Bail out! FABSOCK_IT_UPGRADE=random:SEED wants a number"; exit 1; }
+    point=$(( (seed * 1103515245 + 12345) % 4096 ))
+  else
+    point=$FABSOCK_IT_UPGRADE
+    [[ $point =~ ^[0-9]+$ ]] || { echo "Bail out! FABSOCK_IT_UPGRADE: a byte count, random or random:SEED"; exit 1; }
+  fi
+  export FABSOCK_UPGRADE_BYTES=$point
+  export IT_NAME_SUFFIX=" {upgrade at $point bytes${seed:+, seed $seed}}"
+  echo "# every preloaded process upgrades at $point bytes${seed:+ (FABSOCK_IT_UPGRADE=random:$seed replays it)}"
+fi
 
 n=0 pass=0 fail=0 skip=0 todo=0
 suite_t0=$(date +%s)

@@ -701,6 +701,21 @@ START_TEST(test_holders)
   /* A listening socket with that inode does not hold a connection. */
   write_table((int)b, 10, (off_t)(HDR + 10 * SLOT), 3, 4243, 1);
   ck_assert_int_eq(fs_stat_holders(4243, pids, 4), 0);
+  /* ... but it is a listener on its port (write_table's lport: 0, so set it). */
+  ck_assert_int_eq(fs_stat_listeners(8080, pids, 4), 0);
+  {
+    char p[PATH_MAX + 64];
+    table_path((int)b, p, sizeof p);
+    int fd = open(p, O_RDWR);
+    uint16_t port = 8080;
+    ck_assert_int_eq(pwrite(fd, &port, sizeof port, (off_t)(HDR + 3 * SLOT + offsetof(struct fs_stat_conn, lport))),
+                     (ssize_t)sizeof port);
+    close(fd);
+  }
+  ck_assert_int_eq(fs_stat_listeners(8080, pids, 4), 1);
+  ck_assert_int_eq(pids[0], (int)b);
+  ck_assert_int_eq(fs_stat_listeners(8081, pids, 4), 0);
+  ck_assert_int_eq(fs_stat_listeners(0, pids, 4), -EINVAL);
   /* Two holders, max 1: the count says two. */
   write_table((int)b, 10, (off_t)(HDR + 10 * SLOT), 3, 4242, 0);
   ck_assert_int_eq(fs_stat_holders(4242, pids, 1), 2);
@@ -720,6 +735,7 @@ START_TEST(test_holders)
   write_table((int)b, 10, 7, 1, 5002, 0); /* shorter than a header */
   ck_assert_int_eq(fs_stat_holders(5002, pids, 4), 0);
   ck_assert_int_eq(fs_stat_holders(0, pids, 4), -EINVAL);
+  ck_assert_int_eq(fs_stat_listeners(0, pids, 4), -EINVAL);
   /* Our own table never counts: the caller asks about others. */
   struct fs_stat_conn *mine = fs_stat_slot_alloc();
   ck_assert_ptr_nonnull(mine);
