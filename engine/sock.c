@@ -312,10 +312,17 @@ void fs_sock_accepted(struct fs_conn *lc, int nfd, int flags)
 
 void fs_sock_connect_done(struct fs_conn *c, int fd, int rc)
 {
-  if (rc == 0)
-    fs_sock_established(c, fd, FS_DIR_CONNECT);
-  else if (rc == -EINPROGRESS || rc == -EALREADY || rc == -EINTR)
+  if (rc == 0) {
+    /* A second connect() of a non-blocking socket returns 0 once it is
+     * connected (APR, select loops): set up once, whoever saw it first
+     * (a wait may have), or the first wake fd leaks. */
+    pthread_mutex_lock(&c->lock);
+    if (c->connecting || fs_conn_state(c) == FS_STATE_UNCONNECTED)
+      fs_sock_established(c, fd, FS_DIR_CONNECT);
+    pthread_mutex_unlock(&c->lock);
+  } else if (rc == -EINPROGRESS || rc == -EALREADY || rc == -EINTR) {
     c->connecting = true;
+  }
 }
 
 void fs_sock_check_connected(struct fs_conn *c, int fd)

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -453,4 +454,16 @@ bool it_stream_server_first(int fd, uint64_t rfirst, uint64_t *bytes, uint32_t *
   *bytes += (uint64_t)got;
   free(buf);
   return (uint64_t)got == rfirst;
+}
+
+int it_count_fds(void)
+{
+  DIR *d = opendir("/proc/self/fd");
+  int n = 0;
+  if (!d)
+    it_die(2, "opendir /proc/self/fd:");
+  while (readdir(d))
+    n++;
+  closedir(d);
+  return n - 3; /* ".", ".." and the directory's own descriptor */
 }

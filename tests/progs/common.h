@@ -74,6 +74,10 @@ int it_poll_ms(void);
  * "<path>.ready" and wait (up to 30 s) until "<path>" exists. */
 void it_hold(const char *path);
 
+/* Open descriptors of this process (entries of /proc/self/fd, less the
+ * one the count itself opens). */
+int it_count_fds(void);
+
 /* Client of a one-way stream test (splicer, uringio): n bytes of
  * stream(42) in a new buffer, a connection to port on 127.0.0.1 (held at
  * it_hold(hold)), and the first *first bytes (0 or over n: half) sent with
