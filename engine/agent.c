@@ -12,6 +12,7 @@
 #include "base/log.h"
 #include "base/real.h"
 #include "engine/agent.h"
+#include "engine/trim.h"
 #include "fabric/fabric.h"
 
 
@@ -47,7 +48,8 @@ static struct {
   struct fs_agent_job *jobs;
   uint64_t wake_at;           /* qlock: the agent runs its jobs by then at the
                                  latest (UINT64_MAX: it sleeps until kicked) */
-} A = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, false, -1, -1, { 0 }, NULL, NULL, UINT64_MAX };
+  uint64_t trim_at;           /* agent: the next idle-ring pass (0: none due) */
+} A = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, false, -1, -1, { 0 }, NULL, NULL, UINT64_MAX, 0 };
 
 #define FS_FOREACH_FABRIC(f) for (const struct fs_fabric_ops *const *f = fs_fabrics; *f; f++)
 
@@ -192,7 +194,28 @@ static int fs_agent_next_timeout(void)
     if (t >= 0 && (timeout < 0 || t < timeout))
       timeout = t;
   }
+  if (A.trim_at) {
+    uint64_t now = fs_clock_ns();
+    int t = A.trim_at > now ? (int)((A.trim_at - now + 999999u) / 1000000u) : 0;
+    if (timeout < 0 || t < timeout)
+      timeout = t;
+  }
   return timeout;
+}
+
+/* Idle rings give their memory back (engine/trim.h), once a period while
+ * this process holds a channel; a process without one is never woken. */
+static void fs_agent_trim(void)
+{
+  if (!fs_trim_chans()) {
+    A.trim_at = 0;
+    return;
+  }
+  uint64_t now = fs_clock_ns();
+  if (A.trim_at && now >= A.trim_at)
+    fs_trim_idle();
+  if (!A.trim_at || now >= A.trim_at)
+    A.trim_at = now + (uint64_t)FS_TRIM_PERIOD_MS * 1000000u;
 }
 
 static void *fs_agent_main(void *arg)
@@ -216,6 +239,7 @@ static void *fs_agent_main(void *arg)
     fs_agent_run_jobs();
     FS_FOREACH_FABRIC(f)
       (*f)->tick();
+    fs_agent_trim();
   }
   return NULL;
 }

@@ -85,6 +85,8 @@ struct fs_conn {
   int32_t fork_child;         /* shared_hist: the last child forked with it */
   uint64_t tcp_tx, tcp_rx;    /* bytes carried by TCP so far (SWITCH/REVERT) */
   uint64_t fab_tx, fab_rx;    /* bytes carried by the fabric */
+  uint64_t trim_tx;           /* agent: fab_tx at its last trim pass (engine/trim.c) */
+  bool trimmed;               /* agent: tx ring trimmed since fab_tx last moved */
   uint64_t crossed_ns;        /* accepting end: when the threshold was crossed */
   uint64_t alive_ns;          /* the peer half-closed TCP and was alive then (coarse ns) */
   uint64_t live_ns;           /* rx: when TCP was last asked whether the peer went away */

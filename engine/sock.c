@@ -25,6 +25,7 @@
 #include "engine/lend.h"
 #include "engine/ready.h"
 #include "engine/sock.h"
+#include "engine/trim.h"
 #include "engine/fdtab.h"
 #include "base/real.h"
 
@@ -38,6 +39,7 @@ static void fs_sock_release(struct fs_conn *c)
   if (ch) {
     c->chan = NULL;
     ch->ops->release(ch);
+    fs_trim_count(-1);
   }
   if (c->hooks) {
     fs_hook_close(c->hooks);
@@ -429,6 +431,7 @@ int fs_sock_attach(struct fs_conn *c, struct fs_chan *ch)
   if (c->shared_hist) /* our byte counts include what others did: ask the kernel */
     c->resync_tx = c->resync_rx = true;
   __atomic_store_n(&c->chan, ch, __ATOMIC_RELEASE);
+  fs_trim_count(1);
   __atomic_store_n(&ch->me->attached, 1, __ATOMIC_RELEASE);
   fs_conn_set_state(c, FS_STATE_FABRIC, FS_REASON_NONE);
   if (c->stat)

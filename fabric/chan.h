@@ -75,6 +75,11 @@ struct fs_chan_ops {
    * more (it was killed)?  Asked only then; may cost a system call.  A
    * fabric that learns of it by itself (rdma's disconnect) says no. */
   bool (*peer_gone)(struct fs_chan *ch, const struct sockaddr *local, const struct sockaddr *peer);
+  /* The tx direction has been idle a while and the caller holds the tx
+   * lock (no write in progress): give back the memory of the tx ring's
+   * free space where the fabric can (shm: its pages, for both processes;
+   * registered rdma memory stays).  Bytes given back. */
+  size_t (*trim)(struct fs_chan *ch);
 };
 
 struct fs_chan {
@@ -116,6 +121,7 @@ void fs_chan_shared_credit(struct fs_chan *ch);
 void fs_chan_nop(struct fs_chan *ch);
 bool fs_chan_yes(struct fs_chan *ch);
 bool fs_chan_no(struct fs_chan *ch);
+size_t fs_chan_trim_none(struct fs_chan *ch);
 
 /* Declare interest before sleeping; return true if already ready. */
 bool fs_chan_arm_rx(struct fs_chan *ch);

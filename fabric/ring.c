@@ -1,5 +1,7 @@
 #include <errno.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <sys/types.h>
 
 #include "fabric/ring.h"
@@ -260,4 +262,27 @@ bool fs_ring_eof_queued(const struct fs_ring *r)
 bool fs_ring_data_queued(const struct fs_ring *r)
 {
   return fs_ring_first(r, 1u << FS_REC_SWITCH | 1u << FS_REC_REVERT) == FS_REC_DATA;
+}
+
+ssize_t fs_ring_trim(struct fs_ring *r)
+{
+  static uint64_t pg;
+  if (!pg)
+    pg = (uint64_t)sysconf(_SC_PAGESIZE);
+  if ((uintptr_t)r->data % pg || r->size % pg)
+    return 0;
+  uint64_t tail = __atomic_load_n(&r->ctl->tail, __ATOMIC_RELAXED); /* ours */
+  uint64_t head = fs_ring_load(&r->ctl->head);                       /* only grows: a bound */
+  uint64_t pos = (tail / pg + 1) * pg, end = (head + r->size) / pg * pg;
+  ssize_t done = 0;
+  while (pos < end) { /* at most twice: the span is shorter than the ring */
+    uint64_t off = pos & (r->size - 1), n = end - pos;
+    if (n > r->size - off)
+      n = r->size - off;
+    if (madvise(r->data + off, (size_t)n, MADV_REMOVE) < 0)
+      return done ? done : -errno;
+    done += (ssize_t)n;
+    pos += n;
+  }
+  return done;
 }

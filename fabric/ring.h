@@ -111,6 +111,14 @@ size_t fs_ring_readable(const struct fs_ring *r);
 #define FS_RING_EOF_SCAN 64
 bool fs_ring_eof_queued(const struct fs_ring *r);
 
+/* Producer, with no write of its own in progress: give back the pages of
+ * the free space (MADV_REMOVE; in a shared mapping they go for every
+ * process that maps them, and come back zeroed at the next write).  The
+ * page holding tail stays (the next write lands there), and no page with
+ * an unread byte is touched: the consumer reads only [head, tail).  Needs
+ * page-aligned data; bytes given back, 0 if none, or -errno. */
+ssize_t fs_ring_trim(struct fs_ring *r);
+
 /* Does r hold DATA not consumed yet (past any SWITCH/REVERT at its head)? */
 bool fs_ring_data_queued(const struct fs_ring *r);
 

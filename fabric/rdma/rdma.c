@@ -567,6 +567,7 @@ static const struct fs_chan_ops fs_rdma_ops = {
   .forget = fs_rdma_forget,
   .lingering = fs_rdma_lingering_ch,
   .peer_gone = fs_rdma_peer_vanished,
+  .trim = fs_chan_trim_none,        /* registered memory is pinned */
 };
 
 /* ---- life cycle --------------------------------------------------------- */

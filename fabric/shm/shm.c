@@ -54,6 +54,12 @@ static bool fs_shm_peer_gone(struct fs_chan *ch, const struct sockaddr *local, c
   return rc == -ENOENT || (rc == 0 && inode == 0);
 }
 
+static size_t fs_shm_trim(struct fs_chan *ch)
+{
+  ssize_t n = fs_ring_trim(&ch->tx);
+  return n > 0 ? (size_t)n : 0;
+}
+
 static const struct fs_chan_ops fs_shm_ops = {
   .name = "shm",
   .fabric = FS_FABRIC_SHM,
@@ -69,6 +75,7 @@ static const struct fs_chan_ops fs_shm_ops = {
   .forget = fs_chan_nop,
   .lingering = fs_chan_no,          /* stores land at once */
   .peer_gone = fs_shm_peer_gone,
+  .trim = fs_shm_trim,
 };
 
 static bool fs_shm_pow2(uint32_t v)

@@ -12,6 +12,16 @@ require_progs duplex
 mib=${FABSOCK_IT_DUPLEX_MIB:-256}
 export FABSOCK_LOG=${FABSOCK_LOG:-debug}
 
+# dx_ends OUT: after the client ran (rc its status), wait for the server
+# (it exits after its one connection); rc and detail say how both ended.
+dx_ends() {
+  for _ in $(seq 100); do server_alive || break; sleep 0.1; done
+  server_status
+  detail=$(grep -v -e '^$' -e '^fabsock\[' "$1" | tail -n 1)
+  [ "$rc" -eq 124 ] && detail="client timed out; $detail"
+  if [ "$SRV_STATUS" != "exited with status 0" ]; then rc=1; detail="server $SRV_STATUS: $(tail -n 1 "$SERVER_LOG"); $detail"; fi
+}
+
 for MODE in $(it_modes); do
   name="full duplex ${mib} MiB each way, random sizes and sleeps"
   if ! start_prog_server duplex duplex -l -n "${mib}M"; then
@@ -22,12 +32,7 @@ for MODE in $(it_modes); do
   out=$IT_TMP/duplex.$MODE.out
   run_held_client duplex "$SERVER_PORT" "$out" "$PROGS/duplex" -p "$SERVER_PORT" -n "${mib}M" "${HOLD[@]}"
   rc=$?
-  # the server exits after its one connection
-  for i in $(seq 100); do server_alive || break; sleep 0.1; done
-  server_status
-  detail=$(grep -v -e '^$' -e '^fabsock\[' "$out" | tail -n 1)
-  [ $rc -eq 124 ] && detail="client timed out; $detail"
-  if [ "$SRV_STATUS" != "exited with status 0" ]; then rc=1; detail="server $SRV_STATUS: $(tail -n 1 "$SERVER_LOG"); $detail"; fi
+  dx_ends "$out"
   crcs=$IT_TMP/duplex.$MODE.crc
   grep -o 'tx_crc=[0-9a-f]* rx_crc=[0-9a-f]*' "$out" >"$crcs"
   if [ $rc -eq 0 ] && { [ "$MODE" = plain ] || [ -f "$(ref_file duplex.crc)" ]; }; then
@@ -55,6 +60,31 @@ for MODE in $(it_modes); do
   fi
   tap_result $rc "$name [$MODE]" "$detail" "$out" "$SERVER_LOG"
   fabric_report "$name" "$FABRIC_STATUS"
+  stop_server
+done
+
+# Idle rings give their memory back mid-stream (engine/trim.h): each sender
+# rests 2.5 s after every 8 MiB, past the 1 s trim period twice.  The
+# stream must stay byte-exact, and on shm each end must have trimmed (its
+# debug log says so).  Both ends preloaded only: elsewhere nothing trims.
+for MODE in $(it_modes); do
+  [ "$MODE" = both ] || continue
+  name="full duplex 24 MiB resting 2.5 s every 8 MiB: idle rings give memory back, stream intact"
+  if ! start_prog_server duplex duplex -l -n 24M -z 8M; then
+    server_status; tap_not_ok "$name [$MODE]" "duplex server did not start ($SRV_STATUS)" "$SERVER_LOG"
+    stop_server; continue
+  fi
+  out=$IT_TMP/duplex-rest.$MODE.out
+  run_client "$PROGS/duplex" -p "$SERVER_PORT" -n 24M -z 8M >"$out" 2>&1
+  rc=$?
+  dx_ends "$out"
+  if [ $rc -eq 0 ] && [ "${FABSOCK_EXPECT_FABRIC:-}" = shm ]; then
+    for who in client server; do
+      f=$out; [ $who = server ] && f=$SERVER_LOG
+      grep -q 'idle rings gave back' "$f" || { rc=1; detail="the $who never trimmed its idle ring; $detail"; }
+    done
+  fi
+  tap_result $rc "$name [$MODE]" "$detail" "$out" "$SERVER_LOG"
   stop_server
 done
 it_done

@@ -1,7 +1,7 @@
 /* duplex: large full-duplex transfer, verified both ways.
  *
- *   duplex -l [-6] [-P portfile] -n bytes [-w holdfile]     (server, one connection)
- *   duplex -p port [-6] -n bytes [-w holdfile]             (client)
+ *   duplex -l [-6] [-P portfile] -n bytes [-w holdfile] [-z bytes]    (server, one connection)
+ *   duplex -p port [-6] -n bytes [-w holdfile] [-z bytes]            (client)
  *
  * On the connection each side runs two threads at once: a sender writing
  * `bytes` of its stream (client seed 1, server seed 2) with write() in random
@@ -9,7 +9,9 @@
  * reading with read() in random sizes and verifying the peer's stream byte
  * for byte.  When done the sender shuts down its write side; the receiver
  * expects EOF exactly after `bytes`.  Prints CRC-32s and throughput.
- * -w: before shutting down, hold the connection at it_hold(). */
+ * -w: before shutting down, hold the connection at it_hold().
+ * -z: the sender rests 2.5 s after each that many bytes (long enough for
+ *     libfabsock to take the idle ring's memory back mid-stream). */
 #include "tests/progs/common.h"
 
 #include <errno.h>
@@ -25,7 +27,7 @@
 
 static int fd;
 static uint64_t bytes;
-static uint64_t tx_seed, rx_seed;
+static uint64_t tx_seed, rx_seed, rest_every;
 static uint32_t tx_crc, rx_crc;
 static char tx_err[256], rx_err[256];
 static const char *holdfile;
@@ -59,6 +61,8 @@ static void *sender(void *arg)
       break;
     }
     done += n;
+    if (rest_every && done / rest_every != (done - n) / rest_every && done < bytes)
+      it_sleep_us(2500000);
     if (it_rand(&rs) % 32 == 0)
       it_sleep_us((unsigned)(it_rand(&rs) % 500));
   }
@@ -125,7 +129,7 @@ int main(int argc, char **argv)
   int listen_mode = 0, v6 = 0, port = 0, opt;
   const char *portfile = NULL;
   it_prog = "duplex";
-  while ((opt = getopt(argc, argv, "l6p:P:n:w:")) != -1) {
+  while ((opt = getopt(argc, argv, "l6p:P:n:w:z:")) != -1) {
     switch (opt) {
     case 'l': listen_mode = 1; break;
     case '6': v6 = 1; break;
@@ -133,7 +137,8 @@ int main(int argc, char **argv)
     case 'P': portfile = optarg; break;
     case 'n': bytes = it_size(optarg); break;
     case 'w': holdfile = optarg; break;
-    default: it_die(2, "usage: duplex -l [-6] [-P portfile] -n bytes | duplex -p port [-6] -n bytes");
+    case 'z': rest_every = it_size(optarg); break;
+    default: it_die(2, "usage: duplex -l [-6] [-P portfile] -n bytes [-z bytes] | duplex -p port [-6] -n bytes [-z bytes]");
     }
   }
   if (!bytes || (!listen_mode && !port))

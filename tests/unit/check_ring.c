@@ -4,6 +4,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "fabric/ring.h"
 #include "tests/unit/check_run.h"
@@ -201,6 +203,92 @@ START_TEST(t_hostile_producer)
 }
 END_TEST
 
+/* Pages of [p, p + len) in memory (mincore). */
+static int resident(const void *p, size_t len)
+{
+  size_t pg = (size_t)sysconf(_SC_PAGESIZE), n = (len + pg - 1) / pg;
+  unsigned char v[64];
+  ck_assert_uint_le(n, sizeof v);
+  ck_assert_int_eq(mincore((void *)p, len, v), 0);
+  int k = 0;
+  for (size_t i = 0; i < n; i++)
+    k += v[i] & 1;
+  return k;
+}
+
+/* Send `n` bytes of a counting pattern from producer pr and read `m` at
+ * consumer co, interleaved in records of up to 3000 bytes, checking every
+ * byte read. */
+static void trim_stream(struct fs_ring *pr, struct fs_ring *co, uint32_t *wseq, uint32_t *rseq, size_t n, size_t m)
+{
+  uint8_t b[3000];
+  size_t sent = 0, got = 0;
+  while (got < m || sent < n) {
+    if (sent < n) {
+      size_t k = n - sent < sizeof b ? n - sent : sizeof b;
+      for (size_t i = 0; i < k; i++)
+        b[i] = (uint8_t)(*wseq + i);
+      struct iovec v = { b, k };
+      size_t put_n = fs_ring_put_data(pr, &v, 1, 0, k);
+      *wseq += (uint32_t)put_n;
+      sent += put_n;
+    }
+    size_t want = m - got < sizeof b ? m - got : sizeof b;
+    if (want == 0)
+      continue;
+    struct iovec v = { b, want };
+    ssize_t g = fs_ring_get_data(co, &v, 1, 0, want, false);
+    ck_assert_int_ge(g, 0);
+    for (ssize_t i = 0; i < g; i++)
+      ck_assert_uint_eq(b[i], (uint8_t)(*rseq + (uint32_t)i));
+    *rseq += (uint32_t)g;
+    got += (size_t)g;
+  }
+}
+
+/* fs_ring_trim on a shared memfd ring seen through two mappings, as the two
+ * processes of a shm channel see it: the producer gives back the pages of
+ * the free space only (the unread bytes stay intact for the consumer), the
+ * pages come back at the next writes, and the stream goes on byte-exact
+ * across the wrap. */
+START_TEST(t_trim_shared)
+{
+  size_t pg = (size_t)sysconf(_SC_PAGESIZE), sz = 16 * pg;
+  int fd = memfd_create("check-ring", 0);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(ftruncate(fd, (off_t)(pg + sz)), 0);
+  uint8_t *pa = mmap(NULL, pg + sz, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  uint8_t *pb = mmap(NULL, pg + sz, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ck_assert(pa != MAP_FAILED && pb != MAP_FAILED);
+  struct fs_ring pr = { (struct fs_ring_ctl *)pa, pa + pg, (uint32_t)sz, 0 };
+  struct fs_ring co = { (struct fs_ring_ctl *)pb, pb + pg, (uint32_t)sz, 0 };
+  uint32_t wseq = 0, rseq = 0;
+  /* About 10 pages streamed, the last ~2.5 not read yet (no wrap so far). */
+  trim_stream(&pr, &co, &wseq, &rseq, 10 * pg, 10 * pg - 10000);
+  uint64_t head = co.ctl->head, tail = pr.ctl->tail;
+  ck_assert_uint_lt(tail, sz);
+  ck_assert_uint_gt(tail - head, 2 * pg);
+  ck_assert_int_eq(resident(pa + pg, sz), (int)(tail / pg + 1));
+  ssize_t freed = fs_ring_trim(&pr);
+  ck_assert_int_gt(freed, 0);
+  /* Only the pages from head's to tail's stay (through either mapping). */
+  ck_assert_int_eq(resident(pb + pg, sz), (int)(tail / pg - head / pg + 1));
+  ck_assert_int_eq((size_t)freed, sz - (tail / pg - head / pg + 1) * pg);
+  /* The unread bytes are intact; then 40 more pages go through, wrapping
+   * over trimmed pages twice. */
+  trim_stream(&pr, &co, &wseq, &rseq, 40 * pg, 40 * pg + 10000);
+  ck_assert(fs_ring_empty(&co));
+  /* Empty: all but the page that takes the next write. */
+  ck_assert_int_eq(fs_ring_trim(&pr), (ssize_t)(sz - pg));
+  ck_assert_int_eq(resident(pa + pg, sz), 1);
+  ck_assert_int_eq(fs_ring_trim(&pr), (ssize_t)(sz - pg)); /* again: nothing left to free, same range */
+  trim_stream(&pr, &co, &wseq, &rseq, 3 * pg, 3 * pg);
+  munmap(pa, pg + sz);
+  munmap(pb, pg + sz);
+  close(fd);
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("ring");
@@ -214,6 +302,7 @@ int main(void)
   tcase_add_test(tc, t_full_keeps_reserve);
   tcase_add_test(tc, t_space_cached_head);
   tcase_add_test(tc, t_hostile_producer);
+  tcase_add_test(tc, t_trim_shared);
   suite_add_tcase(s, tc);
   return run_suite(s, false);
 }
