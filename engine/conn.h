@@ -79,6 +79,11 @@ struct fs_conn {
    * whichever drains the wake fd passes the wake on (engine/sockio.c). */
   uint32_t tx_sleeping, rx_sleeping;
   size_t tx_need;
+  size_t rx_need;             /* the bytes a sleeping receiver waits for (1: any) */
+  uint32_t rcvlowat;          /* SO_RCVLOWAT as set through us (0: never, i.e. 1) */
+  uint32_t sndbuf, rcvbuf;    /* SO_SNDBUF/SO_RCVBUF set through us (the kernel's
+                                 doubled values; 0: never); atomic */
+  uint32_t peer_rcvbuf;       /* the peer's SO_RCVBUF as last seen (txlock) */
   uint32_t nfds;              /* fds in this process naming it; atomic */
   uint32_t visit;             /* dedupe mark for whole-table walks */
   uint32_t ino;               /* accepted end: the socket's inode (stat, holders) */

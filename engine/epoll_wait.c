@@ -36,7 +36,8 @@ static bool fs_ep_peek(struct fs_ep_ent *e)
    * it are on TCP, which the kernel reports).  Calling that readable made
    * epoll_wait spin forever without asking the kernel. */
   if ((e->events & EPOLLIN) && e->c->rx_flow == FS_FLOW_FABRIC &&
-      (fs_chan_rx_ready(ch) || fs_chan_peer_closed(ch)))
+      ((fs_chan_progress(ch), fs_ring_data_ahead(&ch->rx, __atomic_load_n(&e->c->rcvlowat, __ATOMIC_RELAXED))) ||
+       fs_chan_peer_closed(ch)))
     return true;
   /* rx still on TCP with the peer's SWITCH at the ring's head: no wake will
    * come for what follows it (the peer's interest flag was ours to set),

@@ -25,6 +25,7 @@
 #include "engine/lend.h"
 #include "engine/ready.h"
 #include "engine/sock.h"
+#include "engine/sockopt.h"
 #include "engine/trim.h"
 #include "engine/fdtab.h"
 #include "base/real.h"
@@ -302,6 +303,9 @@ void fs_sock_accepted(struct fs_conn *lc, int nfd, int flags)
   if (!c)
     return;
   c->nonblock = (flags & SOCK_NONBLOCK) != 0;
+  /* An accepted socket inherits the listener's buffer sizes. */
+  c->sndbuf = __atomic_load_n(&lc->sndbuf, __ATOMIC_RELAXED);
+  c->rcvbuf = __atomic_load_n(&lc->rcvbuf, __ATOMIC_RELAXED);
   if (fs_fdtab_install(nfd, c) == 0)
     fs_sock_established(c, nfd, FS_DIR_ACCEPT);
   fs_conn_put(c);
@@ -430,6 +434,7 @@ int fs_sock_attach(struct fs_conn *c, struct fs_chan *ch)
   }
   if (c->shared_hist) /* our byte counts include what others did: ask the kernel */
     c->resync_tx = c->resync_rx = true;
+  fs_sockopt_attach(c, ch);
   __atomic_store_n(&c->chan, ch, __ATOMIC_RELEASE);
   fs_trim_count(1);
   __atomic_store_n(&ch->me->attached, 1, __ATOMIC_RELEASE);
@@ -683,21 +688,6 @@ int fs_sock_refuse_all(void)
 void fs_sock_set_nonblock(struct fs_conn *c, bool on)
 {
   c->nonblock = on;
-}
-
-void fs_sock_setsockopt(struct fs_conn *c, int fd, int level, int name, const void *val, socklen_t len)
-{
-  (void)fd;
-  /* SO_LINGER {1, 0}: close() aborts the connection with a reset. */
-  if (level == SOL_SOCKET && name == SO_LINGER && len >= (socklen_t)sizeof(struct linger)) {
-    const struct linger *l = val;
-    c->linger_abort = l->l_onoff && l->l_linger == 0;
-  }
-  /* Urgent data has no place on a fabric: keep such a connection on TCP. */
-  if (level == SOL_SOCKET && name == SO_OOBINLINE && !c->chan) {
-    c->no_upgrade = true;
-    fs_conn_set_state(c, fs_conn_state(c), FS_REASON_SOCKOPT);
-  }
 }
 
 /* Take m within ms milliseconds, or give up. */

@@ -48,7 +48,6 @@ int fs_sock_fionread(struct fs_conn *c, int fd, int *out);
 void fs_sock_set_nonblock(struct fs_conn *c, bool on);
 
 /* SO_* options the fabric must know about (after a successful setsockopt). */
-void fs_sock_setsockopt(struct fs_conn *c, int fd, int level, int name, const void *val, socklen_t len);
 
 /* fd is about to leave this process (SCM_RIGHTS) or the image (exec): bring
  * the connection back to plain TCP first. */

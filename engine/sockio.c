@@ -1,9 +1,12 @@
 /* Socket engine, data half.  See engine/sockio.h and fabric/ring.h. */
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <time.h>
 
 #include "base/clock.h"
@@ -14,6 +17,7 @@
 #include "base/log.h"
 #include "engine/sock.h"
 #include "engine/sockio.h"
+#include "engine/sockopt.h"
 #include "base/real.h"
 
 /* Small steps of every send and receive: inline, whatever the compiler
@@ -234,6 +238,8 @@ static ssize_t fs_sockio_fabric_send(struct fs_conn *c, int fd, struct fs_chan *
   bool nonblock = c->nonblock || (flags & MSG_DONTWAIT);
   size_t sent = 0;
   int budget = -2;
+  if (__builtin_expect(__atomic_load_n(&ch->peer->rcvbuf, __ATOMIC_RELAXED) != c->peer_rcvbuf, 0))
+    fs_sockopt_buf_cap(c, ch); /* the peer set SO_RCVBUF since */
   while (sent < total || total == 0) {
     if (fs_chan_peer_closed(ch)) {
       fs_cutover_broken(c, ch, fd);
@@ -497,6 +503,47 @@ static ssize_t fs_sockio_rx_step(struct fs_conn *c, int fd, struct fs_io *io, si
   }
 }
 
+/* A blocking read that needs `need` > 1 bytes before it returns (MSG_PEEK
+ * | MSG_WAITALL: all it asks for; SO_RCVLOWAT: min(lowat, len)), as the
+ * kernel makes it wait: until the current source holds that many, or says
+ * that no more comes first (a control record or EOF in the ring, the peer
+ * gone, a FIN).  On TCP the kernel's POLLIN waits for SO_RCVLOWAT bytes:
+ * the application's own, or, for a peek, `need` set for the wait.  0 when
+ * the read may go on; -EAGAIN (SO_RCVTIMEO), -EINTR. */
+static int fs_sockio_rx_gather(struct fs_conn *c, int fd, size_t need, bool peek, int *budget)
+{
+  int set_lowat = 0, rc = 0;
+  for (;;) {
+    struct fs_chan *ch = fs_cutover_chan(c);
+    if (c->rx_flow == FS_FLOW_FABRIC && ch) {
+      if (fs_wait_cond_rx(ch, &need) || (fs_chan_arm_rx(ch) && fs_wait_cond_rx(ch, &need)))
+        break;
+    } else if (c->rx_flow == FS_FLOW_TCP) {
+      int q = 0;
+      struct tcp_info ti;
+      socklen_t tl = sizeof ti;
+      if ((ch && !fs_ring_empty(&ch->rx)) || FS_REAL(ioctl)(fd, FIONREAD, &q) < 0 || (size_t)q >= need ||
+          FS_REAL(getsockopt)(fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) < 0 || ti.tcpi_state != TCP_ESTABLISHED)
+        break; /* enough, ring news (the SWITCH), or a FIN: the read sorts it out */
+      if (peek && !set_lowat) {
+        set_lowat = need > INT32_MAX ? INT32_MAX : (int)need;
+        (void)FS_REAL(setsockopt)(fd, SOL_SOCKET, SO_RCVLOWAT, &set_lowat, sizeof set_lowat);
+      }
+    } else {
+      break;
+    }
+    if (*budget == -2)
+      *budget = fs_wait_timeo(fd, SO_RCVTIMEO);
+    if ((rc = fs_wait_sleep(c, fd, false, need, budget)) < 0)
+      break;
+  }
+  if (set_lowat) {
+    int v = (int)__atomic_load_n(&c->rcvlowat, __ATOMIC_RELAXED);
+    v = v ? v : 1;
+    (void)FS_REAL(setsockopt)(fd, SOL_SOCKET, SO_RCVLOWAT, &v, sizeof v);
+  }
+  return rc;
+}
 
 static ssize_t fs_sockio_fabric_recv(struct fs_conn *c, int fd, struct fs_io *io, int flags)
 {
@@ -515,6 +562,13 @@ static ssize_t fs_sockio_fabric_recv(struct fs_conn *c, int fd, struct fs_io *io
       return fs_sockio_tcp_read(fd, io, 0, 0);
     return 0; /* a blocking zero-length read does not wait */
   }
+  /* MSG_PEEK | MSG_WAITALL waits for all it asks for, SO_RCVLOWAT for its
+   * count; a timeout or a signal then ends the wait with what is there. */
+  size_t lowat = __atomic_load_n(&c->rcvlowat, __ATOMIC_RELAXED);
+  size_t need = peek && (flags & MSG_WAITALL) ? total : !waitall && lowat > 1 ? (lowat < total ? lowat : total) : 0;
+  int gather_rc = 0;
+  if (need > 1 && !nonblock && (gather_rc = fs_sockio_rx_gather(c, fd, need, peek, &budget)) < 0)
+    nonblock = true;
   /* How long this call waited: spins are estimated (fs_wait_spin), the
    * clock is read only around a sleep. */
   uint64_t spun_ns = 0, slept_at = 0;
@@ -566,7 +620,7 @@ static ssize_t fs_sockio_fabric_recv(struct fs_conn *c, int fd, struct fs_io *io
       continue; /* the SWITCH came while we looked at TCP: no wake will say so */
     }
     if (nonblock)
-      return got ? (ssize_t)got : -EAGAIN;
+      return got ? (ssize_t)got : gather_rc ? gather_rc : -EAGAIN;
     if (budget == -2)
       budget = fs_wait_timeo(fd, SO_RCVTIMEO);
     fs_cutover_service(c, fd);
@@ -698,7 +752,7 @@ short fs_sockio_ready(struct fs_conn *c, struct fs_chan *ch, short want, short k
       r |= POLLIN | POLLRDNORM;
     break;
   case FS_FLOW_FABRIC:
-    if (!fs_ring_empty(&ch->rx) || closed)
+    if (fs_ring_data_ahead(&ch->rx, __atomic_load_n(&c->rcvlowat, __ATOMIC_RELAXED)) || closed)
       r |= POLLIN | POLLRDNORM;
     else if (kernel & (POLLIN | POLLRDHUP))
       r |= POLLIN | POLLRDNORM | (kernel & POLLRDHUP); /* TCP closed first: the peer died */

@@ -33,9 +33,10 @@ int fs_wait_timeo(int fd, int opt)
  * the spins poll them, a sleeper looks once more, a waker looks for it. */
 bool fs_wait_cond_rx(struct fs_chan *ch, void *arg)
 {
-  (void)arg;
+  size_t need = arg ? *(size_t *)arg : 1;
   fs_ring_touch_head(&ch->rx);
-  return fs_chan_rx_ready(ch) || fs_chan_peer_closed(ch) ||
+  fs_chan_progress(ch);
+  return fs_ring_data_ahead(&ch->rx, need) || fs_chan_peer_closed(ch) ||
          __atomic_load_n(&ch->peer->rx_revert, __ATOMIC_RELAXED);
 }
 
@@ -48,7 +49,7 @@ bool fs_wait_cond_tx(struct fs_chan *ch, void *arg)
 
 static bool fs_wait_over(struct fs_chan *ch, bool tx, size_t need)
 {
-  return tx ? fs_wait_cond_tx(ch, &need) : fs_wait_cond_rx(ch, NULL);
+  return tx ? fs_wait_cond_tx(ch, &need) : fs_wait_cond_rx(ch, need > 1 ? &need : NULL);
 }
 
 /* This thread drained a wake fd (the eventfd, or rdma's completion
@@ -64,18 +65,19 @@ static void fs_wait_pass_wake(struct fs_conn *c, struct fs_chan *ch, bool tx)
   uint32_t sl = __atomic_load_n(otx ? &c->tx_sleeping : &c->rx_sleeping, __ATOMIC_RELAXED);
   if (!sl)
     return;
-  size_t need = otx ? __atomic_load_n(&c->tx_need, __ATOMIC_RELAXED) : 0;
+  size_t need = __atomic_load_n(otx ? &c->tx_need : &c->rx_need, __ATOMIC_RELAXED);
   /* A receiver still on TCP (FS_SLEEP_TCP) waits for its socket and for
    * the peer's SWITCH in the ring at once: only it can tell, so it looks. */
   bool over = sl == FS_SLEEP_TCP || fs_wait_over(ch, otx, need);
   if (!over)
-    over = otx ? fs_chan_arm_tx(ch, need) : fs_chan_arm_rx(ch);
+    over = otx ? fs_chan_arm_tx(ch, need) : fs_chan_arm_rx(ch) && fs_wait_over(ch, false, need);
   if (over)
     fs_chan_efd_write(c->wake_fd);
 }
 
 /* Sleep until the wake fd or the TCP socket says something (need: the room
- * a sender waits for).  Returns 0, -EAGAIN on SO_*TIMEO expiry, -EINTR. */
+ * a sender waits for; the bytes a receiver waits for, 0 or 1: any).
+ * Returns 0, -EAGAIN on SO_*TIMEO expiry, -EINTR. */
 int fs_wait_sleep(struct fs_conn *c, int fd, bool tx, size_t need, int *budget_ms)
 {
   struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
@@ -88,8 +90,7 @@ int fs_wait_sleep(struct fs_conn *c, int fd, bool tx, size_t need, int *budget_m
   bool counted = ch && c->wake_fd >= 0 && (tx ? c->tx_flow : c->rx_flow) == FS_FLOW_FABRIC;
   bool marked = counted || (!tx && ch && c->wake_fd >= 0);
   if (marked) {
-    if (tx)
-      __atomic_store_n(&c->tx_need, need, __ATOMIC_RELAXED);
+    __atomic_store_n(tx ? &c->tx_need : &c->rx_need, need, __ATOMIC_RELAXED);
     __atomic_store_n(sleeping, counted ? FS_SLEEP_RING : FS_SLEEP_TCP, __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     if (counted && fs_wait_over(ch, tx, need)) {

@@ -19,7 +19,8 @@
 #define FS_WAIT_BOUND_MS 20  /* no sleep lasts longer before the caller looks again */
 
 /* What a waiting receiver or sender waits for (arg: size_t *need, the room
- * a sender needs); the spins poll them, a sleeper looks once more. */
+ * a sender needs, the bytes a receiver needs: NULL for any); the spins poll
+ * them, a sleeper looks once more. */
 bool fs_wait_cond_rx(struct fs_chan *ch, void *arg);
 bool fs_wait_cond_tx(struct fs_chan *ch, void *arg);
 

@@ -35,7 +35,7 @@ bool fs_chan_tx_ready(struct fs_chan *ch)
    * third of the buffer is free, not at the first free byte.  A program that
    * writes a block in blocking mode whenever poll says writable (socat) must
    * not find itself blocked on a ring its peer, doing the same, fills. */
-  size_t want = ch->tx.size / 3;
+  size_t want = fs_ring_limit(&ch->tx) / 3;
   return fs_ring_space_for(&ch->tx, want) >= want;
 }
 

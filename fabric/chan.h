@@ -44,6 +44,10 @@ struct fs_chan_ep {
   uint32_t reverted;         /* some holder of this end downgraded it (exec,
                                 fd passing): every process sharing it after
                                 fork goes back to TCP; atomic */
+  uint32_t rcvbuf;           /* SO_RCVBUF this end's application set (the
+                                kernel's doubled value), 0: never; the peer's
+                                tx ring holds no more than its own SO_SNDBUF
+                                and this (shm; rdma does not carry it); atomic */
 };
 
 struct fs_chan;

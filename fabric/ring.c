@@ -36,22 +36,34 @@ static void fs_ring_read_at(const struct fs_ring *r, uint64_t pos, void *dst, si
     memcpy((uint8_t *)dst + first, r->data, n - first);
 }
 
-/* Free bytes, from the cached head if that shows at least `want`. */
-static size_t fs_ring_free(struct fs_ring *r, size_t want)
+/* Free bytes below lim (the ring's size, or its cap), from the cached head
+ * if that shows at least `want`. */
+static size_t fs_ring_free_below(struct fs_ring *r, size_t want, size_t lim)
 {
   uint64_t tail = __atomic_load_n(&r->ctl->tail, __ATOMIC_RELAXED);
   uint64_t used = tail - __atomic_load_n(&r->head_seen, __ATOMIC_RELAXED);
-  if (used > r->size || r->size - used < want) {
+  if (used > lim || lim - used < want) {
     uint64_t head = fs_ring_load(&r->ctl->head);
     __atomic_store_n(&r->head_seen, head, __ATOMIC_RELAXED);
     used = tail - head;
   }
-  return used >= r->size ? 0 : r->size - (size_t)used;
+  return used >= lim ? 0 : lim - (size_t)used;
+}
+
+static size_t fs_ring_free(struct fs_ring *r, size_t want)
+{
+  return fs_ring_free_below(r, want, r->size);
+}
+
+size_t fs_ring_limit(const struct fs_ring *r)
+{
+  uint32_t cap = __atomic_load_n(&r->cap, __ATOMIC_RELAXED);
+  return cap && cap < r->size ? cap : r->size;
 }
 
 size_t fs_ring_space_for(struct fs_ring *r, size_t want)
 {
-  size_t free = fs_ring_free(r, want + FS_RING_RESERVE + FS_RING_HDR + 8);
+  size_t free = fs_ring_free_below(r, want + FS_RING_RESERVE + FS_RING_HDR + 8, fs_ring_limit(r));
   if (free < FS_RING_RESERVE + FS_RING_HDR + 8)
     return 0;
   return (free - FS_RING_RESERVE - FS_RING_HDR) & ~(size_t)7;
@@ -233,6 +245,28 @@ size_t fs_ring_readable(const struct fs_ring *r)
     n += hdr[1];
     head += FS_RING_HDR + FS_ALIGN8((uint64_t)(hdr[0] >> 8) + hdr[1]);
   }
+}
+
+bool fs_ring_data_ahead(const struct fs_ring *r, size_t need)
+{
+  if (need <= 1)
+    return !fs_ring_empty(r);
+  uint64_t head = __atomic_load_n(&r->ctl->head, __ATOMIC_RELAXED);
+  uint64_t tail = fs_ring_load(&r->ctl->tail);
+  size_t n = 0;
+  while (n < need) {
+    uint32_t hdr[2];
+    int h = fs_ring_hdr(r, head, tail, hdr);
+    if (h < 0)
+      return true; /* corrupt: let the reader find out */
+    if (h == 0)
+      return false;
+    if ((hdr[0] & 0xff) != FS_REC_DATA)
+      return true;
+    n += hdr[1];
+    head += FS_RING_HDR + FS_ALIGN8((uint64_t)(hdr[0] >> 8) + hdr[1]);
+  }
+  return true;
 }
 
 /* The type of the first record from the head that is not in skip (a

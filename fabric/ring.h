@@ -66,6 +66,10 @@ struct fs_ring {
    * head itself is read only when this one shows too little room, so the
    * consumer's line stays with the consumer.  Atomic (readiness reads it). */
   uint64_t head_seen;
+  /* Producer: the most it keeps in the ring (SO_SNDBUF + the peer's
+   * SO_RCVBUF where an application set one), 0: the ring's size.  Its own,
+   * never shared; control records ignore it.  Atomic. */
+  uint32_t cap;
 };
 
 static inline uint64_t fs_ring_load(const uint64_t *p)
@@ -73,9 +77,12 @@ static inline uint64_t fs_ring_load(const uint64_t *p)
   return __atomic_load_n(p, __ATOMIC_ACQUIRE);
 }
 
+/* The producer's limit on bytes in the ring: its cap, else its size. */
+size_t fs_ring_limit(const struct fs_ring *r);
+
 /* Bytes the producer could write as DATA payload right now (0 if none),
  * exact up to `want`: the consumer's head is read afresh only when the one
- * seen last leaves less room than that. */
+ * seen last leaves less room than that.  Below the cap, if one is set. */
 size_t fs_ring_space_for(struct fs_ring *r, size_t want);
 static inline size_t fs_ring_space(struct fs_ring *r)
 {
@@ -104,6 +111,12 @@ void fs_ring_pop(struct fs_ring *r);
 
 /* DATA bytes readable before the first control record (FIONREAD). */
 size_t fs_ring_readable(const struct fs_ring *r);
+
+/* Has the consumer what a reader needing `need` bytes waits for: that many
+ * DATA bytes, or fewer with a control record behind them (EOF, REVERT,
+ * SWITCH: nothing more comes on this ring before it)?  need <= 1: is the
+ * ring not empty.  (SO_RCVLOWAT, MSG_PEEK | MSG_WAITALL.) */
+bool fs_ring_data_ahead(const struct fs_ring *r, size_t need);
 
 /* Is an EOF record queued behind the DATA records at head?  (The kernel
  * reports EPOLLRDHUP once the FIN arrived, before the data ahead of it is

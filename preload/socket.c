@@ -13,6 +13,7 @@
 #include "engine/agent.h"
 #include "engine/ready.h"
 #include "engine/sock.h"
+#include "engine/sockopt.h"
 #include "preload/boundary.h"
 #include "preload/export.h"
 #include "preload/uring.h"
@@ -344,7 +345,7 @@ FS_EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t
     struct fs_conn *c = fs_fdtab_get(fd);
     if (c) {
       int saved = errno;
-      fs_sock_setsockopt(c, fd, level, name, val, len);
+      fs_sockopt_set(c, fd, level, name, val, len);
       fs_conn_put(c);
       errno = saved;
     }

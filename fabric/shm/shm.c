@@ -116,8 +116,8 @@ static struct fs_chan *fs_shm_view(void *map, size_t len, uint32_t ring, int sid
   ch->wait_fd = -1;
   ch->me = &h->ep[side];
   ch->peer = &h->ep[!side];
-  ch->tx = (struct fs_ring){ &h->ctl[side], data + (size_t)side * ring, ring, 0 };
-  ch->rx = (struct fs_ring){ &h->ctl[!side], data + (size_t)!side * ring, ring, 0 };
+  ch->tx = (struct fs_ring){ &h->ctl[side], data + (size_t)side * ring, ring, 0, 0 };
+  ch->rx = (struct fs_ring){ &h->ctl[!side], data + (size_t)!side * ring, ring, 0, 0 };
   return ch;
 }
 

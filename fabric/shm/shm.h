@@ -1,6 +1,7 @@
 /* The shm fabric: a channel in a sealed memfd shared by two processes.
  *
- * Memory format v2 (FS_SHM_VERSION; v2: ring control blocks of ring format v2), host byte order:
+ * Memory format v3 (FS_SHM_VERSION; v2: ring control blocks of ring format v2;
+ * v3: fs_chan_ep grew rcvbuf, so ctl[] moved), host byte order:
  *
  *   offset 0            struct fs_shm_hdr (FS_SHM_HDR_SIZE bytes):
  *                         u32 magic "FSHM", u32 version, u32 ring_size,
@@ -21,7 +22,7 @@
 #include "fabric/chan.h"
 
 #define FS_SHM_MAGIC 0x4d485346u /* "FSHM" */
-#define FS_SHM_VERSION 2
+#define FS_SHM_VERSION 3
 #define FS_SHM_HDR_SIZE 4096
 #define FS_SHM_RING_MIN (64u << 10)
 #define FS_SHM_RING_MAX (16u << 20)

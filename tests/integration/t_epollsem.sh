@@ -2,7 +2,9 @@
 # t_epollsem: epoll semantics on one connection that has moved to the fabric
 # (tests/progs/epollsem: level- and edge-triggered, EPOLLONESHOT, DEL and
 # re-ADD, one fd in two sets, nested epoll, EPOLLOUT, EPOLLEXCLUSIVE,
-# EPOLLRDHUP, EOF).  The preloaded transcript must equal the plain one (the
+# EPOLLRDHUP, EOF; SO_RCVLOWAT in poll, select, epoll and recv,
+# MSG_PEEK | MSG_WAITALL, and a sender refused early under SO_SNDBUF and the
+# peer's SO_RCVBUF).  The preloaded transcript must equal the plain one (the
 # kernel is the reference), and in [both] mode the connection must be on the
 # fabric while the cases run: ${FABSOCK_EXPECT_FABRIC:-shm}, checked with
 # `fabsock stat` at the program's pause.  One process tree (it forks its
@@ -42,6 +44,6 @@ for MODE in $(it_modes); do
   else rc=1; detail="differs from plain: $DIFF"; fi
   if [ "$FABRIC_RC" != 0 ]; then rc=1; detail="$detail; not on the fabric: $FABRIC_DETAIL"
   elif [ -n "$FABRIC_DETAIL" ]; then detail="$detail; $FABRIC_DETAIL"; fi
-  tap_result $rc "epoll semantics on an upgraded connection (LT, ET, ONESHOT, DEL/ADD, two sets, nested, EXCLUSIVE, RDHUP) [$MODE]" "$detail" "$out"
+  tap_result $rc "epoll semantics on an upgraded connection (LT, ET, ONESHOT, DEL/ADD, two sets, nested, EXCLUSIVE, RDHUP, RCVLOWAT, PEEK|WAITALL, SNDBUF) [$MODE]" "$detail" "$out"
 done
 it_done

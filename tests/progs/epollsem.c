@@ -13,7 +13,10 @@
  * EPOLLONESHOT and its re-arm by MOD, DEL and re-ADD with data pending and
  * without, one fd in two epoll sets, an epoll fd inside another, EPOLLOUT,
  * EPOLLEXCLUSIVE (and MOD of it: EINVAL), a DELeted dup closed while the
- * socket lives on, EPOLLRDHUP after the peer's shutdown, and EOF.  The epoll sets exist before the upgrade.
+ * socket lives on, SO_RCVLOWAT (poll, select, epoll, a blocking recv, one
+ * that times out) and MSG_PEEK | MSG_WAITALL, SO_SNDBUF with the peer's
+ * SO_RCVBUF (a sender refused early), EPOLLRDHUP after the peer's
+ * shutdown, and EOF.  The epoll sets exist before the upgrade.
  *
  * usage: epollsem [-g GO_FILE] [-r READY_FILE] [-P PORT_FILE]
  * exit 0 when every step ran (the transcript says what was seen), 1 when a
@@ -21,11 +24,15 @@
 #include "common.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/epoll.h>
+#include <sys/select.h>
+#include <sys/time.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -52,11 +59,21 @@ static void peer(int cmd_r, int ack_w)
     if (c == 'w')
       ok = it_write_all(s, buf, n) == (ssize_t)n;
     else if (c == 'r')
-      ok = it_read_full(s, buf, n) == (ssize_t)n;
+      for (unsigned left = n; ok && left > 0;) { /* in buffer-sized pieces */
+        unsigned k = left < sizeof buf ? left : (unsigned)sizeof buf;
+        ok = it_read_full(s, buf, k) == (ssize_t)k;
+        left -= k;
+      }
     else if (c == 's')
       ok = shutdown(s, SHUT_WR) == 0;
     else if (c == 'c')
       ok = close(s) == 0;
+    else if (c == 'd')
+      it_sleep_us(n * 1000u); /* a pause before the next step */
+    else if (c == 'b') {
+      int v = (int)n;
+      ok = setsockopt(s, SOL_SOCKET, SO_RCVBUF, &v, sizeof v) == 0;
+    }
     if (write(ack_w, ok ? "+" : "-", 1) != 1 || !ok)
       _exit(1);
   }
@@ -70,6 +87,23 @@ static void ask(char c, unsigned n)
   int len = snprintf(line, sizeof line, "%c %u\n", c, n);
   if (write(cmd_w, line, (size_t)len) != len || read(ack_r, &a, 1) != 1 || a != '+')
     it_die(1, "peer step %c %u failed", c, n);
+}
+
+/* Ask for a step without waiting: the side under test blocks meanwhile;
+ * acks(n) collects the acknowledgements later. */
+static void tell(char c, unsigned n)
+{
+  char line[32];
+  int len = snprintf(line, sizeof line, "%c %u\n", c, n);
+  if (write(cmd_w, line, (size_t)len) != len)
+    it_die(1, "peer step %c %u: pipe write:", c, n);
+}
+
+static void acks(int n)
+{
+  for (char a; n > 0; n--)
+    if (read(ack_r, &a, 1) != 1 || a != '+')
+      it_die(1, "peer step failed");
 }
 
 /* ---- the side under test ----------------------------------------------- */
@@ -118,6 +152,101 @@ static void drain(const char *label, int s, size_t want)
     got += (size_t)r;
   }
   printf("%s: read %zu\n", label, got);
+}
+
+/* poll() and select() for input within ms: prints "label: poll X, select Y". */
+static void readable(const char *label, int s, int ms)
+{
+  struct pollfd p = { s, POLLIN, 0 };
+  int n = poll(&p, 1, ms);
+  fd_set r;
+  FD_ZERO(&r);
+  FD_SET(s, &r);
+  struct timeval tv = { 0, 0 };
+  int m = select(s + 1, &r, NULL, NULL, &tv);
+  printf("%s: poll %d%s, select %d\n", label, n, n > 0 && (p.revents & POLLIN) ? " IN" : "", m);
+  fflush(stdout);
+}
+
+static void set_int(const char *label, int s, int name, int v)
+{
+  int rc = setsockopt(s, SOL_SOCKET, name, &v, sizeof v);
+  printf("%s: %s\n", label, rc == 0 ? "0" : it_errname(errno));
+}
+
+static void set_rcvtimeo(int s, int ms)
+{
+  struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
+  if (setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) < 0)
+    it_die(1, "SO_RCVTIMEO:");
+}
+
+static void recv_print(const char *label, int s, size_t n, int flags)
+{
+  static char buf[1 << 12];
+  ssize_t r = recv(s, buf, n, flags);
+  printf("%s: %zd%s%s\n", label, r, r < 0 ? " " : "", r < 0 ? it_errname(errno) : "");
+  fflush(stdout);
+}
+
+/* SO_RCVLOWAT: poll, select, epoll and a blocking recv wait for that many
+ * bytes (a recv whose SO_RCVTIMEO runs out returns what is there); and
+ * MSG_PEEK | MSG_WAITALL waits for all it asks for. */
+static void lowat_cases(int s, int ep)
+{
+  set_int("rcvlowat 100", s, SO_RCVLOWAT, 100);
+  ctl("mod ep IN", ep, EPOLL_CTL_MOD, s, EPOLLIN, 20);
+  ask('w', 50);
+  it_sleep_us(50000);
+  readable("lowat 100, 50 there", s, 100);
+  ew("lowat 100, 50 there, epoll", ep, 100);
+  ask('w', 60);
+  readable("lowat 100, 110 there", s, 2000);
+  ew("lowat 100, 110 there, epoll", ep, 2000);
+  drain("lowat", s, 110);
+  /* (Not "80 more": the kernel would copy the 30 and then sleep until 100
+   * bytes are queued beyond them, its wake-up ignoring what it copied.) */
+  ask('w', 30);
+  tell('d', 100);
+  tell('w', 100);
+  recv_print("lowat 100, recv 200 with 30 there, 100 more in 100 ms", s, 200, 0);
+  acks(2);
+  set_rcvtimeo(s, 100);
+  ask('w', 30);
+  recv_print("lowat 100, recv 200 with 30 there, SO_RCVTIMEO 100 ms", s, 200, 0);
+  set_rcvtimeo(s, 0);
+  set_int("rcvlowat 1", s, SO_RCVLOWAT, 1);
+  ask('w', 40);
+  tell('d', 100);
+  tell('w', 60);
+  recv_print("peek|waitall 100 with 40 there, 60 more in 100 ms", s, 100, MSG_PEEK | MSG_WAITALL);
+  acks(2);
+  drain("peek|waitall", s, 100);
+}
+
+/* SO_SNDBUF and the peer's SO_RCVBUF at 4 KiB, the peer not reading: a
+ * non-blocking sender is refused long before 256 KiB (the kernel's count
+ * depends on the window it advertised, 47 KiB here; libfabsock's ring holds
+ * the two buffers' worth: 16 KiB on shm, 136 KiB on rdma, which does not
+ * carry the peer's SO_RCVBUF); then the peer reads it all. */
+static void sockbuf_case(int s)
+{
+  static char buf[1 << 16];
+  ask('b', 4096);
+  set_int("sndbuf 4096 (peer rcvbuf 4096)", s, SO_SNDBUF, 4096);
+  int fl = fcntl(s, F_GETFL);
+  fcntl(s, F_SETFL, fl | O_NONBLOCK);
+  size_t took = 0;
+  ssize_t w = 0;
+  while (took < (256u << 10) && (w = send(s, buf, sizeof buf, 0)) > 0)
+    took += (size_t)w;
+  printf("peer not reading: took %s 192 KiB, then %s\n", took < (192u << 10) ? "less than" : "at least",
+         w < 0 ? it_errname(errno) : "no refusal");
+  fcntl(s, F_SETFL, fl);
+  ask('r', (unsigned)took);
+  printf("peer read all it took: ok\n");
+  set_int("sndbuf 256K", s, SO_SNDBUF, 256 << 10);
+  ask('b', 256 << 10);
 }
 
 static void wait_go(const char *ready, const char *go)
@@ -298,6 +427,9 @@ int main(int argc, char **argv)
   ctl("del ep4 dup", ep4, EPOLL_CTL_DEL, d, 0, 0);
   close(d);
   ctl("add ep4 IN|RDHUP", ep4, EPOLL_CTL_ADD, s, EPOLLIN | EPOLLRDHUP, 19);
+
+  lowat_cases(s, ep1);
+  sockbuf_case(s);
 
   /* the peer shuts down writing, then EOF */
   ctl("mod ep1 IN|RDHUP", ep1, EPOLL_CTL_MOD, s, EPOLLIN | EPOLLRDHUP, 17);

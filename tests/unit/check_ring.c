@@ -20,7 +20,7 @@ static void setup(void)
 {
   memset(&ctl, 0, sizeof ctl);
   memset(data, 0xee, sizeof data);
-  r = (struct fs_ring){ &ctl, data, RSZ, 0 };
+  r = (struct fs_ring){ &ctl, data, RSZ, 0, 0 };
 }
 
 static size_t put(const void *p, size_t n)
@@ -260,8 +260,8 @@ START_TEST(t_trim_shared)
   uint8_t *pa = mmap(NULL, pg + sz, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   uint8_t *pb = mmap(NULL, pg + sz, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   ck_assert(pa != MAP_FAILED && pb != MAP_FAILED);
-  struct fs_ring pr = { (struct fs_ring_ctl *)pa, pa + pg, (uint32_t)sz, 0 };
-  struct fs_ring co = { (struct fs_ring_ctl *)pb, pb + pg, (uint32_t)sz, 0 };
+  struct fs_ring pr = { (struct fs_ring_ctl *)pa, pa + pg, (uint32_t)sz, 0, 0 };
+  struct fs_ring co = { (struct fs_ring_ctl *)pb, pb + pg, (uint32_t)sz, 0, 0 };
   uint32_t wseq = 0, rseq = 0;
   /* About 10 pages streamed, the last ~2.5 not read yet (no wrap so far). */
   trim_stream(&pr, &co, &wseq, &rseq, 10 * pg, 10 * pg - 10000);

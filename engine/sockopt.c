@@ -1,0 +1,76 @@
+/* Socket options that change what a fabric must do (engine/sockopt.h). */
+#include <errno.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "base/lock.h"
+#include "base/real.h"
+#include "base/reason.h"
+#include "engine/sockopt.h"
+#include "fabric/chan.h"
+
+/* Kernel TCP holds at most about the sender's SO_SNDBUF plus the receiver's
+ * SO_RCVBUF of unread bytes; a ring holds its size.  Where either
+ * application set one, the tx ring holds no more than the kernel would
+ * (an unset one counts as Linux's initial tcp_wmem / tcp_rmem). */
+#define FS_SOCKIO_SNDBUF_DEFAULT 16384u
+#define FS_SOCKIO_RCVBUF_DEFAULT 131072u
+
+void fs_sockopt_buf_cap(struct fs_conn *c, struct fs_chan *ch)
+{
+  uint32_t snd = __atomic_load_n(&c->sndbuf, __ATOMIC_RELAXED);
+  uint32_t prcv = __atomic_load_n(&ch->peer->rcvbuf, __ATOMIC_ACQUIRE);
+  c->peer_rcvbuf = prcv;
+  uint64_t cap = 0;
+  if (snd || prcv)
+    cap = (uint64_t)(snd ? snd : FS_SOCKIO_SNDBUF_DEFAULT) + (prcv ? prcv : FS_SOCKIO_RCVBUF_DEFAULT);
+  __atomic_store_n(&ch->tx.cap, cap >= ch->tx.size ? 0u : (uint32_t)cap, __ATOMIC_RELAXED);
+}
+
+void fs_sockopt_attach(struct fs_conn *c, struct fs_chan *ch)
+{
+  uint32_t rcv = __atomic_load_n(&c->rcvbuf, __ATOMIC_RELAXED);
+  if (rcv)
+    __atomic_store_n(&ch->me->rcvbuf, rcv, __ATOMIC_RELEASE); /* the peer's sender honours it */
+  if (__atomic_load_n(&c->sndbuf, __ATOMIC_RELAXED))
+    fs_sockopt_buf_cap(c, ch); /* nobody sends on it yet */
+}
+
+void fs_sockopt_set(struct fs_conn *c, int fd, int level, int name, const void *val, socklen_t len)
+{
+  (void)fd;
+  /* SO_LINGER {1, 0}: close() aborts the connection with a reset. */
+  if (level == SOL_SOCKET && name == SO_LINGER && len >= (socklen_t)sizeof(struct linger)) {
+    const struct linger *l = val;
+    c->linger_abort = l->l_onoff && l->l_linger == 0;
+  }
+  /* SO_SNDBUF / SO_RCVBUF: the fabric buffers no more than the kernel
+   * would (fs_sockopt_buf_cap); the kernel's own (doubled) value counts. */
+  if (level == SOL_SOCKET && (name == SO_SNDBUF || name == SO_RCVBUF || name == SO_SNDBUFFORCE ||
+                              name == SO_RCVBUFFORCE)) {
+    bool snd = name == SO_SNDBUF || name == SO_SNDBUFFORCE;
+    int v = 0;
+    socklen_t l = sizeof v;
+    if (FS_REAL(getsockopt)(fd, SOL_SOCKET, snd ? SO_SNDBUF : SO_RCVBUF, &v, &l) == 0 && v > 0) {
+      __atomic_store_n(snd ? &c->sndbuf : &c->rcvbuf, (uint32_t)v, __ATOMIC_RELAXED);
+      struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
+      if (ch && !snd)
+        __atomic_store_n(&ch->me->rcvbuf, (uint32_t)v, __ATOMIC_RELEASE);
+      if (ch && snd && fs_lock_try(&c->txlock)) { /* a send in progress sees it next time */
+        fs_sockopt_buf_cap(c, ch);
+        fs_unlock(&c->txlock);
+      }
+    }
+  }
+  /* SO_RCVLOWAT: the fabric's readiness and reads honour it too (the kernel
+   * takes a negative value as INT_MAX and 0 as 1). */
+  if (level == SOL_SOCKET && name == SO_RCVLOWAT && len >= (socklen_t)sizeof(int)) {
+    int v = *(const int *)val;
+    __atomic_store_n(&c->rcvlowat, v < 0 ? (uint32_t)INT32_MAX : v == 0 ? 1u : (uint32_t)v, __ATOMIC_RELAXED);
+  }
+  /* Urgent data has no place on a fabric: keep such a connection on TCP. */
+  if (level == SOL_SOCKET && name == SO_OOBINLINE && !c->chan) {
+    c->no_upgrade = true;
+    fs_conn_set_state(c, fs_conn_state(c), FS_REASON_SOCKOPT);
+  }
+}

@@ -1,0 +1,23 @@
+/* Socket options that change what a fabric must do: SO_LINGER {1, 0} (an
+ * abort), SO_OOBINLINE (stays on TCP), SO_SNDBUF / SO_RCVBUF (the tx ring
+ * buffers no more than kernel TCP would), SO_RCVLOWAT (readiness and reads
+ * wait for that many bytes, engine/sockio.c). */
+#ifndef FS_ENGINE_SOCKOPT_H
+#define FS_ENGINE_SOCKOPT_H
+
+#include <sys/socket.h>
+
+#include "engine/conn.h"
+
+/* After the application's setsockopt succeeded on a tracked socket. */
+void fs_sockopt_set(struct fs_conn *c, int fd, int level, int name, const void *val, socklen_t len);
+
+/* Set ch's tx cap from our SO_SNDBUF and the peer's SO_RCVBUF (either set
+ * by an application), as kernel TCP would buffer; none if neither.  Under
+ * the tx lock, or before anyone sends. */
+void fs_sockopt_buf_cap(struct fs_conn *c, struct fs_chan *ch);
+
+/* ch is being put on c: publish our SO_RCVBUF to the peer, cap our tx. */
+void fs_sockopt_attach(struct fs_conn *c, struct fs_chan *ch);
+
+#endif
