@@ -81,6 +81,7 @@ struct io_uring_params;
   X(FILE *, popen, NULL, (const char *c, const char *m), (c, m)) \
   X(int, getsockopt, -1, (int fd, int l, int o, void *v, socklen_t *n), (fd, l, o, v, n)) \
   X(int, setsockopt, -1, (int fd, int l, int o, const void *v, socklen_t n), (fd, l, o, v, n)) \
+  X(int, prctl, -1, (int o, unsigned long a, unsigned long b, unsigned long c, unsigned long d), (o, a, b, c, d)) \
   X(int, io_uring_setup, -ENOSYS, (unsigned e, struct io_uring_params *p), (e, p)) \
   X(int, io_uring_queue_init, -ENOSYS, (unsigned e, struct io_uring *r, unsigned f), (e, r, f)) \
   X(int, io_uring_queue_init_params, -ENOSYS, (unsigned e, struct io_uring *r, struct io_uring_params *p), (e, r, p)) \

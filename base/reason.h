@@ -28,7 +28,8 @@
   X(INHERITED,   "inherited")       /* fd inherited from exec: plain TCP */ \
   X(AUTH,        "auth")            /* rdma_key: the peer did not prove the same key */ \
   X(KERNEL_IO,   "kernel-io")       /* splice, tee or copy_file_range hand the socket to the kernel */ \
-  X(IO_URING,    "io-uring")        /* the process set up an io_uring: its rings bypass us */
+  X(IO_URING,    "io-uring")        /* the process set up an io_uring: its rings bypass us */ \
+  X(SANDBOX,     "sandbox")         /* the process confined itself (seccomp): only its own calls */
 
 enum fs_reason {
 #define FS_REASON_X_ENUM(id, str) FS_REASON_##id,

@@ -496,12 +496,42 @@ void fs_sock_last_close(struct fs_conn *c)
   fs_sock_last_close_fd(c, -1);
 }
 
+struct fs_sock_refd_arg {
+  struct fs_conn *c;
+  int fd;
+};
+
+static void fs_sock_refd_one(int fd, struct fs_conn *c, void *arg)
+{
+  struct fs_sock_refd_arg *a = arg;
+  if (c == a->c && a->fd < 0)
+    a->fd = fd;
+}
+
+/* c's own fd (the one the kernel is asked about: byte counts, the
+ * rendezvous' dup) was closed while another names it still: move to that
+ * one.  sshd's re-exec gets the connection on fd 0, dups it and puts
+ * /dev/null on 0; every TCP_INFO on fd 0 then failed, for ever. */
+static void fs_sock_refd(struct fs_conn *c)
+{
+  struct fs_sock_refd_arg a = { c, -1 };
+  fs_fdtab_foreach(fs_sock_refd_one, &a);
+  if (a.fd >= 0) {
+    __atomic_store_n(&c->fd, a.fd, __ATOMIC_RELEASE);
+    if (c->stat)
+      c->stat->fd = a.fd;
+  }
+}
+
 void fs_sock_close(struct fs_conn *c, int fd)
 {
-  if (__atomic_load_n(&c->nfds, __ATOMIC_ACQUIRE) == 0)
+  if (__atomic_load_n(&c->nfds, __ATOMIC_ACQUIRE) == 0) {
     fs_sock_last_close_fd(c, c->linger_abort ? fd : -1);
-  else
+  } else {
+    if (fd == __atomic_load_n(&c->fd, __ATOMIC_ACQUIRE))
+      fs_sock_refd(c);
     fs_ready_epoll_fd_closing(c, fd);
+  }
   fs_conn_put(c);
 }
 

@@ -1,4 +1,5 @@
-/* Process events: fork, vfork, the exec family, posix_spawn, system, popen.
+/* Process events: fork, vfork, the exec family, posix_spawn, system, popen,
+ * and prctl(PR_SET_SECCOMP).
  *
  * Before an exec (including the ones glibc does behind posix_spawn, system
  * and popen) every accelerated connection is brought back to plain TCP, so a
@@ -6,12 +7,16 @@
  * treated as fork: a wrapper cannot safely return into a frame the child
  * shares with its parent. */
 #include <errno.h>
+#include <linux/seccomp.h>
 #include <stdarg.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
+#include "base/reason.h"
 #include "engine/sock.h"
 #include "preload/export.h"
+#include "preload/proc.h"
 #include "base/real.h"
 #include "base/stat.h"
 
@@ -28,6 +33,32 @@ FS_EXPORT pid_t fork(void)
 FS_EXPORT pid_t vfork(void)
 {
   return fork();
+}
+
+/* A process about to confine itself with a seccomp filter (sshd's pre-auth
+ * child, browsers' renderers) allows the system calls its own code makes,
+ * not ours (an eventfd, a wake fd added to its poll: sshd also drops
+ * RLIMIT_NOFILE to 1 first, so one more fd in ppoll is EINVAL and the
+ * connection dies).  Every connection goes back to plain TCP first, and
+ * from then on each call goes through as the one the application made. */
+FS_EXPORT int prctl(int option, ...)
+{
+  va_list ap;
+  va_start(ap, option);
+  unsigned long a = va_arg(ap, unsigned long), b = va_arg(ap, unsigned long);
+  unsigned long c = va_arg(ap, unsigned long), d = va_arg(ap, unsigned long);
+  va_end(ap);
+  if (option == PR_SET_SECCOMP && a == SECCOMP_MODE_FILTER)
+    fs_preload_confined();
+  return FS_REAL(prctl)(option, a, b, c, d);
+}
+
+void fs_preload_confined(void)
+{
+  int saved = errno;
+  fs_sock_kernel_only(FS_REASON_SANDBOX);
+  fs_stat_shutdown(); /* its unlink at exit would be refused, or kill the process */
+  errno = saved;
 }
 
 static void fs_exec_point(void)

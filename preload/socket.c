@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <stdarg.h>
 #include <sys/ioctl.h>
+#include <linux/seccomp.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include "engine/sockopt.h"
 #include "preload/boundary.h"
 #include "preload/export.h"
+#include "preload/proc.h"
 #include "preload/uring.h"
 #include "engine/fdtab.h"
 #include "engine/inherit.h"
@@ -143,7 +145,8 @@ __attribute__((constructor)) static void fs_preload_stdio(void)
 /* syscall(SYS_close, fd): libuv (node) closes every descriptor this way,
  * so a socket closed by it would otherwise stay in our table as if open,
  * its stat row claiming a connection the process no longer holds.
- * syscall(SYS_io_uring_setup, ...): see preload/uring.c. */
+ * syscall(SYS_io_uring_setup, ...): see preload/uring.c; syscall(SYS_seccomp,
+ * SECCOMP_SET_MODE_FILTER, ...): see prctl in preload/proc.c. */
 FS_EXPORT long syscall(long n, ...)
 {
   va_list ap;
@@ -155,6 +158,8 @@ FS_EXPORT long syscall(long n, ...)
     return close((int)a);
   if (n == SYS_io_uring_setup)
     fs_preload_uring_seen();
+  if (n == SYS_seccomp && a == SECCOMP_SET_MODE_FILTER)
+    fs_preload_confined(); /* as prctl(PR_SET_SECCOMP) */
   return FS_REAL(syscall)(n, a, b, c, d, e, f);
 }
 
