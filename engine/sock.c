@@ -219,13 +219,13 @@ static void fs_sock_establish(struct fs_conn *c, int fd, int dir)
       return;
     }
   }
-  int reason = FS_REASON_PENDING;
+  int reason = FS_REASON_PENDING, all_tcp = fs_sock_refuse_all(); /* io_uring, a sandbox */
   if (disabled)
     reason = FS_REASON_DISABLED;
   else if (c->policy.fabric == FS_FABRIC_TCP || c->policy.upgrade_bytes == FS_POLICY_UPGRADE_NEVER)
     reason = FS_REASON_POLICY;
-  else if (fs_sock_refuse_all())
-    reason = fs_sock_refuse_all();
+  else if (all_tcp)
+    reason = all_tcp;
   else if (c->policy.fabric != FS_FABRIC_AUTO && !fs_fabric_by_id(c->policy.fabric))
     reason = FS_REASON_NO_DEVICE; /* that fabric is not in this build */
   else if (!fs_sock_fd_budget_ok(fd) || (c->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
@@ -755,12 +755,13 @@ void fs_sock_downgrade(struct fs_conn *c, int fd, int reason)
     }
     pthread_mutex_unlock(&c->lock);
   }
-  if (reason == FS_REASON_FORK || reason == FS_REASON_IO_URING) {
-    /* In fork's prepare handler (or io_uring's set-up, which walks every
-     * connection) a thread of ours may sit in a blocking recv or send
-     * holding these locks for as long as its peer is silent: never make the
-     * call wait on that.  Such a connection stays on its fabric (logged). */
-    const char *when = reason == FS_REASON_FORK ? "fork" : "io_uring set-up";
+  if (reason == FS_REASON_FORK || reason == FS_REASON_IO_URING || reason == FS_REASON_SANDBOX) {
+    /* In fork's prepare handler, or in fs_sock_kernel_only's walk over
+     * every connection (io_uring set-up, a seccomp filter), a thread of ours
+     * may sit in a blocking recv or send holding these locks for as long as
+     * its peer is silent: never make the call wait on that.  Such a
+     * connection stays on its fabric (logged). */
+    const char *when = fs_reason_name(reason);
     if (!fs_sock_trylock_for(&c->rxlock, 100)) {
       fs_log(FS_LOG_WARN, "fd %d: a thread is inside recv at %s; it stays on %s", fd, when, ch->ops->name);
       return;

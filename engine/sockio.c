@@ -238,7 +238,8 @@ static ssize_t fs_sockio_fabric_send(struct fs_conn *c, int fd, struct fs_chan *
   bool nonblock = c->nonblock || (flags & MSG_DONTWAIT);
   size_t sent = 0;
   int budget = -2;
-  if (__builtin_expect(__atomic_load_n(&ch->peer->rcvbuf, __ATOMIC_RELAXED) != c->peer_rcvbuf, 0))
+  if (__builtin_expect(__atomic_load_n(&ch->peer->rcvbuf, __ATOMIC_RELAXED) !=
+                         __atomic_load_n(&c->peer_rcvbuf, __ATOMIC_RELAXED), 0))
     fs_sockopt_buf_cap(c, ch); /* the peer set SO_RCVBUF since */
   while (sent < total || total == 0) {
     if (fs_chan_peer_closed(ch)) {

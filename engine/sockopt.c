@@ -18,9 +18,12 @@
 
 void fs_sockopt_buf_cap(struct fs_conn *c, struct fs_chan *ch)
 {
-  uint32_t snd = __atomic_load_n(&c->sndbuf, __ATOMIC_RELAXED);
+  /* peer_rcvbuf first, then sndbuf: a setsockopt that could not take the
+   * tx lock stores sndbuf, then spoils peer_rcvbuf; either this reads the
+   * new sndbuf or the next send sees the spoiled value and comes back. */
   uint32_t prcv = __atomic_load_n(&ch->peer->rcvbuf, __ATOMIC_ACQUIRE);
-  c->peer_rcvbuf = prcv;
+  __atomic_store_n(&c->peer_rcvbuf, prcv, __ATOMIC_SEQ_CST);
+  uint32_t snd = __atomic_load_n(&c->sndbuf, __ATOMIC_SEQ_CST);
   uint64_t cap = 0;
   if (snd || prcv)
     cap = (uint64_t)(snd ? snd : FS_SOCKIO_SNDBUF_DEFAULT) + (prcv ? prcv : FS_SOCKIO_RCVBUF_DEFAULT);
@@ -38,7 +41,6 @@ void fs_sockopt_attach(struct fs_conn *c, struct fs_chan *ch)
 
 void fs_sockopt_set(struct fs_conn *c, int fd, int level, int name, const void *val, socklen_t len)
 {
-  (void)fd;
   /* SO_LINGER {1, 0}: close() aborts the connection with a reset. */
   if (level == SOL_SOCKET && name == SO_LINGER && len >= (socklen_t)sizeof(struct linger)) {
     const struct linger *l = val;
@@ -52,13 +54,15 @@ void fs_sockopt_set(struct fs_conn *c, int fd, int level, int name, const void *
     int v = 0;
     socklen_t l = sizeof v;
     if (FS_REAL(getsockopt)(fd, SOL_SOCKET, snd ? SO_SNDBUF : SO_RCVBUF, &v, &l) == 0 && v > 0) {
-      __atomic_store_n(snd ? &c->sndbuf : &c->rcvbuf, (uint32_t)v, __ATOMIC_RELAXED);
+      __atomic_store_n(snd ? &c->sndbuf : &c->rcvbuf, (uint32_t)v, __ATOMIC_SEQ_CST);
       struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
       if (ch && !snd)
         __atomic_store_n(&ch->me->rcvbuf, (uint32_t)v, __ATOMIC_RELEASE);
-      if (ch && snd && fs_lock_try(&c->txlock)) { /* a send in progress sees it next time */
+      if (ch && snd && fs_lock_try(&c->txlock)) {
         fs_sockopt_buf_cap(c, ch);
         fs_unlock(&c->txlock);
+      } else if (ch && snd) { /* a send in progress: its next send recomputes (no rcvbuf is UINT32_MAX) */
+        __atomic_store_n(&c->peer_rcvbuf, UINT32_MAX, __ATOMIC_SEQ_CST);
       }
     }
   }
