@@ -42,7 +42,7 @@ struct fs_rdv_item {
   uint64_t deadline;          /* ns, CLOCK_MONOTONIC; 0 = none */
   struct fs_link *c;          /* listener (K_LISTENER; NULL: orphan) or connection
                                  (K_CLI, S_WAIT_ACK); referenced */
-  struct fs_chan *ch;         /* K_CLI, S_WAIT_ACK */
+  struct fs_chan *ch;         /* K_CLI: not attached yet */
   int state;                  /* K_SRV */
   int fds[3];                 /* K_SRV held: tcp dup, memfd, client efd */
   uint32_t uid;
@@ -212,6 +212,17 @@ static bool fs_rdv_srv_try(struct fs_rdv_item *it)
       it->fds[2] = -1; /* the channel owns the client's eventfd now */
   }
   fs_rdv_closefds(it->fds, 3);
+  /* Attach before the reply: a process that forks right after (sshd's
+   * monitor, between the pre-auth child's exit and the session's fork)
+   * then forks with the channel, as any upgraded connection, instead of
+   * abandoning it on the ack and leaving the client on TCP for good.  Our
+   * tx waits for the client's `attached` flag; if the client gives up
+   * without attaching, both ends stay on TCP (reason rejected here). */
+  if (status == 0 && fs_host->attach(c, ch) != 0) {
+    fs_chan_detach(ch); /* closed or shared again since may_attach */
+    ch = NULL;
+    status = FS_REASON_NOT_OWNER; /* the client looks for the holder */
+  }
   if (status != 0) {
     fs_log(FS_LOG_INFO, "rendezvous refused for fd %d: %s", c->fd, fs_reason_name(status));
     fs_host->refused(c, status); /* stat shows why on this end too */
@@ -222,7 +233,6 @@ static bool fs_rdv_srv_try(struct fs_rdv_item *it)
   }
   fs_rdv_reply(it->ufd, 0, c->wake_fd);
   it->c = c;
-  it->ch = ch;
   it->state = S_WAIT_ACK;
   it->deadline = 0; /* wait for the ack or EOF, however long */
   return true;
@@ -236,10 +246,9 @@ static void fs_rdv_srv_event(struct fs_rdv_item *it)
     ssize_t n = fs_rdv_recvfds(it->ufd, &ack, sizeof ack, fds, 0, &nf);
     if (n == -EAGAIN)
       return;
-    if (n == (ssize_t)sizeof ack && nf == 0 && ack.magic == FS_RDV_MAGIC_ACK && ack.version == FS_RDV_VERSION) {
-      if (fs_host->attach(it->c, it->ch) == 0)
-        it->ch = NULL;
-    }
+    /* We attached before replying (fs_rdv_srv_try): the ack, EOF or
+     * garbage only ends the exchange; a client that never attaches leaves
+     * both ends on TCP (fs_cutover_chan_known: rejected). */
     fs_rdv_drop(it);
     return;
   }

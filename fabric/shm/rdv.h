@@ -12,10 +12,16 @@
  *   ack      (connecting end -> listener), 8 bytes, only after an accept:
  *     u32 magic "FSAK" | u16 version 1 | u16 pad
  *
- * Three messages, because neither end may start using a channel the other
- * might abandon: the client attaches only once it has sent the ack; the
- * server attaches only once it has read the ack, and until then waits for
- * the ack or EOF (a client that timed out closes without acking).
+ * The server attaches before it replies (an attach that lost a race with
+ * close or fork since the check answers not-owner: the client looks for
+ * the holder); the client attaches once it has sent the ack, which only
+ * ends the exchange.  Neither end moves its tx onto the ring before the
+ * peer's `attached` flag is set, so an end that gave the channel up
+ * unattached (a client that timed out closes without acking) leaves both
+ * on TCP.  Server first, because servers fork right after accepting (sshd's
+ * monitor, between its pre-auth child's exit and the session's fork): an
+ * attached end forks with its channel; one that had waited for the ack
+ * abandoned it and left the client on TCP for good.
  * Identity: the listener accepts only if the passed socket's local/peer
  * addresses are the reverse of a connection this process accepted (or will
  * accept: a request may be held until accept(), never answered for a socket

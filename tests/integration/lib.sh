@@ -91,7 +91,7 @@ tap_not_ok() {
   local name=$1 details=$2 f
   shift 2
   IT_N=$((IT_N + 1)); IT_FAIL=$((IT_FAIL + 1))
-  details=$(printf '%s' "$details" | tr '\n' ' ' | cut -c1-300)
+  details=$(printf '%s' "$details" | tr '\n' ' ' | cut -c1-600)
   echo "not ok $IT_N - $name${IT_NAME_SUFFIX:-} # failed: $details"
   for f in "$@"; do
     [ -s "$f" ] || continue
@@ -460,11 +460,17 @@ expect_fabric() {
   [ -n "$want" ] || return 0
   if [ ! -x "$FABSOCK_BIN" ]; then FABRIC_DETAIL="fabsock tool $FABSOCK_BIN not found"; return 1; fi
   real_python
+  local seen=()
   for i in $(seq $((secs * 5))); do
     out=$(timeout 10 "$FABSOCK_BIN" stat --json 2>&1 | "$IT_PYTHON" "$IT_DIR/fabric_check.py" "$key" "$want" 2>&1)
     rc=$?
-    FABRIC_DETAIL=$out
-    [ $rc -eq 0 ] && return 0
+    [ $rc -eq 0 ] && { FABRIC_DETAIL=$out; return 0; }
+    # What each sample showed, once each, the last first: the last alone
+    # says nothing of a connection that went elsewhere before it closed.
+    local one=${out//[[:space:]]/_} s before=
+    [[ " ${seen[*]:-} " == *" $one "* ]] || seen+=("$one")
+    for s in "${seen[@]}"; do [ "$s" = "$one" ] || before+="${before:+|}${s//_/ }"; done
+    FABRIC_DETAIL="$out${before:+ (earlier samples: $before)}"
     sleep 0.2
   done
   return 1
