@@ -1,4 +1,7 @@
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -39,6 +42,34 @@ int fs_log_configure(const char *spec)
   return rc;
 }
 
+/* stderr is dead to us: a file past the process's RLIMIT_FSIZE. */
+static int fs_log_stderr_dead;
+
+/* One write, so lines from threads do not interleave.  A process may have
+ * set RLIMIT_FSIZE to 0 (sshd's pre-auth child does, before its sandbox)
+ * with stderr on a file: the write then raises SIGXFSZ, whose default
+ * action kills the process.  So the signal is blocked for the write, and
+ * one it raised is taken back before unblocking; stderr is not written
+ * again. */
+static void fs_log_write(const char *buf, size_t len)
+{
+  if (__atomic_load_n(&fs_log_stderr_dead, __ATOMIC_RELAXED))
+    return;
+  sigset_t xfsz, old;
+  sigemptyset(&xfsz);
+  sigaddset(&xfsz, SIGXFSZ);
+  bool masked = pthread_sigmask(SIG_BLOCK, &xfsz, &old) == 0;
+  if (FS_REAL(write)(2, buf, len) < 0 && errno == EFBIG) {
+    __atomic_store_n(&fs_log_stderr_dead, 1, __ATOMIC_RELAXED);
+    if (masked && !sigismember(&old, SIGXFSZ)) {
+      const struct timespec now = { 0, 0 };
+      (void)sigtimedwait(&xfsz, NULL, &now); /* ours: it was not blocked before */
+    }
+  }
+  if (masked)
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
 void fs_log_emit(int level, const char *fmt, ...)
 {
   static const char *const tags[] = { "", "error", "warn", "info", "debug" };
@@ -60,8 +91,7 @@ void fs_log_emit(int level, const char *fmt, ...)
     if (len > sizeof buf - 2)
       len = sizeof buf - 2;
     buf[len++] = '\n';
-    /* One write so lines from threads do not interleave. */
-    (void)FS_REAL(write)(2, buf, len);
+    fs_log_write(buf, len);
   }
   va_end(ap);
   errno = saved;

@@ -8,7 +8,11 @@
 # (Under the library sshd once failed every login: a wake fd added to the
 # sandboxed child's ppoll made it EINVAL; then a session hung, its
 # connection's own fd pointing at fd 0 after the re-exec had moved it.)
+# The library logs at info level here, into sshd's log file: the pre-auth
+# child sets RLIMIT_FSIZE to 0 first, and a line written then once killed
+# it with SIGXFSZ (every login failed under FABSOCK_LOG=info or debug).
 . "$(dirname "$0")/lib.sh"
+export FABSOCK_LOG=${FABSOCK_LOG:-info}
 require_cmd ssh ssh-keygen md5sum
 [ -x /usr/sbin/sshd ] || skip_all "sshd not installed (openssh-server)"
 [ "$(id -u)" = 0 ] || skip_all "sshd needs root here (privilege separation)"
