@@ -32,8 +32,28 @@ static void fs_adopt_each_fd(const struct msghdr *msg, void (*fn)(int fd))
 static void fs_adopt_leaving(int fd)
 {
   struct fs_conn *c = fs_fdtab_get(fd);
-  if (c) {
+  if (!c)
+    return;
+  if (fs_conn_state(c) == FS_STATE_LISTEN)
+    c->listener_shared = true; /* as after fork: both may accept now */
+  else
     fs_sock_downgrade(c, fd, FS_REASON_FD_PASSED);
+  fs_conn_put(c);
+}
+
+/* A listener handed over (node cluster with SCHED_NONE: the primary
+ * listens, each worker accepts; a server taking over another's listeners
+ * on reload): served as one shared since fork.  Its name stays with the
+ * process that listened; a peer that asks there is told not-owner and
+ * finds the process that accepted it by its own name (fs_sock_accepted). */
+static void fs_adopt_listener(int fd, int dom)
+{
+  int fl = FS_REAL(fcntl)(fd, F_GETFL, 0);
+  fs_sock_created(fd, dom, SOCK_STREAM | (fl >= 0 && (fl & O_NONBLOCK) ? SOCK_NONBLOCK : 0), IPPROTO_TCP);
+  struct fs_conn *c = fs_fdtab_get(fd);
+  if (c) {
+    c->listener_shared = true;
+    fs_sock_listening(c, fd);
     fs_conn_put(c);
   }
 }
@@ -87,8 +107,12 @@ static void fs_adopt_one(int fd)
   if (FS_REAL(getsockopt)(fd, SOL_SOCKET, SO_DOMAIN, &dom, &l) < 0 || (dom != AF_INET && dom != AF_INET6))
     return;
   l = sizeof acc;
-  if (FS_REAL(getsockopt)(fd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &l) < 0 || acc)
-    return; /* a listener handed over: not adopted (yet) */
+  if (FS_REAL(getsockopt)(fd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &l) < 0)
+    return;
+  if (acc) {
+    fs_adopt_listener(fd, dom);
+    return;
+  }
   struct sockaddr_storage ss;
   socklen_t sl = sizeof ss;
   if (getsockname(fd, (struct sockaddr *)&ss, &sl) < 0 || fs_adopt_ephemeral(fs_addr_port((struct sockaddr *)&ss)))

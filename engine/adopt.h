@@ -1,10 +1,12 @@
 /* Descriptors that cross processes with SCM_RIGHTS.
  *
  * Leaving: an accelerated connection goes back to TCP first (fd-passed):
- * the other process may not run libfabsock.  Arriving: an accepted TCP
- * connection (its local port outside the ephemeral range) is adopted as
- * one forked with, so the process that serves it (a node cluster worker;
- * the primary accepted) upgrades once the sender closed its copy.
+ * the other process may not run libfabsock; a listener is shared from then
+ * on.  Arriving: an accepted TCP connection (its local port outside the
+ * ephemeral range) is adopted as one forked with, so the process that
+ * serves it (a node cluster worker; the primary accepted) upgrades once the
+ * sender closed its copy; a listener is adopted as one shared since fork
+ * (node cluster with SCHED_NONE: each worker accepts).
  * Inherited across exec on fds 0-2: the same (fs_adopt_stdio). */
 #ifndef FS_ENGINE_ADOPT_H
 #define FS_ENGINE_ADOPT_H

@@ -4,7 +4,11 @@
 # workers echo.  4 connections x 4 MiB verified echo, held open halfway: on
 # ${FABSOCK_EXPECT_FABRIC:-the expected fabric} in [both] (the worker adopts
 # the connection it was handed and upgrades once the primary closed its
-# copy, which libuv does with syscall(SYS_close)).
+# copy, which libuv does with syscall(SYS_close)).  Then the same with
+# NODE_CLUSTER_SCHED_POLICY=none: the primary listens and hands the
+# listener itself to each worker (SCM_RIGHTS), and the workers accept from
+# it (before the library adopted a listener so received, a worker's
+# connections went unseen and their clients gave up: reason timeout).
 . "$(dirname "$0")/lib.sh"
 require_cmd node
 require_progs mtclient
@@ -12,8 +16,15 @@ IT_CLIENT_TIMEOUT=${IT_CLIENT_TIMEOUT:-30}
 JS=$top_srcdir/tests/node/cluster.js
 [ -f "$JS" ] || JS=$(cd "$(dirname "$0")/../node" && pwd)/cluster.js
 
+for policy in rr none; do
 for MODE in $(it_modes); do
-  name="node cluster (primary accepts, 2 workers echo), 4 x 4 MiB"
+  if [ $policy = rr ]; then
+    name="node cluster (primary accepts, 2 workers echo), 4 x 4 MiB"
+    unset NODE_CLUSTER_SCHED_POLICY
+  else
+    name="node cluster (listener handed to 2 workers that accept and echo), 4 x 4 MiB"
+    export NODE_CLUSTER_SCHED_POLICY=none
+  fi
   port=$(pick_port)
   pf=$IT_TMP/node.$MODE.port
   rm -f "$pf"
@@ -25,5 +36,6 @@ for MODE in $(it_modes); do
   held_mtclient "$name" nodeclient "$port" "$IT_TMP/node.$MODE.out" -t 4 -n 4M
   fabric_report "$name" "$FABRIC_STATUS"
   stop_server
+done
 done
 it_done

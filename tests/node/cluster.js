@@ -1,6 +1,8 @@
 // node cluster echo server: the primary accepts (round-robin, Node's
 // default on Linux) and hands each connection to one of 2 workers with
-// SCM_RIGHTS; the workers echo.  argv: PORT PORTFILE (written once both
+// SCM_RIGHTS; the workers echo (NODE_CLUSTER_SCHED_POLICY=none: the
+// primary hands each worker the listener, and they accept from it).
+// argv: PORT PORTFILE (written once both
 // workers listen).  Runs until killed; workers die with the primary.
 'use strict';
 const cluster = require('cluster');
