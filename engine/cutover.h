@@ -106,6 +106,14 @@ static inline bool fs_cutover_rx_switch(struct fs_conn *c, struct fs_chan *ch)
   return true;
 }
 
+/* Is the peer's REVERT at the head of ch's rx ring (nothing before it)? */
+static inline bool fs_cutover_revert_head(struct fs_chan *ch)
+{
+  uint32_t t, l;
+  uint64_t n;
+  return fs_ring_peek(&ch->rx, &t, &l, &n) == 1 && t == FS_REC_REVERT;
+}
+
 /* rxlock held: the peer's REVERT is at the head: rx goes back to TCP. */
 static inline void fs_cutover_rx_revert(struct fs_conn *c, struct fs_chan *ch)
 {

@@ -734,6 +734,18 @@ short fs_sockio_ready(struct fs_conn *c, struct fs_chan *ch, short want, short k
     (void)fs_cutover_rx_switch(c, ch);
     fs_unlock(&c->rxlock);
   }
+  /* Likewise a REVERT with nothing before it (the peer's process exec'd or
+   * passed the socket on): rx is back on TCP, and readable only when the
+   * socket is.  Reported readable from the ring instead (its end closed
+   * behind the REVERT), ssh's read found EAGAIN and gave up.  A reader
+   * inside recv holds the lock: it reverts, and until then the socket
+   * speaks for it below. */
+  bool revert_head = c->rx_flow == FS_FLOW_FABRIC && fs_cutover_revert_head(ch);
+  if (revert_head && fs_lock_try(&c->rxlock)) {
+    if (c->rx_flow == FS_FLOW_FABRIC && fs_cutover_revert_head(ch))
+      fs_cutover_rx_revert(c, ch);
+    fs_unlock(&c->rxlock);
+  }
   if (kernel & (POLLIN | POLLRDHUP | POLLHUP | POLLERR))
     __atomic_store_n(&c->tcp_news, true, __ATOMIC_RELAXED); /* fs_sockio_live_check asks */
   short dead = kernel & (POLLHUP | POLLERR);
@@ -753,7 +765,7 @@ short fs_sockio_ready(struct fs_conn *c, struct fs_chan *ch, short want, short k
       r |= POLLIN | POLLRDNORM;
     break;
   case FS_FLOW_FABRIC:
-    if (fs_ring_data_ahead(&ch->rx, __atomic_load_n(&c->rcvlowat, __ATOMIC_RELAXED)) || closed)
+    if (fs_ring_data_ahead(&ch->rx, __atomic_load_n(&c->rcvlowat, __ATOMIC_RELAXED)) || (closed && !revert_head))
       r |= POLLIN | POLLRDNORM;
     else if (kernel & (POLLIN | POLLRDHUP))
       r |= POLLIN | POLLRDNORM | (kernel & POLLRDHUP); /* TCP closed first: the peer died */
