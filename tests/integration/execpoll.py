@@ -28,6 +28,17 @@ import sys
 import time
 
 
+def read_line(s):
+    """Read until b"ping" ends what came; None on EOF first."""
+    got = b""
+    while not got.endswith(b"ping"):
+        b = s.recv(64)
+        if not b:
+            return None
+        got += b
+    return got
+
+
 def server(portfile, how):
     ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     ls.bind(("127.0.0.1", 0))
@@ -37,13 +48,10 @@ def server(portfile, how):
     os.rename(portfile + ".tmp", portfile)
     s, _ = ls.accept()
     ls.close()
-    line = b""
-    while not line.endswith(b"ping"):
-        b = s.recv(64)
-        if not b:
-            print("EOF before the line")
-            return 1
-        line += b
+    line = read_line(s)
+    if line is None:
+        print("EOF before the line")
+        return 1
     if how == "reply":
         s.sendall(b"hello " + line)
     time.sleep(0.3)  # the client polls meanwhile, on the fabric
@@ -61,13 +69,9 @@ def client(port, how):
     s = socket.create_connection(("127.0.0.1", int(port)))
     time.sleep(0.3)  # on the fabric by then (an upgrade at 0 bytes takes a moment)
     s.sendall(b"ping")
-    got = b"" if how == "reply" else b"ping"
-    while not got.endswith(b"ping"):
-        b = s.recv(64)
-        if not b:
-            print("EOF before the first reply")
-            return 1
-        got += b
+    if how == "reply" and read_line(s) is None:
+        print("EOF before the reply")
+        return 1
     s.setblocking(False)
     p = select.poll()
     p.register(s, select.POLLIN)
