@@ -292,7 +292,7 @@ static void verbose_round(const struct bench_result *r, int side, int round) {
 }
 
 int bench_compare(const struct bench_opts *o, char **argv) {
-  static struct bench_item items[2 + 3 * BENCH_MAX_SIZES];
+  static struct bench_item items[5 * BENCH_MAX_SIZES];
   int n = 0, failed = 0;
   ssize_t l = readlink("/proc/self/exe", self_exe, sizeof self_exe - 1);
   if (l <= 0) {
@@ -327,8 +327,10 @@ int bench_compare(const struct bench_opts *o, char **argv) {
   signal(SIGPIPE, SIG_IGN);
 
   /* the list of measurements */
-  uint64_t floor_size = o->sizes[0] > SHM_FLOOR_MAX_SIZE ? SHM_FLOOR_MAX_SIZE : o->sizes[0];
-  if (o->shm && (o->tests & T_PINGPONG)) {
+  for (int i = 0; o->shm && (o->tests & T_PINGPONG) && i < (o->shm == 2 ? o->nsizes : 1); i++) {
+    if (i > 0 && o->sizes[i] > SHM_FLOOR_MAX_SIZE)
+      continue; /* --floor-all: the floor's own limit */
+    uint64_t floor_size = o->sizes[i] > SHM_FLOOR_MAX_SIZE ? SHM_FLOOR_MAX_SIZE : o->sizes[i];
     items[n++] = (struct bench_item){.test = T_SHM_SPIN, .size = floor_size};
     items[n++] = (struct bench_item){.test = T_SHM_FUTEX, .size = floor_size};
   }

@@ -46,7 +46,8 @@ struct bench_opts {
   double warmup_time;       /* ... and at least this long (never more than 1 s), also stream */
   int conn_threads;         /* connrate: parallel client threads */
   int rounds;               /* compare: rounds per side (median reported) */
-  int shm;                  /* compare: also run the raw shm floor */
+  int shm;                  /* compare: also run the raw shm floor: 1 at the first
+                               ping-pong size, 2 (--floor-all) at every one */
   int framed;               /* client: len32be-framed protocol (bench-proto.h) */
   int fill;                 /* client: payload bytes, enum bench_fill */
   /* preloading (compare) */

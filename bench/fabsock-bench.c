@@ -57,6 +57,8 @@ static void usage(FILE *f) {
 "  --busy              preloaded side(s): FABSOCK_SPIN_US=busy (busy polling)\n"
 "  --spin US           preloaded side(s): FABSOCK_SPIN_US=US\n"
 "  --no-shm            skip the raw shared-memory floor\n"
+"  --floor-all         the raw floor at every ping-pong size up to 1m\n"
+"                      (default: the first size only)\n"
 "  --cpus S,C          run every server on CPU S, every client on CPU C\n"
 "  (other FABSOCK_* variables in the environment reach the preloaded side)\n"
 "output:\n"
@@ -140,7 +142,7 @@ static int parse_hostport(char *s, struct bench_opts *o) {
 enum {
   O_TESTS = 256, O_SIZES, O_MSG, O_TIME, O_PPTIME, O_ITERS, O_WARMUP, O_WARMUPT, O_THREADS,
   O_LIB, O_NOLIB, O_ROUNDS, O_BUSY, O_SPIN, O_NOSHM, O_JSON, O_HOST, O_PORT, O_BIND,
-  O_RESFD, O_PORTFD, O_CTLFD, O_RUNTIME, O_FILL, O_FRAMED, O_HOOKS, O_BASE, O_CPUS,
+  O_RESFD, O_PORTFD, O_CTLFD, O_RUNTIME, O_FILL, O_FRAMED, O_HOOKS, O_BASE, O_CPUS, O_FLOORALL,
 };
 
 int main(int argc, char **argv) {
@@ -158,6 +160,7 @@ int main(int argc, char **argv) {
       {"help", no_argument, 0, 'h'}, {"fill", required_argument, 0, O_FILL},
       {"framed", no_argument, 0, O_FRAMED}, {"hooks", required_argument, 0, O_HOOKS},
       {"base", required_argument, 0, O_BASE}, {"cpus", required_argument, 0, O_CPUS},
+      {"floor-all", no_argument, 0, O_FLOORALL},
       /* compare mode's children */
       {"result-fd", required_argument, 0, O_RESFD}, {"port-fd", required_argument, 0, O_PORTFD},
       {"ctl-fd", required_argument, 0, O_CTLFD}, {"run-time", required_argument, 0, O_RUNTIME},
@@ -212,6 +215,7 @@ int main(int argc, char **argv) {
     case O_BUSY: o.spin = "busy"; break;
     case O_SPIN: o.spin = optarg; break;
     case O_NOSHM: o.shm = 0; break;
+    case O_FLOORALL: o.shm = 2; break;
     case O_FILL:
       if (!strcmp(optarg, "const")) o.fill = FILL_CONST;
       else if (!strcmp(optarg, "random")) o.fill = FILL_RANDOM;
