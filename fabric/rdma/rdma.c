@@ -6,6 +6,7 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "fabric/rdma/verbs.h"
@@ -130,6 +131,28 @@ static int fs_rdma_region_get(struct fs_rdma *r)
     return rc;
   }
   return 0;
+}
+
+/* A registration refused for want of locked memory: the connection stays on
+ * TCP (resources), and the log says, once, which limit to raise and what it
+ * holds.  Non-root processes get 8 MiB by default (Debian): at two 256 KiB
+ * rings per connection, about 16 connections. */
+static void fs_rdma_memlock_hint(size_t len, int rc)
+{
+  static int told;
+  if ((rc != -ENOMEM && rc != -EAGAIN && rc != -EPERM) || __atomic_exchange_n(&told, 1, __ATOMIC_RELAXED))
+    return;
+  struct rlimit rl = { RLIM_INFINITY, RLIM_INFINITY };
+  char lim[96] = "unlimited";
+  (void)getrlimit(RLIMIT_MEMLOCK, &rl);
+  if (rl.rlim_cur != RLIM_INFINITY)
+    snprintf(lim, sizeof lim, "%llu KiB (about %llu rdma connections)", (unsigned long long)rl.rlim_cur >> 10,
+             (unsigned long long)(rl.rlim_cur / len));
+  fs_log(FS_LOG_WARN,
+         "rdma: registering %zu KiB of rings failed (%s); RLIMIT_MEMLOCK is %s: rdma connections "
+         "beyond it stay on tcp (reason resources). Raise it (ulimit -l, LimitMEMLOCK= in a systemd "
+         "unit, memlock in limits.conf) or make rings smaller (FABSOCK_SHM_RING)",
+         len >> 10, strerror(-rc), lim);
 }
 
 static void fs_rdma_region_put(struct fs_rdma *r)
@@ -625,8 +648,10 @@ int fs_rdma_new(struct rdma_cm_id *id, uint32_t size, int side, int my_efd, stru
   if (fl < 0 || FS_REAL(fcntl)(r->cc->fd, F_SETFL, fl | O_NONBLOCK) < 0)
     goto fail;
   step = "memory registration";
-  if ((rc = fs_rdma_region_get(r)) < 0)
+  if ((rc = fs_rdma_region_get(r)) < 0) {
+    fs_rdma_memlock_hint(2 * (size_t)size, rc);
     goto fail;
+  }
   step = "queue pair";
   if ((rc = fs_rdma_qp(r)) < 0)
     goto fail;

@@ -11,7 +11,7 @@
 # down 3 s mid-transfer (it must end as on TCP; a reset is the known limit, TODO) and rdma
 # again after it; a peer without libfabsock and a peer host without RDMA (TCP, intact; connect
 # time and sockperf latency beside a plain client's); a non-root user at the default memlock
-# limit.
+# limit, and one process past a 1 MiB limit (TCP, reason resources, the limit named in its log).
 # Timing figures are diagnostics, never verdicts; the summary table at the end (and
 # FABSOCK_T2_JSON=FILE) is what bench/vm/two-hosts.sh reports.
 #
@@ -422,6 +422,33 @@ b_do stop ml-echo
 ml=$(awk '{ print $5 "/" $6 }' "$T_WORK/ml-stat" | sort | uniq -c | awk '{ printf "%s%s x%d", s, $2, $1; s = ", " }')
 awk '!($5 == "rdma" || ($5 == "tcp" && $6 == "resources")) { bad = 1 } END { exit bad || NR != 24 }' "$T_WORK/ml-stat" || ml_ok=1
 t_check $ml_ok "non-root, memlock 8 MiB: 24 connections to b all intact ($ml)"
+
+# One process, 4 connections at once, memlock 1 MiB: room for about two connections' rings
+# (512 KiB each at the default ring size).  Every connection works, each on rdma or on TCP with
+# reason resources, at least one on TCP, and the process's log says which limit to raise.
+mt=$(dirname "$FABSOCK_LIB")/../tests/progs/mtclient
+if [ -x "$mt" ]; then
+  b_do serve ml1-echo 7117 fab "$PYTHON" "$VMTOOL" echo-server --bind "$PEER" --port 7117
+  rm -f "$T_WORK/ml1.hold" "$T_WORK/ml1.hold.ready"
+  timeout 120 setpriv --reuid=nobody --regid=nogroup --clear-groups \
+    bash -c 'ulimit -l 1024 && exec env '"$FAB"' "$@"' ml1 "$mt" -H "$PEER" -p 7117 -t 4 -B -n 262144 \
+    -w "$T_WORK/ml1.hold" > "$T_WORK/ml1.out" 2>&1 &
+  ml1_pid=$!
+  wait_file "$T_WORK/ml1.hold.ready" 60 $ml1_pid
+  sleep 2
+  fabsock_stat "$T_WORK/ml1-stat" --peer "$PEER:7117"
+  touch "$T_WORK/ml1.hold"
+  wait $ml1_pid
+  ml1_ok=$?
+  b_do stop ml1-echo
+  ml1=$(awk '{ print $5 "/" $6 }' "$T_WORK/ml1-stat" | sort | uniq -c | awk '{ printf "%s%s x%d", s, $2, $1; s = ", " }')
+  awk '!($5 == "rdma" || ($5 == "tcp" && $6 == "resources")) { bad = 1 } $6 == "resources" { tcp++ }
+       END { exit bad || NR != 4 || !tcp }' "$T_WORK/ml1-stat" || ml1_ok=1
+  grep -q 'RLIMIT_MEMLOCK is 1024 KiB' "$T_WORK/ml1.out" || ml1_ok=1
+  t_check $ml1_ok "non-root, memlock 1 MiB, 4 connections in one process: all intact, the rest on TCP with reason resources, the limit named in the log ($ml1; $(grep -m1 -o 'RLIMIT_MEMLOCK is [^:]*' "$T_WORK/ml1.out" || tail -n 1 "$T_WORK/ml1.out"))"
+else
+  t_skip "non-root, memlock 1 MiB, 4 connections in one process" "tests/progs/mtclient not built"
+fi
 
 }
 s_nordma() {
