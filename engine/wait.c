@@ -83,7 +83,7 @@ static void fs_wait_pass_wake(struct fs_conn *c, struct fs_chan *ch, bool tx)
 static void fs_wait_bound_report(struct fs_conn *c, struct fs_chan *ch, int fd, bool tx, bool counted, size_t need)
 {
   int ready = counted ? fs_wait_over(ch, tx, need) : !tx && fs_cutover_switch_due(c, ch);
-  if (ready) {
+  if (ready && (c->wake_fd >= 0 || ch->wait_fd >= 0)) {
     struct pollfd p[2] = { { c->wake_fd, POLLIN, 0 }, { ch->wait_fd, POLLIN, 0 } };
     uint64_t t0 = fs_clock_us();
     if (FS_REAL(poll)(p, 2, FS_WAIT_LATE_MS) > 0) {
