@@ -361,16 +361,27 @@ void fs_agent_accepted(void)
 }
 
 static bool fs_agent_proc_served;
+static uint64_t fs_agent_proc_failed_ns; /* when serving our own name last failed */
 
+/* A fabric that could not serve the name (logged there) is asked again at
+ * a later accept, a second later at the soonest: until then the peers of
+ * this process's connections cannot find it. */
 void fs_agent_serve_proc(void)
 {
   if (__atomic_load_n(&fs_agent_proc_served, __ATOMIC_ACQUIRE))
     return;
+  uint64_t failed = __atomic_load_n(&fs_agent_proc_failed_ns, __ATOMIC_RELAXED);
+  if (failed && fs_clock_coarse_ns() - failed < 1000000000ull)
+    return;
   pthread_mutex_lock(&A.lock);
   if (!fs_agent_proc_served && fs_agent_start() == 0) {
+    bool all = true;
     FS_FOREACH_FABRIC(f)
-      (void)(*f)->serve_proc();
-    __atomic_store_n(&fs_agent_proc_served, true, __ATOMIC_RELEASE);
+      all = (*f)->serve_proc() && all;
+    if (all)
+      __atomic_store_n(&fs_agent_proc_served, true, __ATOMIC_RELEASE);
+    else
+      __atomic_store_n(&fs_agent_proc_failed_ns, fs_clock_coarse_ns() | 1, __ATOMIC_RELAXED);
   }
   pthread_mutex_unlock(&A.lock);
 }
@@ -438,6 +449,7 @@ void fs_agent_after_fork(bool child)
   A.epfd = A.evfd = -1;
   A.running = false;
   fs_agent_proc_served = false; /* the name is the parent's: ours comes on demand */
+  fs_agent_proc_failed_ns = 0;
   pthread_mutex_init(&A.qlock, NULL);
   pthread_mutex_init(&A.lock, NULL);
 }

@@ -27,6 +27,11 @@ bool fs_fabric_nop_false(void)
   return false;
 }
 
+bool fs_fabric_nop_true(void)
+{
+  return true;
+}
+
 bool fs_fabric_nop_done(uint64_t deadline_ns)
 {
   (void)deadline_ns;

@@ -91,7 +91,8 @@ struct fs_fabric_ops {
   void (*unlisten)(struct fs_link *l);
   /* Agent: this process holds connections it did not accept from a
    * listener it serves (fork, prefork): be reachable for them too.  True if
-   * served (idempotent). */
+   * served, or nothing to serve on this fabric (idempotent); false: it
+   * failed, ask again later. */
   bool (*serve_proc)(void);
   /* Connecting end, on the agent: start a rendezvous for l.  0: started
    * (the fabric holds l's reference now, and calls host->attach or
@@ -122,6 +123,7 @@ const struct fs_fabric_ops *fs_fabric_by_id(int id);
 /* Explicit no-op stubs for ops a fabric has nothing to do in. */
 void fs_fabric_nop(void);
 bool fs_fabric_nop_false(void);
+bool fs_fabric_nop_true(void);
 bool fs_fabric_nop_done(uint64_t deadline_ns);
 int fs_fabric_nop_timeout(void);
 void fs_fabric_nop_unlisten(struct fs_link *l);

