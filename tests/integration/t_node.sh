@@ -23,7 +23,7 @@ for MODE in $(it_modes); do
     unset NODE_CLUSTER_SCHED_POLICY
   else
     name="node cluster (listener handed to 2 workers that accept and echo), 4 x 4 MiB"
-    export NODE_CLUSTER_SCHED_POLICY=none
+    export NODE_CLUSTER_SCHED_POLICY=none FABSOCK_LOG=${FABSOCK_LOG:-info}
   fi
   port=$(pick_port)
   pf=$IT_TMP/node.$MODE.port
@@ -34,8 +34,11 @@ for MODE in $(it_modes); do
     stop_server; continue
   fi
   held_mtclient "$name" nodeclient "$port" "$IT_TMP/node.$MODE.out" -t 4 -n 4M
-  # Off the fabric: what the library told the server's processes.
-  [ "$FABRIC_STATUS" = 0 ] || FABRIC_DETAIL="$FABRIC_DETAIL; server log: $(grep -h '^fabsock' "$SERVER_LOG" | tail -n 3 | paste -sd';')"
+  # Off the fabric: what the library told the server's processes and the
+  # client (at info level in SCHED_NONE), first, as TAP lines are cut short.
+  [ "$FABRIC_STATUS" = 0 ] ||
+    FABRIC_DETAIL="logs: $(grep -h '^fabsock' "$SERVER_LOG" "$IT_TMP/node.$MODE.out" | sed 's/^fabsock\[[0-9]*\]/fabsock/' | sort | uniq -c | sort -rn |
+      head -n 4 | sed 's/^ *//' | paste -sd'|'); $FABRIC_DETAIL"
   if [ $policy = none ] && [ -n "${FABSOCK_IT_UPGRADE:-}" ] && [ "$FABRIC_STATUS" = 1 ] && [ -n "$(fabric_expected)" ]; then
     # Seen in one CI run, in both passes, and in none of a dozen runs outside it: one worker's
     # connections still pending, their clients given up (not-owner).
