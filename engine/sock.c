@@ -361,6 +361,12 @@ void fs_sock_listening(struct fs_conn *c, int fd)
   if (disabled || act.fabric == FS_FABRIC_TCP || c->served || c->listener_shared)
     return;
   c->served = fs_agent_listen(c, fd, act.fabric);
+  /* Not served here: its name is another process's (the listener came
+   * from it, and a node cluster worker listen()s again on the one it was
+   * handed), or taken.  Served as shared since fork: each connection
+   * accepted here is found by this process's own name. */
+  if (!c->served)
+    c->listener_shared = true;
 }
 
 struct fs_sock_find_arg {
