@@ -41,21 +41,18 @@ static void fs_adopt_leaving(int fd)
   fs_conn_put(c);
 }
 
-/* A listener handed over (node cluster with SCHED_NONE: the primary
- * listens, each worker accepts; a server taking over another's listeners
- * on reload): served as one shared since fork.  Its name stays with the
- * process that listened; a peer that asks there is told not-owner and
- * finds the process that accepted it by its own name (fs_sock_accepted). */
-static void fs_adopt_listener(int fd, int dom)
+bool fs_adopt_listener(int fd, int dom, bool shared)
 {
   int fl = FS_REAL(fcntl)(fd, F_GETFL, 0);
   fs_sock_created(fd, dom, SOCK_STREAM | (fl >= 0 && (fl & O_NONBLOCK) ? SOCK_NONBLOCK : 0), IPPROTO_TCP);
   struct fs_conn *c = fs_fdtab_get(fd);
-  if (c) {
+  if (!c)
+    return false;
+  if (shared)
     c->listener_shared = true;
-    fs_sock_listening(c, fd);
-    fs_conn_put(c);
-  }
+  fs_sock_listening(c, fd);
+  fs_conn_put(c);
+  return true;
 }
 
 void fs_adopt_scm_sent(const struct msghdr *msg)
@@ -109,8 +106,8 @@ static void fs_adopt_one(int fd)
   l = sizeof acc;
   if (FS_REAL(getsockopt)(fd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &l) < 0)
     return;
-  if (acc) {
-    fs_adopt_listener(fd, dom);
+  if (acc) { /* a listener handed over: shared with its sender (see adopt.h) */
+    fs_adopt_listener(fd, dom, true);
     return;
   }
   struct sockaddr_storage ss;

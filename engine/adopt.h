@@ -11,9 +11,19 @@
 #ifndef FS_ENGINE_ADOPT_H
 #define FS_ENGINE_ADOPT_H
 
+#include <stdbool.h>
 #include <sys/socket.h>
 
 void fs_adopt_scm_sent(const struct msghdr *msg);
+
+/* Track the listening TCP socket fd (domain dom) that this image did not
+ * listen() on, as if it had.  shared: it came from another process that
+ * may still accept on it (SCM_RIGHTS; node cluster with SCHED_NONE: the
+ * primary listens, each worker accepts), so it is served as one shared since
+ * fork: its name stays with the process that listened, which tells a peer
+ * not-owner, and the peer finds the process that accepted by its own name.
+ * True if it is tracked now. */
+bool fs_adopt_listener(int fd, int dom, bool shared);
 void fs_adopt_scm_received(const struct msghdr *msg);
 
 /* An accepted TCP connection on fds 0-2 at start, inherited across exec

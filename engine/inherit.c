@@ -10,7 +10,6 @@
  * TCP socket is adopted as listen() would have, the first time an accept()
  * runs on a descriptor the table does not know (a service may never make a
  * socket of its own, so this cannot wait for the first socket()). */
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -19,6 +18,7 @@
 
 #include "base/log.h"
 #include "base/real.h"
+#include "engine/adopt.h"
 #include "engine/fdtab.h"
 #include "engine/inherit.h"
 #include "engine/sock.h"
@@ -57,14 +57,8 @@ static void fs_inherit_adopt(int fd)
     fs_conn_put(c);
     return;
   }
-  int fl = FS_REAL(fcntl)(fd, F_GETFL, 0);
-  fs_sock_created(fd, domain, SOCK_STREAM | (fl >= 0 && (fl & O_NONBLOCK) ? SOCK_NONBLOCK : 0), IPPROTO_TCP);
-  c = fs_fdtab_get(fd);
-  if (c) {
-    fs_sock_listening(c, fd);
-    fs_conn_put(c);
+  if (fs_adopt_listener(fd, domain, false))
     fs_log(FS_LOG_DEBUG, "fd %d: listener handed over (LISTEN_FDS), served as if listen()ed here", fd);
-  }
 }
 
 static void fs_inherit_scan(void)
