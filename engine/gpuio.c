@@ -37,6 +37,18 @@ static ssize_t fs_gpuio_sink(void *arg, const void *host, size_t n)
   return fs_gpuio_chunk(arg, (void *)host, n);
 }
 
+/* A receive chunk; after the first, only what has already arrived. */
+static ssize_t fs_gpuio_source(void *arg, void *host, size_t n, bool more)
+{
+  struct fs_gpuio_ctx *x = arg;
+  int flags = x->flags;
+  if (more)
+    x->flags |= MSG_DONTWAIT;
+  ssize_t r = fs_gpuio_chunk(x, host, n);
+  x->flags = flags;
+  return r;
+}
+
 static int fs_gpuio_flags(const struct fs_io *io, bool tx)
 {
   /* write/read carry no flags; SIGPIPE behaviour of write equals send(0). */
@@ -59,7 +71,7 @@ static ssize_t fs_gpuio_xfer(struct fs_conn *c, int fd, struct fs_io *io, bool t
     if (n == 0)
       continue;
     ssize_t r = fs_gpuio_is_dev(b, n) ? (tx ? fs_gpu_stage_out(b, n, fs_gpuio_sink, &x)
-                                            : fs_gpu_stage_in(b, n, fs_gpuio_chunk, &x))
+                                            : fs_gpu_stage_in(b, n, fs_gpuio_source, &x))
                                       : fs_gpuio_chunk(&x, b, n);
     if (r < 0)
       return done ? (ssize_t)done : r;

@@ -566,7 +566,8 @@ static ssize_t fs_gpu_out(const struct fs_cuda *t, struct fs_gpu_buf *b, int nb,
 }
 
 /* The source fills one buffer while the previous one is copied to the device;
- * before a buffer is refilled its copy has been waited for. */
+ * before a buffer is refilled its copy has been waited for.  After the first
+ * fill the source is asked only for what is already there (more). */
 static ssize_t fs_gpu_in(const struct fs_cuda *t, struct fs_gpu_buf *b, int nb, size_t chunk,
                          fs_cu_ptr dev, size_t len, fs_gpu_source_fn source, void *ctx)
 {
@@ -576,9 +577,9 @@ static ssize_t fs_gpu_in(const struct fs_cuda *t, struct fs_gpu_buf *b, int nb, 
   fs_cu_result r;
   while (total + pending < len) {
     size_t want = len - total - pending < chunk ? len - total - pending : chunk;
-    ssize_t got = source(ctx, b[cur].p, want);
+    ssize_t got = source(ctx, b[cur].p, want, total + pending > 0);
     if (got <= 0) {
-      err = (int)got;
+      err = (int)got; /* after bytes: -EAGAIN (nothing more yet), end or error, not reported now */
       break;
     }
     if ((size_t)got > want)
@@ -607,8 +608,6 @@ static ssize_t fs_gpu_in(const struct fs_cuda *t, struct fs_gpu_buf *b, int nb, 
     else
       pending = (size_t)got;
     cur = (cur + 1) % nb;
-    if ((size_t)got < want)
-      break; /* recv semantics: return what has arrived */
   }
   if (pending > 0) {
     r = t->cuStreamSynchronize(s);
@@ -623,6 +622,8 @@ out:
   return total > 0 ? (ssize_t)total : err;
 }
 
+#define FS_GPU_MIN_PIECE (256u << 10)
+
 static ssize_t fs_gpu_stage(void *dev, size_t len, fs_gpu_sink_fn sink, fs_gpu_source_fn source,
                             void *ctx)
 {
@@ -634,21 +635,30 @@ static ssize_t fs_gpu_stage(void *dev, size_t len, fs_gpu_sink_fn sink, fs_gpu_s
   bool pushed;
   ssize_t ret = fs_gpu_prepare(dev, len, &pi, &t, &pushed);
   if (ret == FS_GPU_HOST) {
-    ret = sink ? sink(ctx, dev, len) : source(ctx, dev, len);
+    ret = sink ? sink(ctx, dev, len) : source(ctx, dev, len, false);
     errno = saved;
     return ret;
   }
   if (ret == FS_GPU_DEVICE) {
     struct fs_gpu_buf b[2];
     pthread_once(&fs_gpu_pool_once, fs_gpu_pool_init);
-    int nb = fs_gpu_pool_get(t, len > fs_gpu_pool.size ? 2 : 1, b);
+    /* Two buffers wherever the copies can overlap: a receive that may arrive
+     * in ring-sized pieces; a send longer than one piece, a send of 1 MiB cut
+     * in four so that the copy from the device and the sink overlap (pieces of
+     * 256 KiB at least: each device copy has a fixed cost). */
+    size_t chunk = fs_gpu_pool.size;
+    if (sink && len / 4 > FS_GPU_MIN_PIECE && len / 4 < chunk)
+      chunk = (len / 4 + 4095) & ~(size_t)4095;
+    else if (sink && len > FS_GPU_MIN_PIECE && len < chunk)
+      chunk = FS_GPU_MIN_PIECE;
+    int nb = fs_gpu_pool_get(t, len > chunk || (source && len > 65536) ? 2 : 1, b);
     if (nb < 0) {
       ret = nb;
     } else {
       /* The caller's errno is restored after the callbacks too: they are
        * internal helpers returning -errno. */
       fs_cu_ptr d = (fs_cu_ptr)(uintptr_t)dev;
-      ret = sink ? fs_gpu_out(t, b, nb, fs_gpu_pool.size, d, len, sink, ctx)
+      ret = sink ? fs_gpu_out(t, b, nb, chunk, d, len, sink, ctx)
                  : fs_gpu_in(t, b, nb, fs_gpu_pool.size, d, len, source, ctx);
       fs_gpu_pool_put(b, nb);
       if (ret > 0) {

@@ -66,9 +66,11 @@ struct fs_gpu_ptr {
 
 /* A sink consumes n host bytes (e.g. a send on the real socket) and returns how
  * many it took, or -errno; it must be done with the bytes when it returns.  A
- * source fills up to n bytes and returns how many (0 = end), or -errno. */
+ * source fills up to n bytes and returns how many (0 = end), or -errno; with
+ * more set it must not block: it takes only what is already there and
+ * returns -EAGAIN if nothing is (a recv with MSG_DONTWAIT). */
 typedef ssize_t (*fs_gpu_sink_fn)(void *ctx, const void *host, size_t n);
-typedef ssize_t (*fs_gpu_source_fn)(void *ctx, void *host, size_t n);
+typedef ssize_t (*fs_gpu_source_fn)(void *ctx, void *host, size_t n, bool more);
 
 struct fs_gpu_stats {
   uint64_t classified, device_hits;
@@ -132,15 +134,20 @@ ssize_t fs_gpu_copy_from_device(void *host_dst, const void *dev_src, size_t n);
 ssize_t fs_gpu_copy_to_device(void *dev_dst, const void *host_src, size_t n);
 
 /* Move len bytes of dev to sink through pinned staging buffers, in chunks of
- * the staging size, copying chunk i+1 while the sink takes chunk i.  Returns
+ * the staging size (a quarter of len, 256 KiB at least, when that is
+ * smaller: a 1 MiB send overlaps too), copying chunk i+1 while the sink takes
+ * chunk i.  Returns
  * the bytes the sink took; stops at the first short or failed sink call and
  * then returns the progress so far, or the sink's -errno if there was none.
  * A host pointer goes to the sink directly. */
 ssize_t fs_gpu_stage_out(const void *dev, size_t len, fs_gpu_sink_fn sink, void *ctx);
 
 /* Mirror: fill dev from source, chunk by chunk, the source filling one buffer
- * while the previous one is copied to the device.  Stops after a short read
- * (recv semantics: what has arrived), at end (0) or on error; returns bytes
+ * while the previous one is copied to the device.  Only the first source call
+ * may block; the later ones (more) take what has already arrived, so a short
+ * read does not end the call while bytes are waiting (each device copy has a
+ * fixed cost: one per ring-sized piece halved the throughput).  Stops when
+ * the source has nothing more (-EAGAIN), at end (0) or on error; returns bytes
  * now in device memory, or the source's -errno (0 at end) if none.  If a
  * device copy fails after the source gave bytes, those bytes are lost: the
  * progress before them is returned (or -EIO) and an error is logged. */
@@ -174,7 +181,7 @@ static inline int fs_gpu_query(const void *p, size_t len, struct fs_gpu_ptr *out
 static inline ssize_t fs_gpu_copy_from_device(void *h, const void *d, size_t n) { memcpy(h, d, n); return (ssize_t)n; }
 static inline ssize_t fs_gpu_copy_to_device(void *d, const void *h, size_t n) { memcpy(d, h, n); return (ssize_t)n; }
 static inline ssize_t fs_gpu_stage_out(const void *d, size_t l, fs_gpu_sink_fn s, void *c) { return s(c, d, l); }
-static inline ssize_t fs_gpu_stage_in(void *d, size_t l, fs_gpu_source_fn s, void *c) { return s(c, d, l); }
+static inline ssize_t fs_gpu_stage_in(void *d, size_t l, fs_gpu_source_fn s, void *c) { return s(c, d, l, false); }
 static inline int fs_gpu_dmabuf_fd(const void *p, size_t l) { (void)p; (void)l; return -EOPNOTSUPP; }
 static inline int fs_gpu_regcache_query(void *a, uintptr_t p, size_t l, struct fs_regcache_range *o)
 {
