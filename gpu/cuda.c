@@ -22,7 +22,9 @@ static void fs_cuda_read_env(void)
     return;
   /* Racing threads compute the same values. */
   const char *v = getenv("FABSOCK_CUDA");
-  const char *lib = getenv("FABSOCK_CUDA_LIB");
+  /* A library path: not taken from the environment of a setuid program
+   * (libfabsock may be preloaded system-wide). */
+  const char *lib = secure_getenv("FABSOCK_CUDA_LIB");
   fs_cuda_env_lib = (lib != NULL && *lib != '\0') ? lib : "libcuda.so.1";
   int state = (v != NULL && strcmp(v, "0") == 0) ? 2 : 1;
   __atomic_store_n(&fs_cuda_env_state, state, __ATOMIC_RELEASE);
