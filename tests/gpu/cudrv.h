@@ -98,7 +98,7 @@ static int cudrv_open(void)
   return 0;
 }
 
-static void pattern(unsigned char *p, size_t n, uint64_t seed)
+__attribute__((unused)) static void pattern(unsigned char *p, size_t n, uint64_t seed)
 {
   uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
   size_t i = 0;
@@ -110,7 +110,7 @@ static void pattern(unsigned char *p, size_t n, uint64_t seed)
     p[i] = (unsigned char)(i * 131 + seed);
 }
 
-static uint64_t fnv(const unsigned char *p, size_t n)
+__attribute__((unused)) static uint64_t fnv(const unsigned char *p, size_t n)
 {
   uint64_t h = 0xcbf29ce484222325ull;
   for (size_t i = 0; i < n; i++)
@@ -121,7 +121,8 @@ static uint64_t fnv(const unsigned char *p, size_t n)
 static int tap_n;
 static int tap_failed;
 
-static void tap(int ok, const char *directive, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void tap(int ok, const char *directive, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4), unused));
 static void tap(int ok, const char *directive, const char *fmt, ...)
 {
   va_list ap;

@@ -9,8 +9,8 @@
 # so `make check` passes on machines without a GPU.  Environment: top_builddir
 # and FABSOCK_LIB (the make check harness exports both), FABSOCK_CUDA_LIB (a
 # driver other than libcuda.so.1), GPU_TEST_MAX_MB (largest transfer, default
-# 256), FABSOCK_GPU_STRICT=1 (device sends that fail with EFAULT are failures,
-# not TODO).
+# 256).  Under the preload every device transfer must arrive intact; with
+# --plain the kernel's EFAULT is the expected answer.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 build=${top_builddir:-$here/../..}
