@@ -557,6 +557,7 @@ static const struct fs_policy *fs_policy_global;
 static bool fs_policy_disabled;
 static bool fs_policy_env_off; /* FABSOCK_DISABLE: not even tracked */
 static uint32_t fs_policy_ring;  /* FABSOCK_SHM_RING, bytes; 0 = the fabric's default */
+static uint32_t fs_policy_drop;  /* FABSOCK_TEST_RDMA_DROP: a test seam, see policy.h */
 static struct fs_policy fs_policy_fallback; /* no rules, every match tcp */
 
 static const char *fs_policy_getenv(const char *name)
@@ -597,6 +598,9 @@ static void fs_policy_load(void)
       n <<= 20;
     fs_policy_ring = n > UINT32_MAX ? 0 : (uint32_t)n; /* the fabric checks the bounds */
   }
+  v = getenv("FABSOCK_TEST_RDMA_DROP");
+  if (v != NULL && *v)
+    fs_policy_drop = (uint32_t)strtoul(v, NULL, 10);
   rc = fs_conffile_load(fs_policy_getenv, &p, err, sizeof err);
   if (rc < 0) {
     fs_log(FS_LOG_ERROR, "%s; running unaccelerated", err);
@@ -622,6 +626,12 @@ bool fs_policy_off(void)
 {
   (void)fs_policy_get(NULL);
   return fs_policy_env_off;
+}
+
+uint32_t fs_policy_test_rdma_drop(void)
+{
+  (void)fs_policy_get(NULL);
+  return fs_policy_drop;
 }
 
 uint32_t fs_policy_ring_size(void)

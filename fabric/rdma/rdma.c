@@ -15,6 +15,7 @@
 #include "base/clock.h"
 #include "base/lock.h"
 #include "base/log.h"
+#include "fabric/rdma/mr.h"
 #include "fabric/rdma/rdma.h"
 #include "fabric/rdma/rdmacm.h"
 #include "policy/policy.h"
@@ -27,7 +28,6 @@
 #define FS_RDMA_INLINE 256   /* ask for this much inline data: a small message
                                 and its record header (a 64 B message is 72 B)
                                 go in the work request, not by a DMA read */
-#define FS_RDMA_POOL 32      /* registered ring regions kept for reuse */
 
 struct fs_rdma {
   struct fs_chan ch;                /* first: fs_rdma_of() */
@@ -55,6 +55,11 @@ struct fs_rdma {
   bool dead, foreign;
   bool linger_posted;               /* tear-down: the signalled no-op is out */
   uint32_t poll_again;              /* a look found `polling` set (fs_rdma_progress) */
+  uint64_t quiet_ns, stall_ns;      /* the stall watch (fs_rdma_watch; the poller's) */
+  uint32_t quiet_looks;
+  bool credit_again;                /* the peer repeated a tail: it waits for a credit */
+  bool test_stall;                  /* FABSOCK_TEST_RDMA_DROP: pushes not posted (slock) */
+  uint64_t stall_from;              /* ... from this position on */
   /* counters for the debug log at tear-down (racy increments are fine) */
   uint64_t n_post, n_wr, n_cqe, n_arm, n_reap_wait;
 };
@@ -74,103 +79,6 @@ struct fs_rdma *fs_rdma_of(struct fs_chan *ch)
 struct rdma_cm_id *fs_rdma_id(struct fs_rdma *r)
 {
   return r->id;
-}
-
-/* ---- registered memory: one PD per device, ring regions reused -------- */
-
-static pthread_mutex_t fs_rdma_mlock = PTHREAD_MUTEX_INITIALIZER;
-static struct { struct ibv_context *ctx; struct ibv_pd *pd; } fs_rdma_pds[8];
-static struct fs_rdma_region { struct ibv_pd *pd; struct ibv_mr *mr; uint8_t *buf; uint32_t size; } fs_rdma_pool[FS_RDMA_POOL];
-static int fs_rdma_npool;
-
-static struct ibv_pd *fs_rdma_pd(struct ibv_context *ctx)
-{
-  struct ibv_pd *pd = NULL;
-  pthread_mutex_lock(&fs_rdma_mlock);
-  for (size_t i = 0; i < sizeof fs_rdma_pds / sizeof fs_rdma_pds[0]; i++) {
-    if (fs_rdma_pds[i].ctx == ctx) {
-      pd = fs_rdma_pds[i].pd;
-      break;
-    }
-    if (!fs_rdma_pds[i].ctx) {
-      pd = FS_VERBS(ibv_alloc_pd)(ctx);
-      if (pd) {
-        fs_fdreg_set(ctx->cmd_fd, true); /* the device's, for its lifetime */
-        fs_fdreg_set(ctx->async_fd, true);
-        fs_rdma_pds[i].ctx = ctx;
-        fs_rdma_pds[i].pd = pd;
-      }
-      break;
-    }
-  }
-  pthread_mutex_unlock(&fs_rdma_mlock);
-  return pd;
-}
-
-/* A registered region of 2*size bytes: from the pool if one fits. */
-static int fs_rdma_region_get(struct fs_rdma *r)
-{
-  pthread_mutex_lock(&fs_rdma_mlock);
-  for (int i = fs_rdma_npool - 1; i >= 0; i--)
-    if (fs_rdma_pool[i].pd == r->pd && fs_rdma_pool[i].size == r->size) {
-      r->mr = fs_rdma_pool[i].mr;
-      r->buf = fs_rdma_pool[i].buf;
-      fs_rdma_pool[i] = fs_rdma_pool[--fs_rdma_npool];
-      pthread_mutex_unlock(&fs_rdma_mlock);
-      return 0;
-    }
-  pthread_mutex_unlock(&fs_rdma_mlock);
-  size_t len = 2 * (size_t)r->size;
-  if (posix_memalign((void **)&r->buf, 4096, len) != 0)
-    return -ENOMEM;
-  r->mr = FS_VERBS(ibv_reg_mr)(r->pd, r->buf, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-  if (!r->mr) {
-    int rc = errno ? -errno : -ENOMEM;
-    free(r->buf);
-    r->buf = NULL;
-    return rc;
-  }
-  return 0;
-}
-
-/* A registration refused for want of locked memory: the connection stays on
- * TCP (resources), and the log says, once, which limit to raise and what it
- * holds.  Non-root processes get 8 MiB by default (Debian): at two 256 KiB
- * rings per connection, about 16 connections. */
-static void fs_rdma_memlock_hint(size_t len, int rc)
-{
-  static int told;
-  if ((rc != -ENOMEM && rc != -EAGAIN && rc != -EPERM) || __atomic_exchange_n(&told, 1, __ATOMIC_RELAXED))
-    return;
-  struct rlimit rl = { RLIM_INFINITY, RLIM_INFINITY };
-  char lim[96] = "unlimited";
-  (void)getrlimit(RLIMIT_MEMLOCK, &rl);
-  if (rl.rlim_cur != RLIM_INFINITY)
-    snprintf(lim, sizeof lim, "%llu KiB (about %llu rdma connections)", (unsigned long long)rl.rlim_cur >> 10,
-             (unsigned long long)(rl.rlim_cur / len));
-  fs_log(FS_LOG_WARN,
-         "rdma: registering %zu KiB of rings failed (%s); RLIMIT_MEMLOCK is %s: rdma connections "
-         "beyond it stay on tcp (reason resources). Raise it (ulimit -l, LimitMEMLOCK= in a systemd "
-         "unit, memlock in limits.conf) or make rings smaller (FABSOCK_SHM_RING)",
-         len >> 10, strerror(-rc), lim);
-}
-
-static void fs_rdma_region_put(struct fs_rdma *r)
-{
-  if (!r->mr)
-    return;
-  pthread_mutex_lock(&fs_rdma_mlock);
-  if (fs_rdma_npool < FS_RDMA_POOL) {
-    /* A later connection starts from zeroed positions, never reads stale
-     * bytes as records (every position it believes was written anew), so
-     * the memory needs no clearing. */
-    fs_rdma_pool[fs_rdma_npool++] = (struct fs_rdma_region){ r->pd, r->mr, r->buf, r->size };
-    pthread_mutex_unlock(&fs_rdma_mlock);
-    return;
-  }
-  pthread_mutex_unlock(&fs_rdma_mlock);
-  FS_VERBS(ibv_dereg_mr)(r->mr);
-  free(r->buf);
 }
 
 /* ---- posting ------------------------------------------------------------ */
@@ -307,7 +215,53 @@ static void fs_rdma_push(struct fs_rdma *r)
   /* Before posting: the peer's credit for these bytes may come back before
    * this thread runs again, and is checked against pub_tail. */
   __atomic_store_n(&r->pub_tail, tail, __ATOMIC_RELEASE);
+  /* The test seam (FABSOCK_TEST_RDMA_DROP): from the Nth push on, nothing
+   * is posted until the stall watch writes it all again, as a requester that
+   * stalled silently. */
+  static uint32_t pushes;
+  uint32_t drop = fs_policy_test_rdma_drop();
+  if (__builtin_expect(drop != 0, 0) &&
+      (r->test_stall || __atomic_add_fetch(&pushes, 1, __ATOMIC_RELAXED) == drop)) {
+    if (!r->test_stall) {
+      fs_log(FS_LOG_INFO, "rdma channel %p: pushes from %llu not posted (FABSOCK_TEST_RDMA_DROP)", (void *)r,
+             (unsigned long long)(tail - len));
+      r->stall_from = tail - len;
+    }
+    r->test_stall = true;
+    return;
+  }
   (void)fs_rdma_post(r, wr, n, false);
+}
+
+/* The stall watch's post (slock held): a zero-length DATA immediate with the
+ * published tail.  Records are never written again: the peer rewrites the
+ * header of a record it read in part, and the old header would make it
+ * read those bytes twice.  Under the test seam, what was held back goes
+ * first, as a requester would resend it. */
+static void fs_rdma_repush(struct fs_rdma *r)
+{
+  uint64_t tail = r->pub_tail, from = r->test_stall ? r->stall_from : tail;
+  r->test_stall = false;
+  if (from == tail) {
+    struct ibv_send_wr wr;
+    struct ibv_sge sge;
+    fs_rdma_wr(&wr, &sge, r, 0, 0, 0);
+    fs_rdma_imm(&wr, FS_RDMA_IMM_DATA, tail);
+    (void)fs_rdma_post(r, &wr, 1, false);
+    return;
+  }
+  while (from < tail && !r->dead) {
+    uint32_t off = (uint32_t)(from & (r->size - 1));
+    uint32_t len = tail - from < r->size - off ? (uint32_t)(tail - from) : r->size - off;
+    struct ibv_send_wr wr;
+    struct ibv_sge sge;
+    fs_rdma_wr(&wr, &sge, r, r->size + off, off, len);
+    if (from + len == tail)
+      fs_rdma_imm(&wr, FS_RDMA_IMM_DATA, tail);
+    if (fs_rdma_post(r, &wr, 1, false) != 0)
+      return;
+    from += len;
+  }
 }
 
 static void fs_rdma_send_credit(struct fs_rdma *r, uint64_t head)
@@ -410,6 +364,8 @@ static void fs_rdma_take(struct fs_rdma *r, uint32_t imm)
       fs_rdma_die(r, "peer wrote past the ring", 0);
       return;
     }
+    if (t == r->ctl[0].tail)
+      r->credit_again = true; /* a repeat (fs_rdma_watch): our credit may be what it lost */
     __atomic_store_n(&r->ctl[0].tail, t, __ATOMIC_RELEASE);
     break;
   }
@@ -494,6 +450,54 @@ static bool fs_rdma_take_all(struct fs_rdma *r)
   return wake;
 }
 
+/* ---- a silent stall ------------------------------------------------------
+ * Seen under Soft-RoCE after a 3 s link outage (t2_hosts): both queue pairs
+ * in RTS, no error completion anywhere, and the peer never got the last
+ * records published here, so each end waited for the other for good.  RC
+ * loses nothing on working hardware, but a hang is the one outcome that must
+ * never be.  So while bytes published here are not credited back and nothing
+ * comes in, the published tail is announced again (a zero-length DATA
+ * immediate): after 1 s of quiet, then 2, 4, ... 64 s.  A new post restarts a
+ * stalled requester (the responder's sequence NAK makes it resend what it
+ * holds, and RC places those writes before this immediate); an immediate
+ * that was lost is replaced; one that repeats the peer's tail moves nothing,
+ * except that the peer answers it with its credit, which may be what was
+ * lost.  Runs in the poller (`polling` held): no credit comes in meanwhile. */
+#define FS_RDMA_STALL_NS 1000000000ull
+#define FS_RDMA_STALL_MAX_NS 64000000000ull
+
+static void fs_rdma_watch(struct fs_rdma *r, bool took)
+{
+  if (took) {
+    r->quiet_ns = 0;
+    r->stall_ns = FS_RDMA_STALL_NS;
+    return;
+  }
+  if ((++r->quiet_looks & 63) != 0) /* a spinning waiter looks often: the clock at every 64th */
+    return;
+  uint64_t now = fs_clock_coarse_ns();
+  if (r->quiet_ns == 0 || r->dead) {
+    r->quiet_ns = now;
+    if (r->stall_ns == 0)
+      r->stall_ns = FS_RDMA_STALL_NS;
+    return;
+  }
+  if (now - r->quiet_ns < r->stall_ns)
+    return;
+  r->quiet_ns = now;
+  uint64_t head = __atomic_load_n(&r->ctl[1].head, __ATOMIC_ACQUIRE);
+  uint64_t pub = __atomic_load_n(&r->pub_tail, __ATOMIC_ACQUIRE);
+  if (pub == head || __atomic_load_n(&r->ep[1].closed, __ATOMIC_ACQUIRE))
+    return; /* nothing of ours the peer could be missing */
+  fs_log(FS_LOG_INFO, "rdma channel %p: %llu bytes published and not credited, %llu ms without a completion: "
+         "written again", (void *)r, (unsigned long long)(pub - head), (unsigned long long)(r->stall_ns / 1000000u));
+  r->stall_ns = r->stall_ns * 2 < FS_RDMA_STALL_MAX_NS ? r->stall_ns * 2 : FS_RDMA_STALL_MAX_NS;
+  fs_lock(&r->slock);
+  fs_rdma_push(r);
+  fs_rdma_repush(r);
+  fs_unlock(&r->slock);
+}
+
 /* Become the thread taking in receive completions, if nobody is. */
 static inline bool fs_rdma_poll_begin(struct fs_rdma *r)
 {
@@ -518,7 +522,16 @@ static void fs_rdma_progress(struct fs_chan *ch)
   }
   for (;;) {
     __atomic_store_n(&r->poll_again, 0, __ATOMIC_RELAXED);
+    uint64_t seen = r->n_cqe;
     bool wake = fs_rdma_take_all(r);
+    fs_rdma_watch(r, r->n_cqe != seen);
+    if (__builtin_expect(r->credit_again, 0)) {
+      r->credit_again = false;
+      fs_lock(&r->slock);
+      if (!r->dead)
+        fs_rdma_send_credit(r, __atomic_load_n(&r->ctl[0].head, __ATOMIC_ACQUIRE));
+      fs_unlock(&r->slock);
+    }
     __atomic_store_n(&r->polling, 0, __ATOMIC_RELEASE);
     if (wake)
       fs_rdma_wake_local(r);
@@ -630,7 +643,7 @@ int fs_rdma_new(struct rdma_cm_id *id, uint32_t size, int side, int my_efd, stru
   int rc = 0;
   const char *step = "pd";
   errno = 0;
-  if (!(r->pd = fs_rdma_pd(id->verbs)))
+  if (!(r->pd = fs_rdma_mr_pd(id->verbs)))
     goto fail;
   step = "completion channel";
   if (!(r->cc = FS_VERBS(ibv_create_comp_channel)(id->verbs)))
@@ -648,8 +661,8 @@ int fs_rdma_new(struct rdma_cm_id *id, uint32_t size, int side, int my_efd, stru
   if (fl < 0 || FS_REAL(fcntl)(r->cc->fd, F_SETFL, fl | O_NONBLOCK) < 0)
     goto fail;
   step = "memory registration";
-  if ((rc = fs_rdma_region_get(r)) < 0) {
-    fs_rdma_memlock_hint(2 * (size_t)size, rc);
+  if ((rc = fs_rdma_mr_get(r->pd, r->size, &r->mr, &r->buf)) < 0) {
+    fs_rdma_mr_hint(2 * (size_t)size, rc);
     goto fail;
   }
   step = "queue pair";
@@ -763,6 +776,7 @@ void fs_rdma_destroy(struct fs_rdma *r)
     fs_fdreg_set(r->cc->fd, false);
     FS_VERBS(ibv_destroy_comp_channel)(r->cc);
   }
-  fs_rdma_region_put(r);
+  if (r->mr)
+    fs_rdma_mr_put(r->pd, r->size, r->mr, r->buf);
   free(r);
 }

@@ -73,6 +73,34 @@ echo_pair() {
   stop "$srv"
 }
 
+# ---- a silent stall: records published, never posted (FABSOCK_TEST_RDMA_DROP) ---------------
+# Seen between two Soft-RoCE guests after a link outage: both queue pairs in RTS, no error, the
+# peer missing the last records, both ends waiting for good.  The seam holds the client's pushes
+# back from its 20th on, as a stalled requester would; the stall watch must announce the tail
+# again after a second of quiet and the echo complete.  (Before the watch, this hung.)
+echo_stall() {
+  local port=15003 c st
+  if [ "$transport" != rdma ]; then
+    t_skip "a silent stall on rdma is recovered" "FABSOCK_VM_TRANSPORT=$transport"
+    return
+  fi
+  if ! start_server echo "$pre_rdma" "$port" "$PYTHON" "$VMTOOL" echo-server --bind "$VM_IP" --port "$port"; then
+    t_fail "echo server under libfabsock: $out"
+    return
+  fi
+  timeout -k 5 120 env $pre_rdma FABSOCK_TEST_RDMA_DROP=20 FABSOCK_LOG=info "$PYTHON" "$VMTOOL" echo-client \
+    "$VM_IP:$port" --bytes $((4 << 20)) --chunk 32768 > "$T_WORK/stall" 2>&1 &
+  c=$!
+  wait $c
+  st=$?
+  grep -q '"ok": true' "$T_WORK/stall" && grep -q 'not posted (FABSOCK_TEST_RDMA_DROP)' "$T_WORK/stall" &&
+    grep -q 'written again' "$T_WORK/stall"
+  t_check $? "a silent stall on rdma (pushes held back from the 20th on) is announced again: echo intact" "$todo"
+  [ $st = 0 ] || t_diag "client exit $st: $(grep -v '^{' "$T_WORK/stall" | tail -n 3)"
+  grep -q 'written again' "$T_WORK/stall" || t_diag "$(grep '^fabsock' "$T_WORK/stall" | tail -n 3)"
+  stop "$srv"
+}
+
 # ---- the rdma rendezvous under a pre-shared key (FABSOCK_RDMA_KEY_FILE) ----------------------
 # echo_auth PORT SERVER_KEY CLIENT_KEY WANT: WANT rdma (both ends) or auth (the client stays tcp
 # with reason auth).  A key is a file name under $T_WORK/keys, or "-" for none.
@@ -188,6 +216,7 @@ probe_rdma() { stat_until "$T_WORK/st-$1" rdma 10 --peer "$VM_IP:$1"; }
 export SOCKPERF_TIME=${SOCKPERF_TIME:-8} IPERF3_TIME=${IPERF3_TIME:-8}
 
 echo_pair
+echo_stall
 exit_burst 15020 close
 exit_burst 15021 exit
 echo_auth 15010 a a rdma
