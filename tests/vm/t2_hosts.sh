@@ -56,6 +56,21 @@ b_stat() {
   awk '{ print $5 "/" $6 }' "$T_WORK/b-stat" | sort | uniq -c | awk '{ printf "%s%s x%d", s, $2, $1; s = ", " }'
 }
 b_nordma() { rdma link delete rxe0 && echo "rxe0 deleted"; }
+# conn_diag LOG: one line on this host's connections with the peer (fabsock stat rows), its RC
+# queue pairs (rdma_cm's view: number, state) and LOG's last library lines: what a hang looked like.
+conn_diag() {
+  local s q h l
+  s=$(timeout 10 "$FABSOCK_BIN" stat 2>/dev/null | grep -F "$PEER:" | tr -s ' ' | head -n 2 | paste -sd';')
+  q=$(rdma resource show qp 2>/dev/null | awk '/type RC/ { o = ""; for (i = 1; i < NF; i++)
+        if ($i == "lqpn" || $i == "state" || $i == "sq-psn" || $i == "rq-psn") o = o $i "=" $(i + 1) " "
+        print o }' | paste -sd';')
+  # Soft-RoCE's counters that are not zero (retransmissions, sequence errors, ...)
+  h=$(cd /sys/class/infiniband/rxe0/ports/1/hw_counters 2>/dev/null &&
+      for f in *; do v=$(cat "$f" 2>/dev/null); [ "${v:-0}" = 0 ] || printf '%s=%s ' "$f" "$v"; done)
+  l=$(grep -h '^fabsock' "$1" 2>/dev/null | tail -n 4 | paste -sd'|')
+  echo "stat: ${s:-none}; qp: ${q:-none}; rxe: ${h:-none}; log: ${l:-none}"
+}
+b_diag() { conn_diag "$T_WORK/b-$1"; }
 
 if [ "$FABSOCK_VM_HOST" = b ]; then
   k=0
@@ -347,17 +362,29 @@ linkdown() {   # linkdown LABEL ENV PORT: sets $l_out (the echo-client's verdict
   rm -f "$T_WORK/ld-$label.hold"
   sleep 0.3
   ip link set eth0 down; sleep 3; ip link set eth0 up
+  # TCP recovers within seconds of the link's return and 32 MiB take about one: a client still
+  # running a minute later hangs.  Both ends are described, then it is stopped.
+  local w=0
+  l_diag=
+  while kill -0 $c 2>/dev/null && [ $w -lt 60 ]; do sleep 1; w=$((w + 1)); done
+  if kill -0 $c 2>/dev/null; then
+    b_do diag "ld-$label"
+    l_diag="a: $(conn_diag "$T_WORK/ld-$label")"$'\n'"b: $bres"
+    pkill -9 -P $c 2>/dev/null; kill -9 $c 2>/dev/null
+  fi
   wait $c
   local st=$?
   if [ $st = 0 ] && grep -q '"ok": true' "$T_WORK/ld-$label"; then l_out="intact"
-  elif [ $st = 124 ] || [ $st = 137 ]; then l_out="hangs"
+  elif [ $st = 124 ] || [ $st = 137 ] || [ -n "$l_diag" ]; then l_out="hangs"
   else l_out="fails ($(sed -n 's/.*"error": "\([^"]*\)".*/\1/p' "$T_WORK/ld-$label"))"; fi
   # Routes come back with the link; wait until B answers again before going on.
   b_do stop "ld-$label"
 }
 linkdown tcp plain 7104
 tcp_out=$l_out
-linkdown fab fab 7105
+# FABSOCK_T2_LD_REPEAT=N: the rdma outage N times (default 1), each its own point.
+for ((ld = 0; ld < ${FABSOCK_T2_LD_REPEAT:-1}; ld++)); do
+linkdown fab fab $((7105 + 10 * ld))
 # Where TCP survives and the connection ends with a reset instead, that is the known limit (a
 # dead queue pair is not resumed: docs/design.md, "A broken channel"); a hang, an EOF or other
 # bytes than were sent fail.
@@ -367,7 +394,9 @@ elif [ "$l_fab" = rdma ] && [ "$tcp_out" = intact ] && [ "$l_out" != "${l_out%re
   t_fail "link down 3 s mid-transfer on rdma: $l_out (TCP on the same link: $tcp_out) # TODO a broken queue pair resets the connection: no resume yet"
 else
   t_fail "link down 3 s mid-transfer on rdma (fabric before: ${l_fab:-?}): $l_out (TCP on the same link: $tcp_out)"
+  [ -z "$l_diag" ] || t_diag "$l_diag"
 fi
+done
 # After the link is back, a new connection reaches rdma again.
 held_echo ld-after 7109 fab
 if [ $he_ok = 0 ] && [ "$he_fab" = rdma/none ]; then
