@@ -37,12 +37,13 @@ static ssize_t fs_gpuio_sink(void *arg, const void *host, size_t n)
   return fs_gpuio_chunk(arg, (void *)host, n);
 }
 
-/* A receive chunk; after the first, only what has already arrived. */
+/* A receive chunk; after the first, only what has already arrived (with
+ * MSG_WAITALL every chunk waits: the caller asked for all of it). */
 static ssize_t fs_gpuio_source(void *arg, void *host, size_t n, bool more)
 {
   struct fs_gpuio_ctx *x = arg;
   int flags = x->flags;
-  if (more)
+  if (more && !(flags & MSG_WAITALL))
     x->flags |= MSG_DONTWAIT;
   ssize_t r = fs_gpuio_chunk(x, host, n);
   x->flags = flags;

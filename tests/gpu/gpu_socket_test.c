@@ -72,6 +72,8 @@ static int connected_pair(int *cfd, int *sfd)
 
 /* Send n bytes from src and receive them into dst over a fresh connection.
  * Returns 0, or the errno of the side that failed in *serr / *rerr. */
+static int recv_flags, recv_calls; /* the receiving loop's flags; how many recv calls it made */
+
 static int transfer(const void *src, void *dst, size_t n, int *serr, int *rerr, double *secs)
 {
   int cfd, sfd;
@@ -86,8 +88,10 @@ static int transfer(const void *src, void *dst, size_t n, int *serr, int *rerr, 
   pthread_t th;
   pthread_create(&th, NULL, sender, &x);
   size_t got = 0;
+  recv_calls = 0;
   while (got < n) {
-    ssize_t r = recv(sfd, (char *)dst + got, n - got, 0);
+    recv_calls++;
+    ssize_t r = recv(sfd, (char *)dst + got, n - got, recv_flags);
     if (r < 0 && errno == EINTR)
       continue;
     if (r <= 0) {
@@ -233,7 +237,7 @@ int main(void)
     printf("1..0 # SKIP cannot allocate %zu bytes of host memory\n", max);
     return 0;
   }
-  printf("1..%d\n", ns + 7);
+  printf("1..%d\n", ns + 9);
   printf("# driver %s; LD_PRELOAD=%s\n", cu.name, getenv("LD_PRELOAD") ? getenv("LD_PRELOAD") : "");
 
   /* control: host memory must always work */
@@ -280,6 +284,22 @@ int main(void)
     buf_free(&pd);
   } else {
     tap(0, NULL, "pinned allocation");
+  }
+
+  /* MSG_WAITALL into device memory: one call returns all of it, as the
+   * kernel's would (a staged receive must not stop at what has arrived);
+   * larger than two staging buffers where the test's size allows */
+  size_t wn = max >= (9u << 20) + 1 ? (9u << 20) + 1 : mid;
+  if (buf_alloc(&ds, DEVICE, wn) == 0 && buf_alloc(&dd, DEVICE, wn) == 0) {
+    recv_flags = MSG_WAITALL;
+    check_pair(&ds, &dd, wn, 8, "waitall");
+    tap(recv_calls == 1 || !preloaded, NULL, "waitall: %d recv call(s) for %zu bytes", recv_calls, wn);
+    recv_flags = 0;
+    buf_free(&ds);
+    buf_free(&dd);
+  } else {
+    tap(0, NULL, "waitall: device allocation");
+    tap(0, NULL, "waitall: device allocation");
   }
 
   /* free and allocate again: new contents (probably) at the same address */
