@@ -451,11 +451,12 @@ static bool fs_rdma_take_all(struct fs_rdma *r)
 }
 
 /* ---- a silent stall ------------------------------------------------------
- * Seen under Soft-RoCE after a 3 s link outage (t2_hosts): both queue pairs
- * in RTS, no error completion anywhere, and the peer never got the last
- * records published here, so each end waited for the other for good.  RC
- * loses nothing on working hardware, but a hang is the one outcome that must
- * never be.  So while bytes published here are not credited back and nothing
+ * A guard against a stall without an error: a requester that stops sending,
+ * a lost immediate or credit.  RC loses nothing on working hardware, but a
+ * hang is the one outcome that must never be.  (It does not end the stall
+ * t2_hosts sees after a link outage, where both queue pairs are in RTS with
+ * their PSNs in sync: open, docs/design.md.)  So while bytes published here
+ * are not credited back and nothing
  * comes in, the published tail is announced again (a zero-length DATA
  * immediate): after 1 s of quiet, then 2, 4, ... 64 s.  A new post restarts a
  * stalled requester (the responder's sequence NAK makes it resend what it
