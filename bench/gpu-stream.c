@@ -160,8 +160,7 @@ static int server(int lfd, size_t max)
   }
 }
 
-struct result {
-  const char *test;
+struct result { /* a stream's (gbps > 0) or a ping-pong's */
   size_t size;
   double gbps;         /* stream */
   struct lat_stats st; /* pingpong */
@@ -217,7 +216,7 @@ static int floor_run(const size_t *sizes, int ns, const size_t *pps, int np, siz
       if (r >= 0)
         gb[r] = (double)s * (double)count / (double)(bench_now_ns() - t0);
     }
-    struct result res = { "stream", s, bench_median(gb, (size_t)rounds), { 0 } };
+    struct result res = { s, bench_median(gb, (size_t)rounds), { 0 } };
     report(&res, json, label);
   }
   uint64_t *v = malloc(sizeof *v * (size_t)pp_iters);
@@ -237,7 +236,7 @@ static int floor_run(const size_t *sizes, int ns, const size_t *pps, int np, siz
       if (k >= warm)
         v[k - warm] = bench_now_ns() - t0;
     }
-    struct result res = { "pingpong", s, 0, { 0 } };
+    struct result res = { s, 0, { 0 } };
     bench_lat_stats(v, (size_t)pp_iters, &res.st);
     report(&res, json, label);
   }
@@ -364,7 +363,7 @@ int main(int argc, char **argv)
       if (r >= 0)
         gb[r] = (double)s * (double)count / (double)(t1 - t0);
     }
-    struct result res = { "stream", s, bench_median(gb, (size_t)rounds), { 0 } };
+    struct result res = { s, bench_median(gb, (size_t)rounds), { 0 } };
     report(&res, json, label);
   }
   uint64_t *ns_v = malloc(sizeof *ns_v * (size_t)pp_iters);
@@ -391,7 +390,7 @@ int main(int argc, char **argv)
       rc = 1;
     }
     free(back);
-    struct result res = { "pingpong", s, 0, { 0 } };
+    struct result res = { s, 0, { 0 } };
     bench_lat_stats(ns_v, (size_t)pp_iters, &res.st);
     report(&res, json, label);
   }

@@ -78,9 +78,9 @@ bool fs_policy_off(void);
  * it against its bounds and uses its default otherwise. */
 uint32_t fs_policy_ring_size(void);
 
-/* FABSOCK_TEST_RDMA_DROP=N (tests only): the rdma fabric leaves the Nth push
- * of records in this process unposted, as a transport that lost them
- * silently would (0: never).  The stall watch must then write them again. */
+/* FABSOCK_TEST_RDMA_DROP=N (tests only): the rdma fabric holds back its
+ * pushes of records from the Nth in this process on, as a requester that
+ * stalled silently would (0: never), until its stall watch posts them. */
 uint32_t fs_policy_test_rdma_drop(void);
 
 const char *fs_fabric_name(int fabric);

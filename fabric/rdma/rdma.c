@@ -198,12 +198,12 @@ static void fs_rdma_imm(struct ibv_send_wr *wr, uint32_t kind, uint64_t val)
 }
 
 /* New tx records to the peer (slock held). */
-static void fs_rdma_push(struct fs_rdma *r)
+/* Write tx bytes [from, to) to the peer's ring (at most one wrap: two work
+ * requests), the DATA immediate with `to` on the last (slock held).  An
+ * empty range posts the immediate alone. */
+static void fs_rdma_post_range(struct fs_rdma *r, uint64_t from, uint64_t to)
 {
-  uint64_t tail = fs_ring_load(&r->ctl[1].tail);
-  if (tail == r->pub_tail)
-    return;
-  uint32_t off = (uint32_t)(r->pub_tail & (r->size - 1)), len = (uint32_t)(tail - r->pub_tail);
+  uint32_t off = (uint32_t)(from & (r->size - 1)), len = (uint32_t)(to - from);
   uint32_t first = len < r->size - off ? len : r->size - off;
   struct ibv_send_wr wr[2];
   struct ibv_sge sge[2];
@@ -211,26 +211,34 @@ static void fs_rdma_push(struct fs_rdma *r)
   fs_rdma_wr(&wr[0], &sge[0], r, r->size + off, off, first);
   if (len > first)
     fs_rdma_wr(&wr[n++], &sge[1], r, r->size, 0, len - first);
-  fs_rdma_imm(&wr[n - 1], FS_RDMA_IMM_DATA, tail);
+  fs_rdma_imm(&wr[n - 1], FS_RDMA_IMM_DATA, to);
+  (void)fs_rdma_post(r, wr, n, false);
+}
+
+static void fs_rdma_push(struct fs_rdma *r)
+{
+  uint64_t from = r->pub_tail, tail = fs_ring_load(&r->ctl[1].tail);
+  if (tail == from)
+    return;
   /* Before posting: the peer's credit for these bytes may come back before
    * this thread runs again, and is checked against pub_tail. */
   __atomic_store_n(&r->pub_tail, tail, __ATOMIC_RELEASE);
   /* The test seam (FABSOCK_TEST_RDMA_DROP): from the Nth push on, nothing
-   * is posted until the stall watch writes it all again, as a requester that
-   * stalled silently. */
+   * is posted until the stall watch posts it all, as a requester that
+   * stalled silently would resend it. */
   static uint32_t pushes;
   uint32_t drop = fs_policy_test_rdma_drop();
   if (__builtin_expect(drop != 0, 0) &&
       (r->test_stall || __atomic_add_fetch(&pushes, 1, __ATOMIC_RELAXED) == drop)) {
     if (!r->test_stall) {
       fs_log(FS_LOG_INFO, "rdma channel %p: pushes from %llu not posted (FABSOCK_TEST_RDMA_DROP)", (void *)r,
-             (unsigned long long)(tail - len));
-      r->stall_from = tail - len;
+             (unsigned long long)from);
+      r->stall_from = from;
     }
     r->test_stall = true;
     return;
   }
-  (void)fs_rdma_post(r, wr, n, false);
+  fs_rdma_post_range(r, from, tail);
 }
 
 /* The stall watch's post (slock held): a zero-length DATA immediate with the
@@ -240,28 +248,9 @@ static void fs_rdma_push(struct fs_rdma *r)
  * first, as a requester would resend it. */
 static void fs_rdma_repush(struct fs_rdma *r)
 {
-  uint64_t tail = r->pub_tail, from = r->test_stall ? r->stall_from : tail;
+  uint64_t from = r->test_stall ? r->stall_from : r->pub_tail;
   r->test_stall = false;
-  if (from == tail) {
-    struct ibv_send_wr wr;
-    struct ibv_sge sge;
-    fs_rdma_wr(&wr, &sge, r, 0, 0, 0);
-    fs_rdma_imm(&wr, FS_RDMA_IMM_DATA, tail);
-    (void)fs_rdma_post(r, &wr, 1, false);
-    return;
-  }
-  while (from < tail && !r->dead) {
-    uint32_t off = (uint32_t)(from & (r->size - 1));
-    uint32_t len = tail - from < r->size - off ? (uint32_t)(tail - from) : r->size - off;
-    struct ibv_send_wr wr;
-    struct ibv_sge sge;
-    fs_rdma_wr(&wr, &sge, r, r->size + off, off, len);
-    if (from + len == tail)
-      fs_rdma_imm(&wr, FS_RDMA_IMM_DATA, tail);
-    if (fs_rdma_post(r, &wr, 1, false) != 0)
-      return;
-    from += len;
-  }
+  fs_rdma_post_range(r, from, r->pub_tail);
 }
 
 static void fs_rdma_send_credit(struct fs_rdma *r, uint64_t head)
@@ -456,9 +445,9 @@ static bool fs_rdma_take_all(struct fs_rdma *r)
  * hang is the one outcome that must never be.  (It does not end the stall
  * t2_hosts sees after a link outage, where both queue pairs are in RTS with
  * their PSNs in sync: open, docs/design.md.)  So while bytes published here
- * are not credited back and nothing
- * comes in, the published tail is announced again (a zero-length DATA
- * immediate): after 1 s of quiet, then 2, 4, ... 64 s.  A new post restarts a
+ * are not credited back and nothing comes in, the published tail is
+ * announced again (a zero-length DATA immediate): after 1 s of quiet, then
+ * 2, 4, ... 64 s.  A new post restarts a
  * stalled requester (the responder's sequence NAK makes it resend what it
  * holds, and RC places those writes before this immediate); an immediate
  * that was lost is replaced; one that repeats the peer's tail moves nothing,
@@ -491,7 +480,7 @@ static void fs_rdma_watch(struct fs_rdma *r, bool took)
   if (pub == head || __atomic_load_n(&r->ep[1].closed, __ATOMIC_ACQUIRE))
     return; /* nothing of ours the peer could be missing */
   fs_log(FS_LOG_INFO, "rdma channel %p: %llu bytes published and not credited, %llu ms without a completion: "
-         "written again", (void *)r, (unsigned long long)(pub - head), (unsigned long long)(r->stall_ns / 1000000u));
+         "tail announced again", (void *)r, (unsigned long long)(pub - head), (unsigned long long)(r->stall_ns / 1000000u));
   r->stall_ns = r->stall_ns * 2 < FS_RDMA_STALL_MAX_NS ? r->stall_ns * 2 : FS_RDMA_STALL_MAX_NS;
   fs_lock(&r->slock);
   fs_rdma_push(r);

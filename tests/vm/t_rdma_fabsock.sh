@@ -94,10 +94,10 @@ echo_stall() {
   wait $c
   st=$?
   grep -q '"ok": true' "$T_WORK/stall" && grep -q 'not posted (FABSOCK_TEST_RDMA_DROP)' "$T_WORK/stall" &&
-    grep -q 'written again' "$T_WORK/stall"
+    grep -q 'tail announced again' "$T_WORK/stall"
   t_check $? "a silent stall on rdma (pushes held back from the 20th on) is announced again: echo intact" "$todo"
   [ $st = 0 ] || t_diag "client exit $st: $(grep -v '^{' "$T_WORK/stall" | tail -n 3)"
-  grep -q 'written again' "$T_WORK/stall" || t_diag "$(grep '^fabsock' "$T_WORK/stall" | tail -n 3)"
+  grep -q 'tail announced again' "$T_WORK/stall" || t_diag "$(grep '^fabsock' "$T_WORK/stall" | tail -n 3)"
   stop "$srv"
 }
 
