@@ -557,7 +557,8 @@ static const struct fs_policy *fs_policy_global;
 static bool fs_policy_disabled;
 static bool fs_policy_env_off; /* FABSOCK_DISABLE: not even tracked */
 static uint32_t fs_policy_ring;  /* FABSOCK_SHM_RING, bytes; 0 = the fabric's default */
-static uint32_t fs_policy_drop;  /* FABSOCK_TEST_RDMA_DROP: a test seam, see policy.h */
+static uint32_t fs_policy_drop;  /* FABSOCK_TEST_RDMA_DROP or _WEDGE: test seams, see policy.h */
+static bool fs_policy_wedge;     /* ... it was _WEDGE */
 static struct fs_policy fs_policy_fallback; /* no rules, every match tcp */
 
 static const char *fs_policy_getenv(const char *name)
@@ -601,6 +602,11 @@ static void fs_policy_load(void)
   v = getenv("FABSOCK_TEST_RDMA_DROP");
   if (v != NULL && *v)
     fs_policy_drop = (uint32_t)strtoul(v, NULL, 10);
+  v = getenv("FABSOCK_TEST_RDMA_WEDGE");
+  if (v != NULL && *v && (uint32_t)strtoul(v, NULL, 10) != 0) {
+    fs_policy_drop = (uint32_t)strtoul(v, NULL, 10);
+    fs_policy_wedge = true;
+  }
   rc = fs_conffile_load(fs_policy_getenv, &p, err, sizeof err);
   if (rc < 0) {
     fs_log(FS_LOG_ERROR, "%s; running unaccelerated", err);
@@ -632,6 +638,12 @@ uint32_t fs_policy_test_rdma_drop(void)
 {
   (void)fs_policy_get(NULL);
   return fs_policy_drop;
+}
+
+bool fs_policy_test_rdma_wedge(void)
+{
+  (void)fs_policy_get(NULL);
+  return fs_policy_wedge;
 }
 
 uint32_t fs_policy_ring_size(void)

@@ -80,8 +80,12 @@ uint32_t fs_policy_ring_size(void);
 
 /* FABSOCK_TEST_RDMA_DROP=N (tests only): the rdma fabric holds back its
  * pushes of records from the Nth in this process on, as a requester that
- * stalled silently would (0: never), until its stall watch posts them. */
+ * stalled silently would (0: never), until its stall watch posts them.
+ * FABSOCK_TEST_RDMA_WEDGE=N (wins over DROP; this returns its N): from the
+ * Nth push on, that channel's queue pair takes every post and sends none,
+ * as Soft-RoCE's after a link outage, until a resume replaces it. */
 uint32_t fs_policy_test_rdma_drop(void);
+bool fs_policy_test_rdma_wedge(void);
 
 const char *fs_fabric_name(int fabric);
 

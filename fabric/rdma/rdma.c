@@ -17,52 +17,10 @@
 #include "base/log.h"
 #include "fabric/rdma/mr.h"
 #include "fabric/rdma/rdma.h"
+#include "fabric/rdma/rdma_int.h"
 #include "fabric/rdma/rdmacm.h"
 #include "policy/policy.h"
 #include "base/real.h"
-
-#define FS_RDMA_SQ 256       /* send queue depth */
-#define FS_RDMA_RQ 512       /* receives posted (one per immediate) */
-#define FS_RDMA_SIGNAL 64    /* signal one send in this many */
-#define FS_RDMA_REPOST 32    /* re-post receives in batches of this many */
-#define FS_RDMA_INLINE 256   /* ask for this much inline data: a small message
-                                and its record header (a 64 B message is 72 B)
-                                go in the work request, not by a DMA read */
-
-struct fs_rdma {
-  struct fs_chan ch;                /* first: fs_rdma_of() */
-  struct fs_ring_ctl ctl[2];        /* [0] rx, [1] tx; local only */
-  struct fs_chan_ep ep[2];          /* [0] mine, [1] the peer's as last told */
-  struct rdma_cm_id *id;
-  struct ibv_pd *pd;
-  struct ibv_comp_channel *cc;
-  struct ibv_cq *rcq, *scq;
-  struct ibv_mr *mr;
-  uint8_t *buf;
-  uint32_t size;
-  uint32_t max_inline;
-  uint64_t raddr;
-  uint32_t rkey;
-  fs_lock_t slock;                  /* posting and send-queue accounting */
-  uint32_t polling;                 /* a thread takes in receive completions; atomic
-                                       (a flag, not a mutex: nobody waits for it, and
-                                       this is half the cost of an empty look) */
-  uint64_t pub_tail;                /* tx bytes handed to the NIC; atomic reads */
-  uint64_t cred_head;               /* rx head last credited */
-  uint32_t flags_sent;
-  uint32_t sq_free, unsig;
-  uint32_t rq_used;                 /* receives consumed, not yet re-posted */
-  bool dead, foreign;
-  bool linger_posted;               /* tear-down: the signalled no-op is out */
-  uint32_t poll_again;              /* a look found `polling` set (fs_rdma_progress) */
-  uint64_t quiet_ns, stall_ns;      /* the stall watch (fs_rdma_watch; the poller's) */
-  uint32_t quiet_looks;
-  bool credit_again;                /* the peer repeated a tail: it waits for a credit */
-  bool test_stall;                  /* FABSOCK_TEST_RDMA_DROP: pushes not posted (slock) */
-  uint64_t stall_from;              /* ... from this position on */
-  /* counters for the debug log at tear-down (racy increments are fine) */
-  uint64_t n_post, n_wr, n_cqe, n_arm, n_reap_wait;
-};
 
 static const struct fs_chan_ops fs_rdma_ops;
 
@@ -83,7 +41,7 @@ struct rdma_cm_id *fs_rdma_id(struct fs_rdma *r)
 
 /* ---- posting ------------------------------------------------------------ */
 
-static void fs_rdma_die(struct fs_rdma *r, const char *why, int status)
+void fs_rdma_die(struct fs_rdma *r, const char *why, int status)
 {
   /* Flushed work after the peer closed is the normal end of a channel. */
   bool gone = __atomic_load_n(&r->ep[1].closed, __ATOMIC_ACQUIRE);
@@ -102,7 +60,7 @@ static void fs_rdma_die(struct fs_rdma *r, const char *why, int status)
 
 /* Take in the send completions there are now (slock held): how many, or
  * -EIO (the channel is dead). */
-static int fs_rdma_reap_now(struct fs_rdma *r)
+int fs_rdma_reap_now(struct fs_rdma *r)
 {
   struct ibv_wc wc[16];
   int n = ibv_poll_cq(r->scq, 16, wc);
@@ -111,19 +69,26 @@ static int fs_rdma_reap_now(struct fs_rdma *r)
     return -EIO;
   }
   for (int i = 0; i < n; i++) {
+    if (wc[i].qp_num != r->qpn)
+      continue; /* a replaced queue pair's (heal.c): its sends are written off */
     if (wc[i].status != IBV_WC_SUCCESS) {
-      fs_rdma_die(r, FS_VERBS(ibv_wc_status_str)(wc[i].status), wc[i].status);
+      if (!fs_rdma_failed(r, FS_VERBS(ibv_wc_status_str)(wc[i].status), wc[i].status))
+        fs_rdma_die(r, FS_VERBS(ibv_wc_status_str)(wc[i].status), wc[i].status);
       return -EIO;
     }
     r->sq_free += (uint32_t)wc[i].wr_id;
+    if (wc[i].wr_id & FS_RDMA_WR_PROBE)
+      r->probe_out = false;
   }
   return n;
 }
 
 /* Reap send completions until `want` send slots are free (slock held).
- * Spins: the send queue is full only while the NIC is behind; the RC retry
- * limit ends any real wait long before FS_RDMA_REAP_US. */
-#define FS_RDMA_REAP_US 30000000u
+ * Spins: the send queue is full only while the NIC is behind, or the peer
+ * has no receive posted (RNR: it has not polled for a while).  A queue
+ * stuck for FS_RDMA_REAP_US is a wedged requester: the channel resumes on
+ * a new queue pair (heal.c). */
+#define FS_RDMA_REAP_US 5000000u
 static int fs_rdma_reap(struct fs_rdma *r, uint32_t want)
 {
   uint64_t t0 = 0;
@@ -132,11 +97,15 @@ static int fs_rdma_reap(struct fs_rdma *r, uint32_t want)
     if (n < 0)
       return n;
     if (n == 0) {
+      uint32_t rs = __atomic_load_n(&r->resume, __ATOMIC_ACQUIRE);
+      if (rs == FS_RDMA_RS_ASKED || rs == FS_RDMA_RS_SWAPPED)
+        return -EAGAIN; /* the pair is being replaced: nothing to wait for */
       r->n_reap_wait++;
       if (!t0)
         t0 = fs_clock_us();
       else if (fs_clock_us() - t0 > FS_RDMA_REAP_US) {
-        fs_rdma_die(r, "send queue stuck", 0);
+        if (!fs_rdma_failed(r, "send queue stuck", 0))
+          fs_rdma_die(r, "send queue stuck", 0);
         return -EIO;
       }
       sched_yield();
@@ -147,10 +116,15 @@ static int fs_rdma_reap(struct fs_rdma *r, uint32_t want)
 
 /* Post a chain of n send work requests (slock held).  One in
  * FS_RDMA_SIGNAL is signalled; its wr_id counts the sends it retires. */
-static int fs_rdma_post(struct fs_rdma *r, struct ibv_send_wr *wr, int n, bool signal)
+int fs_rdma_post(struct fs_rdma *r, struct ibv_send_wr *wr, int n, bool signal)
 {
   if (__atomic_load_n(&r->dead, __ATOMIC_ACQUIRE) || r->foreign)
     return -EPIPE;
+  uint32_t rs = __atomic_load_n(&r->resume, __ATOMIC_ACQUIRE);
+  if (rs == FS_RDMA_RS_ASKED || rs == FS_RDMA_RS_SWAPPED)
+    return -EAGAIN; /* no queue pair to post on: the resume says it all again */
+  if (__builtin_expect(r->test_wedge, 0))
+    return 0; /* FABSOCK_TEST_RDMA_WEDGE: taken, never sent, never completed */
   if (fs_rdma_reap(r, (uint32_t)n) < 0)
     return -EIO;
   for (int i = 0; i < n; i++) {
@@ -158,7 +132,7 @@ static int fs_rdma_post(struct fs_rdma *r, struct ibv_send_wr *wr, int n, bool s
     wr[i].send_flags &= ~(unsigned)IBV_SEND_SIGNALED;
     if (i == n - 1 && (signal || r->unsig >= FS_RDMA_SIGNAL)) {
       wr[i].send_flags |= IBV_SEND_SIGNALED;
-      wr[i].wr_id = r->unsig;
+      wr[i].wr_id = r->unsig | (signal ? FS_RDMA_WR_PROBE : 0);
       r->unsig = 0;
     }
     wr[i].next = i + 1 < n ? &wr[i + 1] : NULL;
@@ -166,7 +140,9 @@ static int fs_rdma_post(struct fs_rdma *r, struct ibv_send_wr *wr, int n, bool s
   struct ibv_send_wr *bad;
   int rc = ibv_post_send(r->id->qp, wr, &bad);
   if (rc) {
-    fs_rdma_die(r, "post send failed", rc);
+    /* Soft-RoCE refuses posts while the link is down */
+    if (!fs_rdma_failed(r, "post send failed", rc))
+      fs_rdma_die(r, "post send failed", rc);
     return -rc;
   }
   r->sq_free -= (uint32_t)n;
@@ -175,8 +151,8 @@ static int fs_rdma_post(struct fs_rdma *r, struct ibv_send_wr *wr, int n, bool s
   return 0;
 }
 
-static void fs_rdma_wr(struct ibv_send_wr *wr, struct ibv_sge *sge, struct fs_rdma *r, uint32_t src, uint64_t dst,
-                       uint32_t len)
+void fs_rdma_wr(struct ibv_send_wr *wr, struct ibv_sge *sge, struct fs_rdma *r, uint32_t src, uint64_t dst,
+                uint32_t len)
 {
   memset(wr, 0, sizeof *wr);
   sge->addr = (uintptr_t)r->buf + src;
@@ -191,17 +167,16 @@ static void fs_rdma_wr(struct ibv_send_wr *wr, struct ibv_sge *sge, struct fs_rd
     wr->send_flags = IBV_SEND_INLINE;
 }
 
-static void fs_rdma_imm(struct ibv_send_wr *wr, uint32_t kind, uint64_t val)
+void fs_rdma_imm(struct ibv_send_wr *wr, uint32_t kind, uint64_t val)
 {
   wr->opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
   wr->imm_data = htonl(kind << 30 | ((uint32_t)val & FS_RDMA_IMM_MASK));
 }
 
-/* New tx records to the peer (slock held). */
 /* Write tx bytes [from, to) to the peer's ring (at most one wrap: two work
  * requests), the DATA immediate with `to` on the last (slock held).  An
  * empty range posts the immediate alone. */
-static void fs_rdma_post_range(struct fs_rdma *r, uint64_t from, uint64_t to)
+void fs_rdma_post_range(struct fs_rdma *r, uint64_t from, uint64_t to, bool signal)
 {
   uint32_t off = (uint32_t)(from & (r->size - 1)), len = (uint32_t)(to - from);
   uint32_t first = len < r->size - off ? len : r->size - off;
@@ -212,48 +187,25 @@ static void fs_rdma_post_range(struct fs_rdma *r, uint64_t from, uint64_t to)
   if (len > first)
     fs_rdma_wr(&wr[n++], &sge[1], r, r->size, 0, len - first);
   fs_rdma_imm(&wr[n - 1], FS_RDMA_IMM_DATA, to);
-  (void)fs_rdma_post(r, wr, n, false);
+  (void)fs_rdma_post(r, wr, n, signal);
 }
 
-static void fs_rdma_push(struct fs_rdma *r)
+void fs_rdma_push(struct fs_rdma *r)
 {
+  if (__atomic_load_n(&r->resume, __ATOMIC_RELAXED) != FS_RDMA_RS_NONE)
+    return; /* held until the peer's RESUME says where its ring stands (heal.c) */
   uint64_t from = r->pub_tail, tail = fs_ring_load(&r->ctl[1].tail);
   if (tail == from)
     return;
   /* Before posting: the peer's credit for these bytes may come back before
    * this thread runs again, and is checked against pub_tail. */
   __atomic_store_n(&r->pub_tail, tail, __ATOMIC_RELEASE);
-  /* The test seam (FABSOCK_TEST_RDMA_DROP): from the Nth push on, nothing
-   * is posted until the stall watch posts it all, as a requester that
-   * stalled silently would resend it. */
-  static uint32_t pushes;
-  uint32_t drop = fs_policy_test_rdma_drop();
-  if (__builtin_expect(drop != 0, 0) &&
-      (r->test_stall || __atomic_add_fetch(&pushes, 1, __ATOMIC_RELAXED) == drop)) {
-    if (!r->test_stall) {
-      fs_log(FS_LOG_INFO, "rdma channel %p: pushes from %llu not posted (FABSOCK_TEST_RDMA_DROP)", (void *)r,
-             (unsigned long long)from);
-      r->stall_from = from;
-    }
-    r->test_stall = true;
+  if (__builtin_expect(fs_policy_test_rdma_drop() != 0, 0) && fs_rdma_test_seam(r, from))
     return;
-  }
-  fs_rdma_post_range(r, from, tail);
+  fs_rdma_post_range(r, from, tail, false);
 }
 
-/* The stall watch's post (slock held): a zero-length DATA immediate with the
- * published tail.  Records are never written again: the peer rewrites the
- * header of a record it read in part, and the old header would make it
- * read those bytes twice.  Under the test seam, what was held back goes
- * first, as a requester would resend it. */
-static void fs_rdma_repush(struct fs_rdma *r)
-{
-  uint64_t from = r->test_stall ? r->stall_from : r->pub_tail;
-  r->test_stall = false;
-  fs_rdma_post_range(r, from, r->pub_tail);
-}
-
-static void fs_rdma_send_credit(struct fs_rdma *r, uint64_t head)
+void fs_rdma_send_credit(struct fs_rdma *r, uint64_t head)
 {
   struct ibv_send_wr wr;
   struct ibv_sge sge;
@@ -294,8 +246,33 @@ static uint32_t fs_rdma_my_flags(struct fs_rdma *r)
          (__atomic_load_n(&r->ep[0].attached, __ATOMIC_ACQUIRE) ? FS_RDMA_FLAG_ATTACHED : 0);
 }
 
-/* After publishing or a change of my flags: records first, then (on an rx
- * revert) where my reading stopped, then the flags. */
+/* My flags, if they changed since last sent (slock held): on an rx revert
+ * first where my reading stopped, then the flags. */
+void fs_rdma_send_flags(struct fs_rdma *r)
+{
+  uint32_t f = fs_rdma_my_flags(r);
+  if (f == r->flags_sent)
+    return;
+  if ((f & FS_RDMA_FLAG_RX_REVERT) && !(r->flags_sent & FS_RDMA_FLAG_RX_REVERT)) {
+    uint64_t head = __atomic_load_n(&r->ctl[0].head, __ATOMIC_ACQUIRE);
+    if (fs_ring_load(&r->ctl[0].tail) != head) { /* the record at head, maybe half read */
+      struct ibv_send_wr wr;
+      struct ibv_sge sge;
+      uint32_t off = (uint32_t)(head & (r->size - 1));
+      fs_rdma_wr(&wr, &sge, r, off, (uint64_t)r->size + off, FS_RING_HDR);
+      (void)fs_rdma_post(r, &wr, 1, false);
+    }
+    fs_rdma_send_credit(r, head);
+  }
+  struct ibv_send_wr wr;
+  struct ibv_sge sge;
+  fs_rdma_wr(&wr, &sge, r, 0, 0, 0);
+  fs_rdma_imm(&wr, FS_RDMA_IMM_FLAGS, f);
+  if (fs_rdma_post(r, &wr, 1, false) == 0)
+    r->flags_sent = f;
+}
+
+/* After publishing or a change of my flags: records first, then the flags. */
 static void fs_rdma_wake_peer(struct fs_chan *ch)
 {
   struct fs_rdma *r = (struct fs_rdma *)ch;
@@ -303,32 +280,13 @@ static void fs_rdma_wake_peer(struct fs_chan *ch)
     return;
   fs_lock(&r->slock);
   fs_rdma_push(r);
-  uint32_t f = fs_rdma_my_flags(r);
-  if (f != r->flags_sent) {
-    if ((f & FS_RDMA_FLAG_RX_REVERT) && !(r->flags_sent & FS_RDMA_FLAG_RX_REVERT)) {
-      uint64_t head = __atomic_load_n(&r->ctl[0].head, __ATOMIC_ACQUIRE);
-      if (fs_ring_load(&r->ctl[0].tail) != head) { /* the record at head, maybe half read */
-        struct ibv_send_wr wr;
-        struct ibv_sge sge;
-        uint32_t off = (uint32_t)(head & (r->size - 1));
-        fs_rdma_wr(&wr, &sge, r, off, (uint64_t)r->size + off, FS_RING_HDR);
-        (void)fs_rdma_post(r, &wr, 1, false);
-      }
-      fs_rdma_send_credit(r, head);
-    }
-    struct ibv_send_wr wr;
-    struct ibv_sge sge;
-    fs_rdma_wr(&wr, &sge, r, 0, 0, 0);
-    fs_rdma_imm(&wr, FS_RDMA_IMM_FLAGS, f);
-    if (fs_rdma_post(r, &wr, 1, false) == 0)
-      r->flags_sent = f;
-  }
+  fs_rdma_send_flags(r);
   fs_unlock(&r->slock);
 }
 
 /* ---- completions -------------------------------------------------------- */
 
-static void fs_rdma_repost(struct fs_rdma *r, uint32_t n)
+void fs_rdma_repost(struct fs_rdma *r, uint32_t n)
 {
   struct ibv_recv_wr wr[FS_RDMA_REPOST], *bad;
   while (n > 0) {
@@ -336,7 +294,8 @@ static void fs_rdma_repost(struct fs_rdma *r, uint32_t n)
     for (uint32_t i = 0; i < k; i++)
       wr[i] = (struct ibv_recv_wr){ .wr_id = 0, .next = i + 1 < k ? &wr[i + 1] : NULL, .sg_list = NULL, .num_sge = 0 };
     if (ibv_post_recv(r->id->qp, wr, &bad)) {
-      fs_rdma_die(r, "post recv failed", 0);
+      if (!fs_rdma_failed(r, "post recv failed", 0))
+        fs_rdma_die(r, "post recv failed", 0);
       return;
     }
     n -= k;
@@ -375,14 +334,14 @@ static void fs_rdma_take(struct fs_rdma *r, uint32_t imm)
     if (v & FS_RDMA_FLAG_CLOSED)
       __atomic_store_n(&r->ep[1].closed, 1, __ATOMIC_RELEASE);
     break;
-  default:
-    fs_rdma_die(r, "unknown immediate", (int)imm);
+  default: /* FS_RDMA_IMM_RESUME */
+    fs_rdma_take_resume(r, v);
   }
 }
 
 /* Wake this end's sleepers: write the connection's wake eventfd (it goes
  * away under slock, in fs_rdma_release). */
-static void fs_rdma_wake_local(struct fs_rdma *r)
+void fs_rdma_wake_local(struct fs_rdma *r)
 {
   fs_lock(&r->slock);
   if (r->ch.my_efd >= 0)
@@ -392,7 +351,7 @@ static void fs_rdma_wake_local(struct fs_rdma *r)
 
 /* Take in what the receive queue holds now (`polling` held); true if this
  * end has a thread to wake for it. */
-static bool fs_rdma_take_all(struct fs_rdma *r)
+bool fs_rdma_take_all(struct fs_rdma *r)
 {
   struct ibv_wc wc[16];
   int n;
@@ -400,7 +359,12 @@ static bool fs_rdma_take_all(struct fs_rdma *r)
   while ((n = ibv_poll_cq(r->rcq, 16, wc)) > 0) {
     took += (uint64_t)n;
     for (int i = 0; i < n && !r->dead; i++) {
+      if (wc[i].qp_num != r->qpn)
+        continue; /* a replaced queue pair's: the resume said where we stand */
+      r->rq_used++;
       if (wc[i].status != IBV_WC_SUCCESS) {
+        if (fs_rdma_failed(r, FS_VERBS(ibv_wc_status_str)(wc[i].status), wc[i].status))
+          continue; /* the rest are flushed too */
         fs_rdma_die(r, FS_VERBS(ibv_wc_status_str)(wc[i].status), wc[i].status);
         break;
       }
@@ -410,14 +374,14 @@ static bool fs_rdma_take_all(struct fs_rdma *r)
       }
       fs_rdma_take(r, ntohl(wc[i].imm_data));
     }
-    r->rq_used += (uint32_t)n;
     r->n_cqe += (uint64_t)n;
     if (n < 16)
       break;
   }
-  if (n < 0)
+  if (n < 0 && !fs_rdma_failed(r, "recv cq poll failed", n))
     fs_rdma_die(r, "recv cq poll failed", n);
-  if (r->rq_used >= FS_RDMA_REPOST && !r->dead) {
+  uint32_t rs = __atomic_load_n(&r->resume, __ATOMIC_RELAXED);
+  if (r->rq_used >= FS_RDMA_REPOST && !r->dead && rs != FS_RDMA_RS_ASKED && rs != FS_RDMA_RS_SWAPPED) {
     fs_rdma_repost(r, r->rq_used);
     r->rq_used = 0;
   }
@@ -439,60 +403,6 @@ static bool fs_rdma_take_all(struct fs_rdma *r)
   return wake;
 }
 
-/* ---- a silent stall ------------------------------------------------------
- * A guard against a stall without an error: a requester that stops sending,
- * a lost immediate or credit.  RC loses nothing on working hardware, but a
- * hang is the one outcome that must never be.  (It does not end the stall
- * t2_hosts sees after a link outage, where both queue pairs are in RTS with
- * their PSNs in sync: open, docs/design.md.)  So while bytes published here
- * are not credited back and nothing comes in, the published tail is
- * announced again (a zero-length DATA immediate): after 1 s of quiet, then
- * 2, 4, ... 64 s.  A new post restarts a
- * stalled requester (the responder's sequence NAK makes it resend what it
- * holds, and RC places those writes before this immediate); an immediate
- * that was lost is replaced; one that repeats the peer's tail moves nothing,
- * except that the peer answers it with its credit, which may be what was
- * lost.  Runs in the poller (`polling` held): no credit comes in meanwhile. */
-#define FS_RDMA_STALL_NS 1000000000ull
-#define FS_RDMA_STALL_MAX_NS 64000000000ull
-
-static void fs_rdma_watch(struct fs_rdma *r, bool took)
-{
-  if (took) {
-    r->quiet_ns = 0;
-    r->stall_ns = FS_RDMA_STALL_NS;
-    return;
-  }
-  if ((++r->quiet_looks & 63) != 0) /* a spinning waiter looks often: the clock at every 64th */
-    return;
-  uint64_t now = fs_clock_coarse_ns();
-  if (r->quiet_ns == 0 || r->dead) {
-    r->quiet_ns = now;
-    if (r->stall_ns == 0)
-      r->stall_ns = FS_RDMA_STALL_NS;
-    return;
-  }
-  if (now - r->quiet_ns < r->stall_ns)
-    return;
-  r->quiet_ns = now;
-  uint64_t head = __atomic_load_n(&r->ctl[1].head, __ATOMIC_ACQUIRE);
-  uint64_t pub = __atomic_load_n(&r->pub_tail, __ATOMIC_ACQUIRE);
-  if (pub == head || __atomic_load_n(&r->ep[1].closed, __ATOMIC_ACQUIRE))
-    return; /* nothing of ours the peer could be missing */
-  fs_log(FS_LOG_INFO, "rdma channel %p: %llu bytes published and not credited, %llu ms without a completion: "
-         "tail announced again", (void *)r, (unsigned long long)(pub - head), (unsigned long long)(r->stall_ns / 1000000u));
-  r->stall_ns = r->stall_ns * 2 < FS_RDMA_STALL_MAX_NS ? r->stall_ns * 2 : FS_RDMA_STALL_MAX_NS;
-  fs_lock(&r->slock);
-  fs_rdma_push(r);
-  fs_rdma_repush(r);
-  fs_unlock(&r->slock);
-}
-
-/* Become the thread taking in receive completions, if nobody is. */
-static inline bool fs_rdma_poll_begin(struct fs_rdma *r)
-{
-  return !__atomic_load_n(&r->polling, __ATOMIC_RELAXED) && !__atomic_exchange_n(&r->polling, 1, __ATOMIC_ACQUIRE);
-}
 
 /* Whoever finds the receive queue busy leaves it to the thread polling it,
  * but says so (poll_again): that thread's last poll may have come before
@@ -598,7 +508,7 @@ static const struct fs_chan_ops fs_rdma_ops = {
 
 /* ---- life cycle --------------------------------------------------------- */
 
-static int fs_rdma_qp(struct fs_rdma *r)
+int fs_rdma_qp(struct fs_rdma *r)
 {
   struct ibv_qp_init_attr a = {
     .send_cq = r->scq,
@@ -658,6 +568,7 @@ int fs_rdma_new(struct rdma_cm_id *id, uint32_t size, int side, int my_efd, stru
   step = "queue pair";
   if ((rc = fs_rdma_qp(r)) < 0)
     goto fail;
+  r->qpn = id->qp->qp_num;
   step = "receives";
   fs_rdma_repost(r, FS_RDMA_RQ);
   if (r->dead) {
@@ -720,7 +631,13 @@ void fs_rdma_forget(struct fs_chan *ch)
 
 bool fs_rdma_lingering(struct fs_rdma *r)
 {
-  if (!r->id || !r->id->qp || r->dead || !r->raddr || r->foreign)
+  if (r->foreign || r->dead)
+    return false;
+  if (__atomic_load_n(&r->resume, __ATOMIC_ACQUIRE) != FS_RDMA_RS_NONE) {
+    fs_rdma_progress(&r->ch); /* the peer's RESUME, once up */
+    return !__atomic_load_n(&r->ep[1].closed, __ATOMIC_ACQUIRE); /* what we wrote last waits for the new pair */
+  }
+  if (!r->id || !r->id->qp || !r->raddr)
     return false;
   /* What the peer said last (its closed flag) may still be in the queue:
    * nobody has polled since the connection let go of the channel. */
@@ -746,9 +663,10 @@ void fs_rdma_destroy(struct fs_rdma *r)
   if (!r)
     return;
   fs_log(FS_LOG_DEBUG, "rdma channel %p: %llu posts, %llu work requests, %llu receive completions, %llu arms, "
-         "%llu send-queue waits; tx %llu rx %llu", (void *)r, (unsigned long long)r->n_post,
+         "%llu send-queue waits, %llu resumes; tx %llu rx %llu", (void *)r, (unsigned long long)r->n_post,
          (unsigned long long)r->n_wr, (unsigned long long)r->n_cqe, (unsigned long long)r->n_arm,
-         (unsigned long long)r->n_reap_wait, (unsigned long long)r->pub_tail, (unsigned long long)r->ctl[0].tail);
+         (unsigned long long)r->n_reap_wait, (unsigned long long)r->n_resume, (unsigned long long)r->pub_tail,
+         (unsigned long long)r->ctl[0].tail);
   if (r->id) {
     if (r->id->qp) {
       FS_VERBS(rdma_disconnect)(r->id);

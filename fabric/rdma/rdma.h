@@ -20,6 +20,9 @@
  *   1 CREDIT  the consumer's head mod 2^30: it freed the room below it
  *   2 FLAGS   bit 0 closed, bit 1 rx_revert, bit 2 attached: the sender's
  *             endpoint flags (struct fs_chan_ep); flags are only ever set
+ *   3 RESUME  the sender's rx tail mod 2^30, the first thing each end posts
+ *             on a new queue pair after a resume (fabric/rdma/heal.c): the
+ *             peer writes its records again from there
  * A 30-bit value is the low bits of a position less than 2^30 ahead of the
  * last one (rings are at most 16 MiB), which makes it exact.  A position
  * outside what the ring allows is a hostile or broken peer: the channel is
@@ -41,6 +44,7 @@
 #define FS_RDMA_IMM_DATA 0u
 #define FS_RDMA_IMM_CREDIT 1u
 #define FS_RDMA_IMM_FLAGS 2u
+#define FS_RDMA_IMM_RESUME 3u
 #define FS_RDMA_IMM_MASK 0x3fffffffu
 #define FS_RDMA_FLAG_CLOSED 1u
 #define FS_RDMA_FLAG_RX_REVERT 2u
@@ -90,6 +94,33 @@ void fs_rdma_destroy(struct fs_rdma *r);
 
 /* The id this channel runs on (its cm context). */
 struct rdma_cm_id *fs_rdma_id(struct fs_rdma *r);
+
+/* ---- resume onto a new queue pair (fabric/rdma/heal.c) ---- */
+/* 0: the connecting end, 1: the accepting end. */
+int fs_rdma_side(const struct fs_rdma *r);
+/* The peer's region as its handshake said (a resume request names it). */
+void fs_rdma_remote(const struct fs_rdma *r, uint64_t *addr, uint32_t *rkey);
+/* Any thread: the queue pair failed or is wedged, or the peer's went
+ * without its end closed.  Nothing is posted from now until the resume;
+ * the agent is kicked.  False (nothing asked) if the channel is dead or the
+ * peer closed its end. */
+bool fs_rdma_resume_ask(struct fs_rdma *r, const char *why);
+/* The resume state (FS_RDMA_RS_* of rdma_int.h; 0 none, 1 asked). */
+uint32_t fs_rdma_resume_state(struct fs_rdma *r);
+/* Agent: move the channel onto id's new queue pair (created here, on the
+ * same rings and completion queues); the old pair is destroyed, its id is
+ * the caller's.  0 or -errno. */
+int fs_rdma_swap_qp(struct fs_rdma *r, struct rdma_cm_id *id);
+/* Agent, accepting end, resume asked: destroy the queue pair (not its id),
+ * so that the peer's stall watch finds it silent and resumes. */
+void fs_rdma_drop_qp(struct fs_rdma *r);
+/* Agent: the new pair is connected: say where our rx ring stands. */
+void fs_rdma_resumed(struct fs_rdma *r);
+/* Agent: no resume: the peer refused it (gone: as a disconnect, the peer
+ * is gone), or it cannot be reached (the connection is reset). */
+void fs_rdma_resume_failed(struct fs_rdma *r, const char *why, bool gone);
+/* Agent: has the peer closed its end (after a look at what has arrived)? */
+bool fs_rdma_peer_closed(struct fs_rdma *r);
 
 #endif
 

@@ -12,6 +12,7 @@
 #include "base/hmac.h"
 #include "base/reason.h"
 #include "fabric/rdma/rdmacm.h"
+#include "fabric/rdma/rdmacm_int.h"
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <stdlib.h>
@@ -27,43 +28,11 @@
 #include "fabric/fabric.h"
 #include "fabric/rdma/rdma.h"
 
-#define FS_RDMACM_SETUP_MS 10000 /* accepted, waiting for the connection to establish */
-#define FS_RDMACM_LINGER_MS 2000  /* retired, our last writes not yet confirmed (a dead peer) */
+struct fs_cm_state fs_cm_m = { -1, false, NULL, NULL, 0, PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, { { { 0 } }, { 0 } },
+                               NULL, false };
+#define M fs_cm_m
 
-enum fs_cm_kind { CM_LISTENER = 1, CM_CLI, CM_SRV, CM_CHAN };
-
-struct fs_cm_item {
-  enum fs_cm_kind kind;
-  bool held;                    /* CM_SRV: waiting for accept() */
-  bool lingering;               /* CM_CHAN: retired, its last writes landing */
-  struct rdma_cm_id *id;
-  struct fs_link *c;            /* LISTENER (NULL: orphan), CLI, SRV: referenced */
-  struct fs_rdma *r;            /* CLI, SRV: owned until attached; CHAN: the conn's */
-  struct fs_cm_item *listener;  /* SRV: where it came from */
-  uint64_t deadline;            /* ns; 0 = none */
-  uint32_t ring;
-  struct fs_rdmacm_msg req;     /* SRV: the request */
-  bool req_mac;                 /* SRV: it carried an authenticator */
-  struct fs_rdmacm_wire raw;    /* SRV: the request as received; CLI: as sent */
-  struct sockaddr_storage tl, tp; /* SRV: the TCP connection it names (local, peer) */
-  struct sockaddr_storage bound;  /* LISTENER */
-  struct fs_cm_item *next;
-};
-
-static struct {
-  int avail;                    /* -1 not probed, 0 no, 1 yes */
-  bool fork_lost;               /* a child of a process that had set rdma up */
-  struct rdma_event_channel *ec;
-  struct fs_cm_item *items;
-  int nheld;                    /* atomic */
-  pthread_mutex_t rlock;        /* retired */
-  struct fs_rdma **retired;
-  size_t nretired, capretired;
-  struct fs_rdmacm_seen seen;   /* authenticated requests taken */
-  struct ibv_context **devs;    /* librdmacm's devices, held open */
-} M = { -1, false, NULL, NULL, 0, PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, { { { 0 } }, { 0 } }, NULL };
-
-static uint64_t fs_cm_wall_ms(void)
+uint64_t fs_cm_wall_ms(void)
 {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -159,13 +128,13 @@ static void fs_cm_drop(struct fs_cm_item *it)
   free(it);
 }
 
-static void fs_cm_reject(struct fs_cm_item *it, int reason)
+void fs_cm_reject(struct fs_cm_item *it, int reason)
 {
   struct fs_rdmacm_rej rej = { htonl(FS_RDMACM_MAGIC_REJ), 1, (uint8_t)reason, 0 };
   FS_VERBS(rdma_reject)(it->id, &rej, sizeof rej);
 }
 
-static uint8_t fs_cm_log2(uint32_t v)
+uint8_t fs_cm_log2(uint32_t v)
 {
   uint8_t l = 0;
   while ((1u << l) < v)
@@ -179,6 +148,8 @@ static void fs_cm_attached(struct fs_cm_item *it)
   struct fs_chan *ch = fs_rdma_chan(it->r);
   it->kind = CM_CHAN;
   it->deadline = 0;
+  it->has_key = it->c->policy.has_key; /* a resume is sealed as the upgrade was */
+  memcpy(it->key, it->c->policy.key, sizeof it->key);
   fs_host->put(it->c);
   it->c = NULL;
   ch->ops->wake_peer(ch); /* our "attached" flag */
@@ -204,6 +175,8 @@ int fs_rdmacm_connect(struct fs_link *c)
   const struct sockaddr *d = fs_addr_unmap((struct sockaddr *)&c->peer, &dst);
   memmove(&src, s, fs_addr_len(s));
   memmove(&dst, d, fs_addr_len(d));
+  memcpy(&it->tl, &src, sizeof src); /* a resume goes the same way (rdmacm_resume.c) */
+  memcpy(&it->tp, &dst, sizeof dst);
   fs_addr_set_port((struct sockaddr *)&src, 0);
   int reason = 0;
   if (FS_VERBS(rdma_create_id)(M.ec, &it->id, it, RDMA_PS_TCP) != 0)
@@ -438,7 +411,12 @@ static void fs_cm_dispatch(enum rdma_cm_event_type type, int status, struct rdma
 {
   if (type == RDMA_CM_EVENT_CONNECT_REQUEST) {
     struct fs_cm_item *l = lid ? lid->context : NULL;
-    if (l && l->kind == CM_LISTENER)
+    uint32_t magic = 0;
+    if (len >= sizeof magic)
+      memcpy(&magic, pd, sizeof magic);
+    if (l && l->kind == CM_LISTENER && ntohl(magic) == FS_RDMACM_MAGIC_RES)
+      fs_cm_resume_request(id, pd, len);
+    else if (l && l->kind == CM_LISTENER)
       fs_cm_srv_request(l, id, pd, len);
     else
       FS_VERBS(rdma_destroy_id)(id);
@@ -484,8 +462,7 @@ static void fs_cm_dispatch(enum rdma_cm_event_type type, int status, struct rdma
       fs_cm_drop(it);
     break;
   case CM_CHAN:
-    if (type == RDMA_CM_EVENT_DISCONNECTED || type == RDMA_CM_EVENT_DEVICE_REMOVAL)
-      fs_rdma_peer_gone(it->r);
+    fs_cm_chan_event(it, type, status, id, pd, len);
     break;
   case CM_LISTENER:
     break;
@@ -541,10 +518,17 @@ void fs_rdmacm_retire(struct fs_rdma *r)
 static void fs_cm_chan_free(struct fs_cm_item *it, struct fs_rdma *r)
 {
   if (it) {
+    fs_cm_resume_forget(it);
     fs_cm_unlink(it);
     free(it);
   }
   fs_rdma_destroy(r);
+}
+
+void fs_rdmacm_resume_kick(void)
+{
+  __atomic_store_n(&M.resume_news, true, __ATOMIC_RELEASE);
+  fs_host->kick();
 }
 
 void fs_rdmacm_tick(void)
@@ -560,12 +544,14 @@ void fs_rdmacm_tick(void)
       it = it->next;
     if (it && fs_rdma_lingering(r)) {
       it->lingering = true; /* its cm events still reach it: a disconnect ends the wait */
-      it->deadline = fs_clock_ns() + (uint64_t)FS_RDMACM_LINGER_MS * 1000000u;
+      it->deadline = fs_clock_ns() + (uint64_t)(fs_rdma_resume_state(r) ? FS_RDMACM_RESUME_LINGER_MS
+                                                                       : FS_RDMACM_LINGER_MS) * 1000000u;
       continue;
     }
     fs_cm_chan_free(it, r);
   }
   uint64_t now = fs_clock_ns();
+  fs_cm_resume_tick(now);
   struct fs_cm_item *it = M.items, *next;
   for (; it; it = next) {
     next = it->next;
@@ -633,11 +619,11 @@ int fs_rdmacm_next_timeout(void)
     if (it->deadline && (!best || it->deadline < best))
       best = it->deadline;
   }
-  if (M.nretired)
+  if (M.nretired || __atomic_load_n(&M.resume_news, __ATOMIC_ACQUIRE))
     return 0;
-  if (!best)
-    return -1;
-  return best > now ? (int)((best - now) / 1000000u + 1) : 0;
+  int res = fs_cm_resume_next_ms(now);
+  int ms = !best ? -1 : best > now ? (int)((best - now) / 1000000u + 1) : 0;
+  return res >= 0 && (ms < 0 || res < ms) ? res : ms;
 }
 
 bool fs_rdmacm_held(void)

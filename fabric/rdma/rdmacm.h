@@ -30,6 +30,15 @@
  * an end without one ignores a MAC.  Addresses are the ones the TCP connection
  * has at both ends, which an rdma path never translates.
  *
+ * A resume request ("FSRR", fabric/rdma/heal.c) has the same layout: the
+ * client's TCP port, and the address and rkey of the *server's* region as
+ * its accept said (who knows them holds this channel), sealed as a request
+ * when there is a key.  It is sent by the connecting end of a channel whose
+ * queue pair failed, from the same address to the same listener; the
+ * accepting end moves that channel onto the new queue pair and accepts with
+ * an "FSRA" naming the same region, or refuses (no such channel: the peer
+ * is gone).
+ *
  * A refusal carries   u32 magic "FSRJ" | u8 version 1 | u8 reason | u16 0
  * (reason: enum fs_reason).  The accepting end matches the request to the
  * one TCP connection it accepted from (client address, client port) on
@@ -50,6 +59,7 @@
 #define FS_RDMACM_MAGIC_REQ 0x46535243u /* "FSRC" */
 #define FS_RDMACM_MAGIC_ACC 0x46535241u /* "FSRA" */
 #define FS_RDMACM_MAGIC_REJ 0x4653524au /* "FSRJ" */
+#define FS_RDMACM_MAGIC_RES 0x46535252u /* "FSRR" */
 #define FS_RDMACM_HOLD_MS 2000
 #define FS_RDMACM_RING_LOG2_MIN 16
 #define FS_RDMACM_RING_LOG2_MAX 24
@@ -94,7 +104,7 @@ struct fs_rdmacm_rej {
 
 struct fs_rdma;
 
-/* Check a received connect request (network order as received); 0 or a
+/* Check a received connect or resume request (network order as received); 0 or a
  * reason (enum fs_reason).  *out in host order; *has_mac says whether the
  * authenticator follows (then it is in the raw data, for fs_rdmacm_verify).
  * Pure: for the fuzzer and unit tests. */
@@ -134,6 +144,8 @@ int fs_rdmacm_next_timeout(void);
 bool fs_rdmacm_held(void);
 /* Any thread: a channel is no longer used; the agent tears it down. */
 void fs_rdmacm_retire(struct fs_rdma *r);
+/* Any thread: a channel asked for a resume (fs_rdma_resume_ask). */
+void fs_rdmacm_resume_kick(void);
 /* Agent lock held, process exit: run the retired channels' tear-down until
  * every one's last writes landed (or its peer is gone), or deadline_ns
  * (fs_clock_ns) passes.  True if none is left waiting. */

@@ -19,7 +19,7 @@ int fs_rdmacm_check_req(const void *data, size_t len, struct fs_rdmacm_msg *out,
   if (!data || len < sizeof m)
     return FS_REASON_PROTOCOL;
   memcpy(&m, data, sizeof m);
-  if (ntohl(m.magic) != FS_RDMACM_MAGIC_REQ)
+  if (ntohl(m.magic) != FS_RDMACM_MAGIC_REQ && ntohl(m.magic) != FS_RDMACM_MAGIC_RES)
     return FS_REASON_PROTOCOL;
   if (m.version != 1)
     return FS_REASON_VERSION;

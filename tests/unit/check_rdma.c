@@ -1,6 +1,7 @@
 /* Unit tests for the rdma fabric's pure parts: the connect request check
  * (hostile private data is refused with a reason, never trusted) and the
- * 30-bit position arithmetic of the immediate-data format (fabric/rdma/rdma.h).
+ * 30-bit position arithmetic of the immediate-data format (fabric/rdma/rdma.h),
+ * and the resume request (the same checks, its own magic).
  * The live fabric needs a verbs device: tests/vm runs it over Soft-RoCE. */
 #include <arpa/inet.h>
 #include <check.h>
@@ -164,6 +165,35 @@ START_TEST(t_auth)
 }
 END_TEST
 
+/* A resume request (fabric/rdma/heal.c) is checked as a connect request and
+ * told apart by its magic; sealed, its MAC covers the magic, so a sealed
+ * upgrade request cannot be replayed as a resume or the other way round. */
+START_TEST(t_resume_req)
+{
+  struct fs_rdmacm_msg m = good(), out;
+  bool mac = true;
+  m.magic = htonl(FS_RDMACM_MAGIC_RES);
+  ck_assert_int_eq(fs_rdmacm_check_req(&m, sizeof m, &out, &mac), 0);
+  ck_assert_uint_eq(out.magic, FS_RDMACM_MAGIC_RES);
+  ck_assert_uint_eq(out.rkey, 0x1234);
+  ck_assert(!mac);
+  m.rkey = 0; /* no region: hostile */
+  ck_assert_int_eq(fs_rdmacm_check_req(&m, sizeof m, &out, &mac), FS_REASON_PROTOCOL);
+  m = good(), m.magic = htonl(FS_RDMACM_MAGIC_RES), m.version = 2;
+  ck_assert_int_eq(fs_rdmacm_check_req(&m, sizeof m, &out, &mac), FS_REASON_VERSION);
+
+  struct sockaddr_in cli = v4("10.0.2.15", 40000), srv = v4("10.0.2.16", 5201);
+  struct sockaddr *c = (struct sockaddr *)&cli, *s = (struct sockaddr *)&srv;
+  struct fs_rdmacm_wire w = { .m = good() };
+  w.m.magic = htonl(FS_RDMACM_MAGIC_RES);
+  fs_rdmacm_seal(&w, key1, c, s, NULL, T0);
+  ck_assert_int_eq(fs_rdmacm_verify(&w, sizeof w, key1, c, s, NULL, T0, NULL), 0);
+  struct fs_rdmacm_wire x = w;
+  x.m.magic = htonl(FS_RDMACM_MAGIC_REQ);
+  ck_assert_int_eq(fs_rdmacm_verify(&x, sizeof x, key1, c, s, NULL, T0, NULL), FS_REASON_AUTH);
+}
+END_TEST
+
 START_TEST(t_auth_replay)
 {
   static struct fs_rdmacm_seen seen;
@@ -204,6 +234,7 @@ int main(void)
   tcase_add_test(tc, t_unwrap);
   tcase_add_test(tc, t_auth);
   tcase_add_test(tc, t_auth_replay);
+  tcase_add_test(tc, t_resume_req);
   suite_add_tcase(s, tc);
   return run_suite(s, false);
 }

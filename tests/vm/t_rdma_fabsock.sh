@@ -101,6 +101,43 @@ echo_stall() {
   stop "$srv"
 }
 
+# ---- a wedged queue pair: the channel resumes on a new one (FABSOCK_TEST_RDMA_WEDGE) -----------
+# Seen between two Soft-RoCE guests after a link outage: a queue pair in RTS whose sends never
+# leave, no error anywhere.  The seam wedges one end's queue pair from its 20th push on (posts
+# taken, never sent, never completed).  That end's stall watch (client) or the peer's (server:
+# it destroys its pair, the client's probes go unanswered) must find it and resume the channel on
+# a new queue pair through rdma_cm, each end writing again from where the other's ring stands:
+# the echo intact, both ends still on rdma.  (Before the resume, this hung for good.)
+echo_wedge() {  # echo_wedge WHO PORT: WHO (client or server) runs with the seam
+  local who=$1 port=$2 c st senv= cenv= log
+  if [ "$transport" != rdma ]; then
+    t_skip "a wedged queue pair ($who) resumes on a new one" "FABSOCK_VM_TRANSPORT=$transport"
+    return
+  fi
+  [ "$who" = server ] && senv="FABSOCK_TEST_RDMA_WEDGE=20" || cenv="FABSOCK_TEST_RDMA_WEDGE=20"
+  if ! start_server "wedge-$who" "$pre_rdma $senv FABSOCK_LOG=info" "$port" "$PYTHON" "$VMTOOL" echo-server \
+    --bind "$VM_IP" --port "$port"; then
+    t_fail "echo server under libfabsock: $out"
+    return
+  fi
+  timeout -k 5 150 env $pre_rdma $cenv FABSOCK_LOG=info "$PYTHON" "$VMTOOL" echo-client \
+    "$VM_IP:$port" --bytes $((4 << 20)) --chunk 32768 > "$T_WORK/wedge-$who" 2>&1 &
+  c=$!
+  wait $c
+  st=$?
+  log="$T_WORK/wedge-$who $T_WORK/srv-wedge-$who"
+  # shellcheck disable=SC2086
+  grep -q '"ok": true' "$T_WORK/wedge-$who" && grep -q 'queue pair wedged from' $log &&
+    grep -q 'resuming on a new queue pair' $log && grep -q 'the peer resumes it on a new queue pair' $log &&
+    [ "$(cat $log | grep -c 'resumed; writing again from')" -ge 2 ]
+  local ok=$?
+  t_check $ok "a wedged queue pair ($who, from its 20th push) resumes on a new one: echo intact" "$todo"
+  [ $st = 0 ] || t_diag "client exit $st: $(grep -v '^{' "$T_WORK/wedge-$who" | tail -n 3)"
+  # shellcheck disable=SC2086
+  [ $ok = 0 ] || t_diag "$(grep -h '^fabsock' $log | grep -E 'wedged|resum|refused|reset' | head -n 8)"
+  stop "$srv"
+}
+
 # ---- the rdma rendezvous under a pre-shared key (FABSOCK_RDMA_KEY_FILE) ----------------------
 # echo_auth PORT SERVER_KEY CLIENT_KEY WANT: WANT rdma (both ends) or auth (the client stays tcp
 # with reason auth).  A key is a file name under $T_WORK/keys, or "-" for none.
@@ -217,6 +254,8 @@ export SOCKPERF_TIME=${SOCKPERF_TIME:-8} IPERF3_TIME=${IPERF3_TIME:-8}
 
 echo_pair
 echo_stall
+echo_wedge client 15004
+echo_wedge server 15005
 exit_burst 15020 close
 exit_burst 15021 exit
 echo_auth 15010 a a rdma
