@@ -218,10 +218,20 @@ void fs_cm_chan_event(struct fs_cm_item *it, enum rdma_cm_event_type type, int s
     case RDMA_CM_EVENT_ESTABLISHED:
       fs_cm_resume_established(it, pd, len);
       break;
-    case RDMA_CM_EVENT_REJECTED:
+    case RDMA_CM_EVENT_REJECTED: {
+      /* No listener there, or no such channel: the peer's process is gone.
+       * Any other reason (resources, auth): bytes may be lost, reset. */
+      struct fs_rdmacm_rej rej;
+      int why = FS_REASON_NO_PEER;
+      if (len >= sizeof rej) {
+        memcpy(&rej, pd, sizeof rej);
+        if (ntohl(rej.magic) == FS_RDMACM_MAGIC_REJ)
+          why = rej.reason;
+      }
       it->rid = NULL; /* the channel's id now: it goes with the channel */
-      fs_rdma_resume_failed(r, "refused", true);
+      fs_rdma_resume_failed(r, fs_reason_name(why), why == FS_REASON_NO_PEER);
       break;
+    }
     case RDMA_CM_EVENT_ADDR_ERROR:
     case RDMA_CM_EVENT_ROUTE_ERROR:
     case RDMA_CM_EVENT_UNREACHABLE:
