@@ -176,8 +176,7 @@ bool fs_rdma_resume_ask(struct fs_rdma *r, const char *why)
 
 bool fs_rdma_failed(struct fs_rdma *r, const char *why, int status)
 {
-  uint32_t rs = __atomic_load_n(&r->resume, __ATOMIC_ACQUIRE);
-  if (rs == FS_RDMA_RS_ASKED || rs == FS_RDMA_RS_SWAPPED)
+  if (fs_rdma_pairless(r))
     return true; /* the old pair's flushed work */
   char w[96];
   snprintf(w, sizeof w, "%s (%d)", why, status);
@@ -216,24 +215,45 @@ void fs_rdma_take_resume(struct fs_rdma *r, uint32_t v)
   fs_unlock(&r->slock);
 }
 
-int fs_rdma_swap_qp(struct fs_rdma *r, struct rdma_cm_id *id)
+/* Become the poller, then the poster (the order fs_rdma_progress takes
+ * them in), after taking in what the old pair delivered: nobody touches it
+ * meanwhile.  True if a thread of ours is to be woken (fs_rdma_unhold). */
+static bool fs_rdma_hold(struct fs_rdma *r)
 {
-  /* Become the poller, then the poster (the order fs_rdma_progress takes
-   * them in): nobody touches the old pair meanwhile. */
   while (!fs_rdma_poll_begin(r))
     sched_yield();
-  bool wake = fs_rdma_take_all(r); /* what the old pair delivered */
+  bool wake = fs_rdma_take_all(r);
   fs_lock(&r->slock);
-  __atomic_store_n(&r->resume, FS_RDMA_RS_SWAPPED, __ATOMIC_RELEASE);
-  r->peer_resumed = false;
-  struct rdma_cm_id *old = r->id;
-  if (old && old->qp)
-    FS_VERBS(rdma_destroy_qp)(old);
-  /* Whatever the old pair left (flushed receives, late arrivals, its
-   * sends) goes: RESUME makes up for it, and the new pair needs the room. */
+  return wake;
+}
+
+static void fs_rdma_unhold(struct fs_rdma *r, bool wake)
+{
+  fs_unlock(&r->slock);
+  __atomic_store_n(&r->polling, 0, __ATOMIC_RELEASE);
+  if (wake)
+    fs_rdma_wake_local(r);
+}
+
+/* Destroy the queue pair (held).  Whatever it left in the completion queues
+ * (flushed receives, late arrivals, its sends) goes: RESUME makes up for
+ * it, and a new pair needs the room. */
+static void fs_rdma_destroy_qp(struct fs_rdma *r)
+{
+  if (r->id && r->id->qp)
+    FS_VERBS(rdma_destroy_qp)(r->id);
   struct ibv_wc wc[16];
   while (ibv_poll_cq(r->scq, 16, wc) > 0 || ibv_poll_cq(r->rcq, 16, wc) > 0)
     ;
+}
+
+int fs_rdma_swap_qp(struct fs_rdma *r, struct rdma_cm_id *id)
+{
+  bool wake = fs_rdma_hold(r);
+  __atomic_store_n(&r->resume, FS_RDMA_RS_SWAPPED, __ATOMIC_RELEASE);
+  r->peer_resumed = false;
+  struct rdma_cm_id *old = r->id;
+  fs_rdma_destroy_qp(r);
   r->id = id;
   r->sq_free = FS_RDMA_SQ;
   r->unsig = 0;
@@ -248,30 +268,18 @@ int fs_rdma_swap_qp(struct fs_rdma *r, struct rdma_cm_id *id)
   } else {
     r->id = old; /* id stays the caller's to destroy; the channel has no pair until the next try */
   }
-  fs_unlock(&r->slock);
-  __atomic_store_n(&r->polling, 0, __ATOMIC_RELEASE);
-  if (wake)
-    fs_rdma_wake_local(r);
+  fs_rdma_unhold(r, wake);
   return rc;
 }
 
 void fs_rdma_drop_qp(struct fs_rdma *r)
 {
-  while (!fs_rdma_poll_begin(r))
-    sched_yield();
-  bool wake = fs_rdma_take_all(r);
-  fs_lock(&r->slock);
+  bool wake = fs_rdma_hold(r);
   if (r->id && r->id->qp && __atomic_load_n(&r->resume, __ATOMIC_ACQUIRE) == FS_RDMA_RS_ASKED) {
     fs_log(FS_LOG_INFO, "rdma channel %p: queue pair destroyed for the peer to resume", (void *)r);
-    FS_VERBS(rdma_destroy_qp)(r->id);
-    struct ibv_wc wc[16];
-    while (ibv_poll_cq(r->scq, 16, wc) > 0 || ibv_poll_cq(r->rcq, 16, wc) > 0)
-      ;
+    fs_rdma_destroy_qp(r);
   }
-  fs_unlock(&r->slock);
-  __atomic_store_n(&r->polling, 0, __ATOMIC_RELEASE);
-  if (wake)
-    fs_rdma_wake_local(r);
+  fs_rdma_unhold(r, wake);
 }
 
 void fs_rdma_resumed(struct fs_rdma *r)
@@ -283,11 +291,7 @@ void fs_rdma_resumed(struct fs_rdma *r)
   }
   __atomic_store_n(&r->resume, FS_RDMA_RS_UP, __ATOMIC_RELEASE);
   r->n_resume++;
-  struct ibv_send_wr wr;
-  struct ibv_sge sge;
-  fs_rdma_wr(&wr, &sge, r, 0, 0, 0);
-  fs_rdma_imm(&wr, FS_RDMA_IMM_RESUME, __atomic_load_n(&r->ctl[0].tail, __ATOMIC_ACQUIRE));
-  if (fs_rdma_post(r, &wr, 1, false) == 0) {
+  if (fs_rdma_post_imm(r, FS_RDMA_IMM_RESUME, __atomic_load_n(&r->ctl[0].tail, __ATOMIC_ACQUIRE)) == 0) {
     fs_rdma_send_credit(r, __atomic_load_n(&r->ctl[0].head, __ATOMIC_ACQUIRE));
     r->flags_sent = 0;
     fs_rdma_send_flags(r);

@@ -97,8 +97,7 @@ static int fs_rdma_reap(struct fs_rdma *r, uint32_t want)
     if (n < 0)
       return n;
     if (n == 0) {
-      uint32_t rs = __atomic_load_n(&r->resume, __ATOMIC_ACQUIRE);
-      if (rs == FS_RDMA_RS_ASKED || rs == FS_RDMA_RS_SWAPPED)
+      if (fs_rdma_pairless(r))
         return -EAGAIN; /* the pair is being replaced: nothing to wait for */
       r->n_reap_wait++;
       if (!t0)
@@ -120,9 +119,8 @@ int fs_rdma_post(struct fs_rdma *r, struct ibv_send_wr *wr, int n, bool signal)
 {
   if (__atomic_load_n(&r->dead, __ATOMIC_ACQUIRE) || r->foreign)
     return -EPIPE;
-  uint32_t rs = __atomic_load_n(&r->resume, __ATOMIC_ACQUIRE);
-  if (rs == FS_RDMA_RS_ASKED || rs == FS_RDMA_RS_SWAPPED)
-    return -EAGAIN; /* no queue pair to post on: the resume says it all again */
+  if (fs_rdma_pairless(r))
+    return -EAGAIN; /* the resume says it all again */
   if (__builtin_expect(r->test_wedge, 0))
     return 0; /* FABSOCK_TEST_RDMA_WEDGE: taken, never sent, never completed */
   if (fs_rdma_reap(r, (uint32_t)n) < 0)
@@ -205,13 +203,18 @@ void fs_rdma_push(struct fs_rdma *r)
   fs_rdma_post_range(r, from, tail, false);
 }
 
-void fs_rdma_send_credit(struct fs_rdma *r, uint64_t head)
+int fs_rdma_post_imm(struct fs_rdma *r, uint32_t kind, uint64_t val)
 {
   struct ibv_send_wr wr;
   struct ibv_sge sge;
   fs_rdma_wr(&wr, &sge, r, 0, 0, 0);
-  fs_rdma_imm(&wr, FS_RDMA_IMM_CREDIT, head);
-  if (fs_rdma_post(r, &wr, 1, false) == 0)
+  fs_rdma_imm(&wr, kind, val);
+  return fs_rdma_post(r, &wr, 1, false);
+}
+
+void fs_rdma_send_credit(struct fs_rdma *r, uint64_t head)
+{
+  if (fs_rdma_post_imm(r, FS_RDMA_IMM_CREDIT, head) == 0)
     r->cred_head = head;
 }
 
@@ -264,11 +267,7 @@ void fs_rdma_send_flags(struct fs_rdma *r)
     }
     fs_rdma_send_credit(r, head);
   }
-  struct ibv_send_wr wr;
-  struct ibv_sge sge;
-  fs_rdma_wr(&wr, &sge, r, 0, 0, 0);
-  fs_rdma_imm(&wr, FS_RDMA_IMM_FLAGS, f);
-  if (fs_rdma_post(r, &wr, 1, false) == 0)
+  if (fs_rdma_post_imm(r, FS_RDMA_IMM_FLAGS, f) == 0)
     r->flags_sent = f;
 }
 
@@ -380,8 +379,7 @@ bool fs_rdma_take_all(struct fs_rdma *r)
   }
   if (n < 0 && !fs_rdma_failed(r, "recv cq poll failed", n))
     fs_rdma_die(r, "recv cq poll failed", n);
-  uint32_t rs = __atomic_load_n(&r->resume, __ATOMIC_RELAXED);
-  if (r->rq_used >= FS_RDMA_REPOST && !r->dead && rs != FS_RDMA_RS_ASKED && rs != FS_RDMA_RS_SWAPPED) {
+  if (r->rq_used >= FS_RDMA_REPOST && !r->dead && !fs_rdma_pairless(r)) {
     fs_rdma_repost(r, r->rq_used);
     r->rq_used = 0;
   }

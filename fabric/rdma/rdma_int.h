@@ -74,6 +74,13 @@ struct fs_rdma {
   uint64_t n_post, n_wr, n_cqe, n_arm, n_reap_wait, n_resume;
 };
 
+/* No queue pair to post on (ASKED or SWAPPED): the resume replaces it. */
+static inline bool fs_rdma_pairless(struct fs_rdma *r)
+{
+  uint32_t rs = __atomic_load_n(&r->resume, __ATOMIC_ACQUIRE);
+  return rs == FS_RDMA_RS_ASKED || rs == FS_RDMA_RS_SWAPPED;
+}
+
 /* Become the thread taking in receive completions, if nobody is. */
 static inline bool fs_rdma_poll_begin(struct fs_rdma *r)
 {
@@ -88,6 +95,8 @@ void fs_rdma_wr(struct ibv_send_wr *wr, struct ibv_sge *sge, struct fs_rdma *r, 
 void fs_rdma_imm(struct ibv_send_wr *wr, uint32_t kind, uint64_t val);
 void fs_rdma_post_range(struct fs_rdma *r, uint64_t from, uint64_t to, bool signal);
 void fs_rdma_push(struct fs_rdma *r);
+/* A zero-length write carrying immediate (kind, val) (slock held): 0 or -errno. */
+int fs_rdma_post_imm(struct fs_rdma *r, uint32_t kind, uint64_t val);
 void fs_rdma_send_credit(struct fs_rdma *r, uint64_t head);
 void fs_rdma_send_flags(struct fs_rdma *r);
 void fs_rdma_repost(struct fs_rdma *r, uint32_t n);

@@ -128,10 +128,27 @@ static void fs_cm_drop(struct fs_cm_item *it)
   free(it);
 }
 
-void fs_cm_reject(struct fs_cm_item *it, int reason)
+void fs_cm_reject_id(struct rdma_cm_id *id, int reason)
 {
   struct fs_rdmacm_rej rej = { htonl(FS_RDMACM_MAGIC_REJ), 1, (uint8_t)reason, 0 };
-  FS_VERBS(rdma_reject)(it->id, &rej, sizeof rej);
+  FS_VERBS(rdma_reject)(id, &rej, sizeof rej);
+}
+
+void fs_cm_reject(struct fs_cm_item *it, int reason)
+{
+  fs_cm_reject_id(it->id, reason);
+}
+
+struct rdma_conn_param fs_cm_param(struct fs_rdmacm_wire *w, uint32_t magic, uint8_t ring_log2, uint16_t port,
+                                   uint64_t addr, uint32_t rkey, const uint8_t *key, const struct sockaddr *client,
+                                   const struct sockaddr *server, const uint8_t *bind)
+{
+  memset(w, 0, sizeof *w);
+  w->m = (struct fs_rdmacm_msg){ htonl(magic), 1, ring_log2, htons(port), htobe64(addr), htonl(rkey), 0 };
+  if (key)
+    fs_rdmacm_seal(w, key, client, server, bind, fs_cm_wall_ms());
+  return (struct rdma_conn_param){ .private_data = w, .private_data_len = key ? sizeof *w : sizeof w->m,
+                                   .retry_count = 7, .rnr_retry_count = 7 };
 }
 
 uint8_t fs_cm_log2(uint32_t v)
@@ -208,15 +225,11 @@ static void fs_cm_cli_route(struct fs_cm_item *it)
   uint64_t addr;
   uint32_t rkey;
   fs_rdma_local(it->r, &addr, &rkey);
-  struct fs_rdmacm_wire *w = &it->raw;
   struct fs_link *c = it->c;
-  memset(w, 0, sizeof *w);
-  w->m = (struct fs_rdmacm_msg){ htonl(FS_RDMACM_MAGIC_REQ), 1, fs_cm_log2(it->ring),
-                                 htons(fs_addr_port((struct sockaddr *)&c->local)), htobe64(addr), htonl(rkey), 0 };
-  if (c->policy.has_key)
-    fs_rdmacm_seal(w, c->policy.key, (struct sockaddr *)&c->local, (struct sockaddr *)&c->peer, NULL, fs_cm_wall_ms());
-  struct rdma_conn_param p = { .private_data = w, .private_data_len = c->policy.has_key ? sizeof *w : sizeof w->m,
-                               .retry_count = 7, .rnr_retry_count = 7 };
+  struct rdma_conn_param p =
+      fs_cm_param(&it->raw, FS_RDMACM_MAGIC_REQ, fs_cm_log2(it->ring), fs_addr_port((struct sockaddr *)&c->local), addr,
+                  rkey, c->policy.has_key ? c->policy.key : NULL, (struct sockaddr *)&c->local,
+                  (struct sockaddr *)&c->peer, NULL);
   if (FS_VERBS(rdma_connect)(it->id, &p) != 0)
     fs_cm_cli_fail(it, FS_REASON_NO_PEER);
 }
@@ -248,7 +261,7 @@ static void fs_cm_cli_established(struct fs_cm_item *it, const uint8_t *pd, size
   fs_cm_attached(it);
 }
 
-static int fs_cm_rej_reason(int status, const uint8_t *pd, size_t len)
+int fs_cm_rej_reason(int status, const uint8_t *pd, size_t len)
 {
   struct fs_rdmacm_rej rej;
   if (len >= sizeof rej) {
@@ -348,14 +361,10 @@ static bool fs_cm_srv_try(struct fs_cm_item *it)
   uint32_t rkey;
   fs_rdma_local(it->r, &addr, &rkey);
   struct fs_rdmacm_wire w;
-  memset(&w, 0, sizeof w);
-  w.m = (struct fs_rdmacm_msg){ htonl(FS_RDMACM_MAGIC_ACC), 1, it->req.ring_log2,
-                                htons(fs_addr_port((struct sockaddr *)&it->tl)), htobe64(addr), htonl(rkey), 0 };
-  if (c->policy.has_key)
-    fs_rdmacm_seal(&w, c->policy.key, (struct sockaddr *)&c->peer, (struct sockaddr *)&c->local, it->raw.a.mac,
-                   fs_cm_wall_ms());
-  struct rdma_conn_param p = { .private_data = &w, .private_data_len = c->policy.has_key ? sizeof w : sizeof w.m,
-                               .retry_count = 7, .rnr_retry_count = 7 };
+  struct rdma_conn_param p =
+      fs_cm_param(&w, FS_RDMACM_MAGIC_ACC, it->req.ring_log2, fs_addr_port((struct sockaddr *)&it->tl), addr, rkey,
+                  c->policy.has_key ? c->policy.key : NULL, (struct sockaddr *)&c->peer, (struct sockaddr *)&c->local,
+                  it->raw.a.mac);
   it->c = c;
   it->deadline = fs_clock_ns() + (uint64_t)FS_RDMACM_SETUP_MS * 1000000u;
   if (FS_VERBS(rdma_accept)(it->id, &p) != 0)

@@ -65,8 +65,19 @@ struct fs_cm_state {
 extern struct fs_cm_state fs_cm_m;
 
 uint64_t fs_cm_wall_ms(void);
+/* Refuse a connect request with reason (an FSRJ). */
+void fs_cm_reject_id(struct rdma_cm_id *id, int reason);
 void fs_cm_reject(struct fs_cm_item *it, int reason);
 uint8_t fs_cm_log2(uint32_t v);
+/* The reason a refusal's private data gives (no FSRJ: no listener there,
+ * FS_REASON_NO_PEER). */
+int fs_cm_rej_reason(int status, const uint8_t *pd, size_t len);
+/* Our message in w (magic, ring, our TCP port, a region: ours, or for a
+ * resume the accepting end's), sealed when key is not NULL over the
+ * connection (client, server) and bind; the parameters that send it. */
+struct rdma_conn_param fs_cm_param(struct fs_rdmacm_wire *w, uint32_t magic, uint8_t ring_log2, uint16_t port,
+                                   uint64_t addr, uint32_t rkey, const uint8_t *key, const struct sockaddr *client,
+                                   const struct sockaddr *server, const uint8_t *bind);
 
 /* rdmacm_resume.c */
 /* A listener's connect request that is a resume (magic FSRR). */

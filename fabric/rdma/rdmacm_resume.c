@@ -96,14 +96,9 @@ static void fs_cm_resume_route(struct fs_cm_item *it)
   uint64_t addr;
   uint32_t rkey;
   fs_rdma_remote(r, &addr, &rkey);
-  struct fs_rdmacm_wire *w = &it->raw;
-  memset(w, 0, sizeof *w);
-  w->m = (struct fs_rdmacm_msg){ htonl(FS_RDMACM_MAGIC_RES), 1, fs_cm_log2(it->ring),
-                                 htons(fs_addr_port((struct sockaddr *)&it->tl)), htobe64(addr), htonl(rkey), 0 };
-  if (it->has_key)
-    fs_rdmacm_seal(w, it->key, (struct sockaddr *)&it->tl, (struct sockaddr *)&it->tp, NULL, fs_cm_wall_ms());
-  struct rdma_conn_param p = { .private_data = w, .private_data_len = it->has_key ? sizeof *w : sizeof w->m,
-                               .retry_count = 7, .rnr_retry_count = 7 };
+  struct rdma_conn_param p =
+      fs_cm_param(&it->raw, FS_RDMACM_MAGIC_RES, fs_cm_log2(it->ring), fs_addr_port((struct sockaddr *)&it->tl), addr,
+                  rkey, it->has_key ? it->key : NULL, (struct sockaddr *)&it->tl, (struct sockaddr *)&it->tp, NULL);
   if (FS_VERBS(rdma_connect)(it->rid, &p) != 0)
     fs_cm_resume_retry(it, "connect");
 }
@@ -175,8 +170,7 @@ void fs_cm_resume_request(struct rdma_cm_id *id, const uint8_t *pd, size_t len)
   }
   if (reason) {
     fs_log(FS_LOG_INFO, "rdma resume request refused: %s", fs_reason_name(reason));
-    struct fs_rdmacm_rej rej = { htonl(FS_RDMACM_MAGIC_REJ), 1, (uint8_t)reason, 0 };
-    FS_VERBS(rdma_reject)(id, &rej, sizeof rej);
+    fs_cm_reject_id(id, reason);
     FS_VERBS(rdma_destroy_id)(id);
     return;
   }
@@ -189,13 +183,9 @@ void fs_cm_resume_request(struct rdma_cm_id *id, const uint8_t *pd, size_t len)
   uint32_t rkey;
   fs_rdma_local(r, &addr, &rkey);
   struct fs_rdmacm_wire w;
-  memset(&w, 0, sizeof w);
-  w.m = (struct fs_rdmacm_msg){ htonl(FS_RDMACM_MAGIC_ACC), 1, m.ring_log2, htons(fs_addr_port((struct sockaddr *)&tl)),
-                                htobe64(addr), htonl(rkey), 0 };
-  if (it->has_key)
-    fs_rdmacm_seal(&w, it->key, (struct sockaddr *)&tp, (struct sockaddr *)&tl, it->raw.a.mac, fs_cm_wall_ms());
-  struct rdma_conn_param p = { .private_data = &w, .private_data_len = it->has_key ? sizeof w : sizeof w.m,
-                               .retry_count = 7, .rnr_retry_count = 7 };
+  struct rdma_conn_param p =
+      fs_cm_param(&w, FS_RDMACM_MAGIC_ACC, m.ring_log2, fs_addr_port((struct sockaddr *)&tl), addr, rkey,
+                  it->has_key ? it->key : NULL, (struct sockaddr *)&tp, (struct sockaddr *)&tl, it->raw.a.mac);
   fs_log(FS_LOG_INFO, "rdma channel %p: the peer resumes it on a new queue pair", (void *)r);
   if (FS_VERBS(rdma_accept)(id, &p) != 0)
     fs_log(FS_LOG_INFO, "rdma channel %p: resume accept failed: %s", (void *)r, strerror(errno));
@@ -221,13 +211,7 @@ void fs_cm_chan_event(struct fs_cm_item *it, enum rdma_cm_event_type type, int s
     case RDMA_CM_EVENT_REJECTED: {
       /* No listener there, or no such channel: the peer's process is gone.
        * Any other reason (resources, auth): bytes may be lost, reset. */
-      struct fs_rdmacm_rej rej;
-      int why = FS_REASON_NO_PEER;
-      if (len >= sizeof rej) {
-        memcpy(&rej, pd, sizeof rej);
-        if (ntohl(rej.magic) == FS_RDMACM_MAGIC_REJ)
-          why = rej.reason;
-      }
+      int why = fs_cm_rej_reason(status, pd, len);
       it->rid = NULL; /* the channel's id now: it goes with the channel */
       fs_rdma_resume_failed(r, fs_reason_name(why), why == FS_REASON_NO_PEER);
       break;
