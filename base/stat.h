@@ -55,7 +55,10 @@ struct fs_stat_conn {
   uint64_t tx_msgs, rx_msgs;    /* frames counted by the frame hook, else calls */
   uint64_t fabric_tx, fabric_rx;/* of which carried by the fabric */
   uint32_t inode;          /* the socket's inode (sock_diag's idiag_inode); 0 unknown */
-  uint8_t pad[128 - 108];
+  uint32_t resumes;        /* times the fabric moved the channel onto a new
+                              path under the stream (rdma: a new queue pair
+                              after a link outage); written by the fabric */
+  uint8_t pad[128 - 112];
 };
 
 _Static_assert(sizeof(struct fs_stat_header) == 256, "stat header size is ABI");

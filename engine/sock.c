@@ -30,7 +30,6 @@
 #include "engine/fdtab.h"
 #include "base/real.h"
 
-
 static bool fs_sock_disabled;
 static bool fs_sock_inited;
 
@@ -39,6 +38,7 @@ static void fs_sock_release(struct fs_conn *c)
   struct fs_chan *ch = c->chan;
   if (ch) {
     c->chan = NULL;
+    __atomic_store_n(&ch->stat, NULL, __ATOMIC_RELEASE); /* the row goes with the conn */
     ch->ops->release(ch);
     fs_trim_count(-1);
   }
@@ -447,6 +447,7 @@ int fs_sock_attach(struct fs_conn *c, struct fs_chan *ch)
   fs_conn_set_state(c, FS_STATE_FABRIC, FS_REASON_NONE);
   if (c->stat)
     c->stat->fabric = (uint8_t)ch->ops->fabric;
+  __atomic_store_n(&ch->stat, c->stat, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&c->lock);
   fs_log(FS_LOG_DEBUG, "fd %d on %s", c->fd, ch->ops->name);
   /* Our sender switches now if it is idle; a busy one does at its next send. */
@@ -590,7 +591,7 @@ static void fs_sock_stat_refill(struct fs_conn *c, struct fs_chan *ch)
     s->family = (uint8_t)c->family;
   if (!used || ino != c->ino || lport != s->lport || pport != s->pport || fd != c->fd) {
     __atomic_store_n(&s->used, 0, __ATOMIC_RELEASE);
-    s->tx_bytes = s->rx_bytes = s->tx_msgs = s->rx_msgs = s->fabric_tx = s->fabric_rx = 0;
+    s->tx_bytes = s->rx_bytes = s->tx_msgs = s->rx_msgs = s->fabric_tx = s->fabric_rx = s->resumes = 0;
   }
   s->fd = c->fd;
   s->state = (uint8_t)fs_conn_state(c);

@@ -51,6 +51,7 @@ struct fs_chan_ep {
 };
 
 struct fs_chan;
+struct fs_stat_conn;
 
 struct fs_chan_ops {
   const char *name;
@@ -92,6 +93,9 @@ struct fs_chan {
   struct fs_ring tx, rx;
   struct fs_chan_ep *me, *peer;
   int my_efd;                /* the connection's wake eventfd (not owned): I sleep on it */
+  struct fs_stat_conn *stat; /* the connection's stat row (not owned) while it
+                                holds the channel, else NULL; atomic.  The
+                                fabric counts its resumes there. */
   int wait_fd;               /* the fabric's own event fd, or -1 (see above) */
   uint32_t news;             /* fabrics with progress: bumped by each look that took
                                 something in (atomic; one writer at a time) */

@@ -217,8 +217,9 @@ static void fs_tool_json_conn(const struct fs_tool_row *r, bool first)
     printf(",\"%s\":%u", names[i][2], ports[i]);
   }
   printf(",\"tx_bytes\":%" PRIu64 ",\"rx_bytes\":%" PRIu64 ",\"tx_msgs\":%" PRIu64
-         ",\"rx_msgs\":%" PRIu64 ",\"fabric_tx_bytes\":%" PRIu64 ",\"fabric_rx_bytes\":%" PRIu64 "}",
-         c->tx_bytes, c->rx_bytes, c->tx_msgs, c->rx_msgs, c->fabric_tx, c->fabric_rx);
+         ",\"rx_msgs\":%" PRIu64 ",\"fabric_tx_bytes\":%" PRIu64 ",\"fabric_rx_bytes\":%" PRIu64
+         ",\"resumes\":%u}",
+         c->tx_bytes, c->rx_bytes, c->tx_msgs, c->rx_msgs, c->fabric_tx, c->fabric_rx, (unsigned)c->resumes);
 }
 
 /* Read one table file; prints it (JSON) or collects its rows (table). */
@@ -312,7 +313,12 @@ static const char *fs_tool_cell(const struct fs_tool_row *r, int k, char *cell)
   case 1: return r->program;
   case 2: snprintf(cell, FS_TOOL_CELL, "%d", (int)c->fd); return cell;
   case 3: return c->listening ? "listen" : fs_tool_state_name(c->state);
-  case 4: return fs_tool_fabric_name(c->fabric);
+  case 4:
+    if (c->resumes == 0)
+      return fs_tool_fabric_name(c->fabric);
+    /* A channel that survived a path failure says so where its fabric is. */
+    snprintf(cell, FS_TOOL_CELL, "%s(resumed %u)", fs_tool_fabric_name(c->fabric), (unsigned)c->resumes);
+    return cell;
   case 5: return r->local[0] ? r->local : "-";
   case 6: return r->peer[0] ? r->peer : "-";
   case 7: case 8: case 9: case 10:

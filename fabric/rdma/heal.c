@@ -40,6 +40,7 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "base/stat.h"
 #include "fabric/rdma/rdma_int.h"
 #include "fabric/rdma/rdmacm.h"
 #include "policy/policy.h"
@@ -291,6 +292,7 @@ void fs_rdma_resumed(struct fs_rdma *r)
   }
   __atomic_store_n(&r->resume, FS_RDMA_RS_UP, __ATOMIC_RELEASE);
   r->n_resume++;
+  FS_STAT_ADD(__atomic_load_n(&r->ch.stat, __ATOMIC_ACQUIRE), resumes, 1);
   if (fs_rdma_post_imm(r, FS_RDMA_IMM_RESUME, __atomic_load_n(&r->ctl[0].tail, __ATOMIC_ACQUIRE)) == 0) {
     fs_rdma_send_credit(r, __atomic_load_n(&r->ctl[0].head, __ATOMIC_ACQUIRE));
     r->flags_sent = 0;

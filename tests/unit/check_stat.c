@@ -456,7 +456,8 @@ static void write_fake_table(int pid, uint64_t proc_start, const char *program)
   table_path(pid, p, sizeof p);
   struct fs_stat_header h = { .magic = FS_STAT_MAGIC, .version = FS_STAT_VERSION, .pid = pid,
                               .nslots = FS_STAT_SLOTS, .proc_start = proc_start, .hi_water = 1 };
-  struct fs_stat_conn c = { .used = 1, .fd = 42, .family = AF_INET, .state = 1, .lport = 1 };
+  struct fs_stat_conn c = { .used = 1, .fd = 42, .family = AF_INET, .state = 1, .fabric = 1, .lport = 1,
+                            .resumes = 2 };
   strncpy(h.program, program, sizeof h.program - 1);
   int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0600);
   ck_assert_int_ge(fd, 0);
@@ -538,6 +539,7 @@ START_TEST(test_tool_stat)
     "\"local\":\"127.0.0.1:5000\",\"local_addr\":\"127.0.0.1\",\"local_port\":5000",
     "\"peer\":\"10.1.2.3:6000\",\"peer_addr\":\"10.1.2.3\",\"peer_port\":6000",
     "\"tx_bytes\":1234,\"rx_bytes\":0,\"tx_msgs\":0,\"rx_msgs\":3",
+    "\"fabric_rx_bytes\":0,\"resumes\":0}",
     "\"fd\":8,\"state\":\"listen\"",
     "\"local\":\"[::1]:7000\"",
     "\"peer\":null",
@@ -569,6 +571,7 @@ START_TEST(test_tool_stat)
   ck_assert_msg(strstr(out, "  REASON\n") != NULL, "%s", out);
   ck_assert_msg(strstr(out, "fake?prog") != NULL, "%s", out);
   ck_assert_msg(strstr(out, "0.0.0.0:1") != NULL, "%s", out);
+  ck_assert_msg(strstr(out, " rdma(resumed 2) ") != NULL, "%s", out); /* a healed channel says so */
   free(out);
 }
 END_TEST

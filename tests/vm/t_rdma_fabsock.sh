@@ -120,9 +120,17 @@ echo_wedge() {  # echo_wedge WHO PORT: WHO (client or server) runs with the seam
     t_fail "echo server under libfabsock: $out"
     return
   fi
+  touch "$T_WORK/hold-wedge"
   timeout -k 5 150 env $pre_rdma $cenv FABSOCK_LOG=info "$PYTHON" "$VMTOOL" echo-client \
-    "$VM_IP:$port" --bytes $((4 << 20)) --chunk 32768 > "$T_WORK/wedge-$who" 2>&1 &
+    "$VM_IP:$port" --bytes $((4 << 20)) --chunk 32768 \
+    --ready-file "$T_WORK/ready-wedge-$who" --hold-file "$T_WORK/hold-wedge" --ready-at-end > "$T_WORK/wedge-$who" 2>&1 &
   c=$!
+  # Every byte came back, the connection still open: a resume it needed is over, and counted.
+  if wait_file "$T_WORK/ready-wedge-$who" 100 $c; then
+    fabsock_stat "$T_WORK/st-wedge-$who" --peer "$VM_IP:$port"
+    fabsock_stat "$T_WORK/st-wedge-$who-s" --local "$VM_IP:$port"
+  fi
+  rm -f "$T_WORK/hold-wedge"
   wait $c
   st=$?
   log="$T_WORK/wedge-$who $T_WORK/srv-wedge-$who"
@@ -132,6 +140,12 @@ echo_wedge() {  # echo_wedge WHO PORT: WHO (client or server) runs with the seam
     [ "$(cat $log | grep -c 'resumed; writing again from')" -ge 2 ]
   local ok=$?
   t_check $ok "a wedged queue pair ($who, from its 20th push) resumes on a new one: echo intact" "$todo"
+  # fabsock stat shows it: both rows on rdma with a resume counted (columns 5 and 11).
+  local rows
+  rows=$(cat "$T_WORK/st-wedge-$who" "$T_WORK/st-wedge-$who-s" 2>/dev/null | awk '{ printf "%s%s x%s", sep, $5, $11; sep = "; " }')
+  cat "$T_WORK/st-wedge-$who" "$T_WORK/st-wedge-$who-s" 2>/dev/null |
+    awk '$5 == "rdma" && $11 >= 1 { n++ } END { exit n != 2 }'
+  t_check $? "fabsock stat counts the resume at both ends ($who wedged): ${rows:-no rows}" "$todo"
   [ $st = 0 ] || t_diag "client exit $st: $(grep -v '^{' "$T_WORK/wedge-$who" | tail -n 3)"
   # shellcheck disable=SC2086
   [ $ok = 0 ] || t_diag "$(grep -h '^fabsock' $log | grep -E 'wedged|resum|refused|reset' | head -n 8)"

@@ -4,11 +4,12 @@
   vmtool.py echo-server [--bind ADDR] [--port N] [--port-file F]
       Echo every byte of every connection back until EOF (one thread per connection).
   vmtool.py echo-client HOST:PORT [--bytes N] [--chunk N] [--seed S] [--nonblock-connect]
-                        [--ready-file F --hold-file F --hold-timeout S]
+                        [--ready-file F --hold-file F --hold-timeout S [--ready-at-end]]
       Send N deterministic pseudo-random bytes in chunks, read each chunk's echo back, and compare
       everything received with what was sent.  --nonblock-connect connects as event loops do
       (O_NONBLOCK set with fcntl, connect in progress, poll() for writable, SO_ERROR).  With --ready-file, after half the bytes it creates
-      F and waits until the hold file is gone (so a test can inspect the live connection).
+      F and waits until the hold file is gone (so a test can inspect the live connection);
+      with --ready-at-end, once every byte came back, before it shuts the connection down.
       Prints one JSON line: ok, bytes sent and received, sha256 of both, connect_s, elapsed_s
       (from before connect to the end, less held_s, the time spent waiting on the hold file).
       Exit 0 when the echo matched, 1 when it did not, 2 on a socket error.
@@ -22,7 +23,8 @@
       write their last bytes and quit do.  Prints {"bytes", "sha"} of what it sent first.
   vmtool.py stat [--peer A:P] [--local A:P] [--pid N] < fabsock-stat.json
       Print the matching connections of `fabsock stat --json`, one per line:
-      "pid program fd state fabric reason tx_bytes rx_bytes local peer" (A:* matches any port);
+      "pid program fd state fabric reason tx_bytes rx_bytes local peer resumes" (A:* matches any
+      port);
       listening sockets are
       left out.  Exit 0 (even when none match), 2 when the input is not the documented JSON.
   vmtool.py iperf3 FILE
@@ -129,16 +131,21 @@ def echo_client(args):
         res["connect_s"] = round(time.monotonic() - t0, 3)
         off = 0
         held = ready is None
+        at = nbytes if "--ready-at-end" in args else nbytes // 2
+
+        def hold_here():
+            with open(ready, "w"):
+                pass
+            t_hold = time.monotonic()
+            deadline = t_hold + hold_timeout
+            while hold and os.path.exists(hold) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            res["held_s"] = round(time.monotonic() - t_hold, 3)
+
         while off < nbytes:
-            if not held and off >= nbytes // 2:
+            if not held and off >= at:
                 held = True
-                with open(ready, "w"):
-                    pass
-                t_hold = time.monotonic()
-                deadline = t_hold + hold_timeout
-                while hold and os.path.exists(hold) and time.monotonic() < deadline:
-                    time.sleep(0.05)
-                res["held_s"] = round(time.monotonic() - t_hold, 3)
+                hold_here()
             piece = data[off:off + chunk]
             s.sendall(piece)
             res["sent"] += len(piece)
@@ -149,6 +156,8 @@ def echo_client(args):
                     raise ConnectionError("EOF after %d echoed bytes" % len(got))
                 got += b
             off += len(piece)
+        if not held:
+            hold_here()
         s.shutdown(socket.SHUT_WR)
         while True:
             b = s.recv(65536)
@@ -250,7 +259,7 @@ def stat(args):
                 continue
             print(p.get("pid"), p.get("program"), c.get("fd"), c.get("state"), c.get("fabric"),
                   c.get("reason"), c.get("tx_bytes"), c.get("rx_bytes"), c.get("local"),
-                  c.get("peer"))
+                  c.get("peer"), c.get("resumes", 0))
     return 0
 
 
