@@ -7,6 +7,7 @@
 
 #include "base/clock.h"
 #include "base/real.h"
+#include "engine/batch.h"
 #include "engine/cutover.h"
 #include "engine/epoll.h"
 #include "engine/fdtab.h"
@@ -274,6 +275,7 @@ static int fs_ep_report(struct fs_ep *ep, int epfd, struct fs_ep_ent *e, uint32_
 
 int fs_ready_epoll_wait(int epfd, struct epoll_event *out, int max, const struct timespec *ts, const sigset_t *mask)
 {
+  fs_batch_flush(); /* the loop's last batch is over */
   struct fs_ep *ep = fs_ep_get(epfd, false);
   if (max <= 0)
     return -EINVAL;
@@ -441,5 +443,6 @@ int fs_ready_epoll_wait(int epfd, struct epoll_event *out, int max, const struct
   }
   if (src != sst)
     free(src);
+  fs_batch_begin(ret); /* the loop now answers these: wakes may wait for its next call */
   return ret;
 }

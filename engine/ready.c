@@ -5,6 +5,7 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "engine/batch.h"
 #include "engine/cutover.h"
 #include "engine/ready.h"
 #include "engine/sock.h"
@@ -16,6 +17,7 @@
 
 int fs_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const sigset_t *mask)
 {
+  fs_batch_flush();
   struct pollfd kst[64];
   struct fs_conn *cst[32];
   size_t cap = (size_t)n * 3; /* the fd, its wake eventfd, its fabric's event fd */

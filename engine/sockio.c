@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "base/clock.h"
+#include "engine/batch.h"
 #include "engine/cutover.h"
 #include "engine/wait.h"
 #include "engine/gpuio.h"
@@ -126,6 +127,7 @@ FS_SOCKIO_HOT ssize_t fs_sockio_done(struct fs_conn *c, ssize_t r, bool tx, bool
 
 ssize_t fs_sock_tcp_io(int fd, struct fs_io *io)
 {
+  fs_batch_flush(); /* the kernel call may block: nothing held meanwhile */
   ssize_t r;
   switch (io->op) {
   case FS_IO_READ: r = FS_REAL(read)(fd, io->iov[0].iov_base, io->iov[0].iov_len); break;
@@ -279,7 +281,10 @@ static ssize_t fs_sockio_fabric_send(struct fs_conn *c, int fd, struct fs_chan *
     size_t n = fs_ring_put_data(&ch->tx, io->iov, io->iovcnt, sent, chunk);
     if (n) {
       sent += n;
-      fs_chan_kick_data(ch);
+      if (n == total) /* the whole send in one record: may wait for the batch's end */
+        fs_batch_kick(c, ch);
+      else
+        fs_chan_kick_data(ch);
       continue;
     }
     size_t need = total - sent < 4096 ? total - sent : 4096;

@@ -11,6 +11,7 @@
 #include "base/log.h"
 #include "base/proc.h"
 #include "base/real.h"
+#include "engine/batch.h"
 #include "engine/cutover.h"
 #include "engine/wait.h"
 
@@ -101,6 +102,7 @@ static void fs_wait_bound_report(struct fs_conn *c, struct fs_chan *ch, int fd, 
  * Returns 0, -EAGAIN on SO_*TIMEO expiry, -EINTR. */
 int fs_wait_sleep(struct fs_conn *c, int fd, bool tx, size_t need, int *budget_ms)
 {
+  fs_batch_flush(); /* never sleep on wakes we hold */
   struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
   int wfd = ch ? ch->wait_fd : -1;
   uint32_t *sleeping = tx ? &c->tx_sleeping : &c->rx_sleeping;
@@ -227,6 +229,7 @@ bool fs_wait_spin_worth(void)
 bool fs_wait_spin(struct fs_conn *c, bool (*cond)(struct fs_chan *, void *), struct fs_chan *ch, void *arg,
                            uint64_t *spun_ns)
 {
+  fs_batch_flush(); /* the peer we wait for may wait for our wake */
   uint32_t budget = c->policy.busy_poll ? 1000u : c->spin_us;
   *spun_ns = 0;
   if (budget == 0 || (!c->policy.busy_poll && !fs_wait_spin_worth()))

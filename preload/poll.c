@@ -1,10 +1,13 @@
 /* Exported readiness names: poll, ppoll, select, pselect, epoll_*.
- * A call naming no tracked fd goes straight to libc after one load per fd. */
+ * A call naming no tracked fd goes straight to libc after one load per fd,
+ * and one more: a wait of any kind ends this thread's batch of held wakes
+ * (engine/batch.h). */
 #include <errno.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
 #include <sys/select.h>
 
+#include "engine/batch.h"
 #include "engine/ready.h"
 #include "preload/boundary.h"
 #include "preload/export.h"
@@ -21,16 +24,20 @@ static bool fs_poll_tracked(const struct pollfd *fds, nfds_t n)
 
 FS_EXPORT int poll(struct pollfd *fds, nfds_t n, int timeout)
 {
-  if (!fs_poll_tracked(fds, n))
+  if (!fs_poll_tracked(fds, n)) {
+    fs_batch_flush();
     return FS_REAL(poll)(fds, n, timeout);
+  }
   struct timespec ts = { timeout / 1000, (long)(timeout % 1000) * 1000000L };
   return (int)fs_boundary_ret(fs_ready_poll(fds, n, timeout < 0 ? NULL : &ts, NULL));
 }
 
 FS_EXPORT int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const sigset_t *mask)
 {
-  if (!fs_poll_tracked(fds, n))
+  if (!fs_poll_tracked(fds, n)) {
+    fs_batch_flush();
     return FS_REAL(ppoll)(fds, n, ts, mask);
+  }
   return (int)fs_boundary_ret(fs_ready_poll(fds, n, ts, mask));
 }
 
@@ -54,8 +61,10 @@ FS_EXPORT int __ppoll_chk(struct pollfd *fds, nfds_t n, const struct timespec *t
 
 FS_EXPORT int select(int nfds, fd_set *r, fd_set *w, fd_set *e, struct timeval *tv)
 {
-  if (!fs_ready_select_tracked(nfds, r, w, e))
+  if (!fs_ready_select_tracked(nfds, r, w, e)) {
+    fs_batch_flush();
     return FS_REAL(select)(nfds, r, w, e, tv);
+  }
   if (tv && (tv->tv_sec < 0 || tv->tv_usec < 0 || tv->tv_usec >= 1000000)) {
     errno = EINVAL;
     return -1;
@@ -81,8 +90,10 @@ FS_EXPORT int select(int nfds, fd_set *r, fd_set *w, fd_set *e, struct timeval *
 
 FS_EXPORT int pselect(int nfds, fd_set *r, fd_set *w, fd_set *e, const struct timespec *ts, const sigset_t *mask)
 {
-  if (!fs_ready_select_tracked(nfds, r, w, e))
+  if (!fs_ready_select_tracked(nfds, r, w, e)) {
+    fs_batch_flush();
     return FS_REAL(pselect)(nfds, r, w, e, ts, mask);
+  }
   return (int)fs_boundary_ret(fs_ready_select(nfds, r, w, e, ts, mask));
 }
 
@@ -114,23 +125,29 @@ static int fs_epoll_common(int epfd, struct epoll_event *ev, int max, const stru
 
 FS_EXPORT int epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout)
 {
-  if (!fs_ready_epoll_tracked(epfd))
+  if (!fs_ready_epoll_tracked(epfd)) {
+    fs_batch_flush();
     return FS_REAL(epoll_wait)(epfd, ev, max, timeout);
+  }
   struct timespec ts = { timeout / 1000, (long)(timeout % 1000) * 1000000L };
   return fs_epoll_common(epfd, ev, max, timeout < 0 ? NULL : &ts, NULL);
 }
 
 FS_EXPORT int epoll_pwait(int epfd, struct epoll_event *ev, int max, int timeout, const sigset_t *mask)
 {
-  if (!fs_ready_epoll_tracked(epfd))
+  if (!fs_ready_epoll_tracked(epfd)) {
+    fs_batch_flush();
     return FS_REAL(epoll_pwait)(epfd, ev, max, timeout, mask);
+  }
   struct timespec ts = { timeout / 1000, (long)(timeout % 1000) * 1000000L };
   return fs_epoll_common(epfd, ev, max, timeout < 0 ? NULL : &ts, mask);
 }
 
 FS_EXPORT int epoll_pwait2(int epfd, struct epoll_event *ev, int max, const struct timespec *ts, const sigset_t *mask)
 {
-  if (!fs_ready_epoll_tracked(epfd))
+  if (!fs_ready_epoll_tracked(epfd)) {
+    fs_batch_flush();
     return FS_REAL(epoll_pwait2)(epfd, ev, max, ts, mask);
+  }
   return fs_epoll_common(epfd, ev, max, ts, mask);
 }

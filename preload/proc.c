@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "base/reason.h"
+#include "engine/batch.h"
 #include "engine/sock.h"
 #include "preload/export.h"
 #include "preload/proc.h"
@@ -22,6 +23,7 @@
 
 FS_EXPORT pid_t fork(void)
 {
+  fs_batch_flush(); /* the child must not hold the parent's wakes */
   fs_sock_before_fork();
   pid_t pid = FS_REAL(fork)();
   int saved = errno;
@@ -64,6 +66,7 @@ void fs_preload_confined(void)
 static void fs_exec_point(void)
 {
   int saved = errno;
+  fs_batch_flush();
   fs_sock_before_exec();
   errno = saved;
 }
