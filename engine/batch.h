@@ -11,7 +11,7 @@
  *
  * Rules (the peer must never wait on us for long):
  *   - A batch starts when this thread's epoll_wait returns two or more
- *     events, and ends at its next wait of any kind in the library (epoll,
+ *     events (not poll or select: pgbench's poll loop ran slower), and ends at its next wait of any kind in the library (epoll,
  *     poll, select, a blocking send or receive, its spin), at fork, exec
  *     and thread exit, or when FS_BATCH_SLOTS connections are held.
  *   - Only a send that fits one ring record, on a fabric whose publish is
