@@ -1,4 +1,5 @@
 /* Wakes held back within an event loop's batch (engine/batch.h). */
+#include <errno.h>
 #include <pthread.h>
 
 #include "engine/batch.h"
@@ -40,6 +41,7 @@ void fs_batch_begin(int nev)
 void fs_batch_flush_slow(void)
 {
   struct fs_batch *b = &fs_batch_tls;
+  int saved = errno;
   /* Closed first: a put below may release a connection, and nothing it
    * does may land in this batch again. */
   b->on = 0;
@@ -51,6 +53,7 @@ void fs_batch_flush_slow(void)
       fs_chan_kick_data(ch);
     fs_conn_put(b->conn[i]);
   }
+  errno = saved;
 }
 
 void fs_batch_kick_slow(struct fs_conn *c, struct fs_chan *ch)

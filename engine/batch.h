@@ -11,9 +11,11 @@
  *
  * Rules (the peer must never wait on us for long):
  *   - A batch starts when this thread's epoll_wait returns two or more
- *     events (not poll or select: pgbench's poll loop ran slower), and ends at its next wait of any kind in the library (epoll,
- *     poll, select, a blocking send or receive, its spin), at fork, exec
- *     and thread exit, or when FS_BATCH_SLOTS connections are held.
+ *     events (not poll or select: pgbench's poll loop ran slower), and
+ *     ends at its next wait of any kind in the library (epoll, poll,
+ *     select, a blocking send or receive, its spin, a TCP-path call), at
+ *     fork, exec and thread exit, or when FS_BATCH_SLOTS connections are
+ *     held.
  *   - Only a send that fits one ring record, on a fabric whose publish is
  *     only the wake (shm: the bytes are already in the peer's view), is
  *     held back; a stream's chunks wake the reader at once, so it copies
@@ -50,7 +52,8 @@ extern __thread struct fs_batch fs_batch_tls __attribute__((tls_model("initial-e
 /* epoll_wait returns nev events to the application. */
 void fs_batch_begin(int nev);
 
-/* Wake every peer held back and close the batch (any wait, fork, exec). */
+/* Wake every peer held back and close the batch (any wait, fork, exec).
+ * errno is left alone: it runs before calls that may succeed. */
 void fs_batch_flush_slow(void);
 static inline void fs_batch_flush(void)
 {

@@ -2,6 +2,7 @@
  * batch reach the peer at the batch's end, once per connection, and never
  * later than the thread's next wait, its exit or a full batch. */
 #include <check.h>
+#include <errno.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -101,7 +102,9 @@ START_TEST(t_held_until_flush)
   ck_assert_int_eq(wakes, 0);
   ck_assert_uint_eq(a->c->refs, ra + 1); /* held: its channel lives until the flush */
   ck_assert_uint_eq(b->c->refs, rb + 1);
+  errno = 1234;
   fs_batch_flush();
+  ck_assert_int_eq(errno, 1234); /* flushed before calls that may succeed: errno untouched */
   ck_assert_int_eq(wakes, 2); /* one per connection */
   ck_assert_uint_eq(a->c->refs, ra);
   ck_assert_uint_eq(b->c->refs, rb);
