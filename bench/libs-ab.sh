@@ -32,39 +32,10 @@ for l in "$@"; do
   libs+=("$(readlink -f "$l")")
 done
 tmp=$(mktemp -d /tmp/fabsock-libs-ab.XXXXXX) && chmod 755 "$tmp" || exit 1
-PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
-cleanup() {
-  [ -s "$tmp/nginx.pid" ] && kill "$(cat "$tmp/nginx.pid")" 2>/dev/null
-  [ -n "$PGBIN" ] && [ -d "$tmp/pg" ] && runuser -u postgres -- "$PGBIN/pg_ctl" -D "$tmp/pg" -m immediate stop >/dev/null 2>&1
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-median() { sort -g | awk '{v[NR]=$1} END {if (NR==0) print "nan"; else if (NR%2) print v[(NR+1)/2]; else print (v[NR/2]+v[NR/2+1])/2}'; }
+NGINX_PORT=18096 PG_PORT=18097
 pre() { if [ "$1" = plain ]; then echo env; else echo "env LD_PRELOAD=$1"; fi; }
-
-have_nginx=0; command -v nginx >/dev/null && command -v wrk >/dev/null && id www-data >/dev/null 2>&1 && have_nginx=1
-have_pg=0; [ -n "$PGBIN" ] && [ -x "$PGBIN/pgbench" ] && id postgres >/dev/null 2>&1 && have_pg=1
-if [ $have_nginx = 1 ]; then
-  mkdir -p "$tmp/www" "$tmp/logs"; head -c 4096 /dev/urandom >"$tmp/www/f4k"; chmod -R a+rX "$tmp/www"
-  cat >"$tmp/nginx.conf" <<CONF
-user www-data;
-worker_processes 2;
-pid $tmp/nginx.pid;
-error_log $tmp/logs/error.log;
-events { worker_connections 768; }
-http { sendfile on; tcp_nopush on; access_log off; server { listen 127.0.0.1:18096; root $tmp/www; } }
-CONF
-fi
-if [ $have_pg = 1 ]; then
-  chown postgres "$tmp"
-  (cd / && runuser -u postgres -- "$PGBIN/initdb" -D "$tmp/pg" -A trust >/dev/null 2>&1) || have_pg=0
-fi
-pg_start() { (cd / && runuser -u postgres -- $(pre "$1") "$PGBIN/pg_ctl" -D "$tmp/pg" -l "$tmp/pg.log" -w \
-  -o "-c listen_addresses=127.0.0.1 -p 18097 -k $tmp -c max_connections=30" start >/dev/null); }
-pg_stop() { (cd / && runuser -u postgres -- "$PGBIN/pg_ctl" -D "$tmp/pg" -m fast -w stop >/dev/null); }
-if [ $have_pg = 1 ]; then
-  pg_start plain && "$PGBIN/pgbench" -h 127.0.0.1 -p 18097 -U postgres -i -s 10 postgres >/dev/null 2>&1; pg_stop
-fi
+# shellcheck source=bench/servers-common.sh
+. "$(cd "$(dirname "$0")" && pwd)/servers-common.sh"
 [ $have_nginx = 1 ] || [ $have_pg = 1 ] || { echo "# SKIP libs-ab: neither nginx + wrk nor postgresql is installed"; exit 77; }
 
 for r in $(seq "$rounds"); do
@@ -73,12 +44,12 @@ for r in $(seq "$rounds"); do
     if [ $have_nginx = 1 ]; then
       rm -f "$tmp/nginx.pid"
       $(pre "$lib") nginx -c "$tmp/nginx.conf" -p "$tmp" && sleep 0.5
-      v=$($(pre "$lib") wrk -t2 -c50 -d${secs}s http://127.0.0.1:18096/f4k 2>/dev/null | awk '/Requests\/sec/ {print $2}')
+      v=$($(pre "$lib") wrk -t2 -c50 -d${secs}s http://127.0.0.1:$NGINX_PORT/f4k 2>/dev/null | awk '/Requests\/sec/ {print $2}')
       echo "${v:-nan}" >>"$tmp/wrk.$i"; line="$line wrk-c50 ${v:-?}/s"
       kill "$(cat "$tmp/nginx.pid")"; sleep 0.5
     fi
     if [ $have_pg = 1 ] && pg_start "$lib"; then
-      v=$($(pre "$lib") "$PGBIN/pgbench" -h 127.0.0.1 -p 18097 -U postgres -S -c 8 -j 2 -T "$secs" postgres 2>/dev/null |
+      v=$($(pre "$lib") "$PGBIN/pgbench" -h 127.0.0.1 -p "$PG_PORT" -U postgres -S -c 8 -j 2 -T "$secs" postgres 2>/dev/null |
         awk '/^tps/ {print $3}')
       echo "${v:-nan}" >>"$tmp/pgbench.$i"; line="$line pgbench ${v:-?} tps"
       pg_stop

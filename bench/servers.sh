@@ -24,42 +24,11 @@ secs=${3:-5}
 [ "$(id -u)" = 0 ] || { echo "servers: needs root (nginx workers as www-data, postgres as postgres)" >&2; exit 1; }
 lib=$(readlink -f "$lib")
 tmp=$(mktemp -d /tmp/fabsock-servers.XXXXXX) && chmod 755 "$tmp" || exit 1
-PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
-cleanup() {
-  [ -s "$tmp/nginx.pid" ] && kill "$(cat "$tmp/nginx.pid")" 2>/dev/null
-  [ -n "$PGBIN" ] && [ -d "$tmp/pg" ] && runuser -u postgres -- "$PGBIN/pg_ctl" -D "$tmp/pg" -m immediate stop >/dev/null 2>&1
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-median() { sort -g | awk '{v[NR]=$1} END {if (NR==0) print "nan"; else if (NR%2) print v[(NR+1)/2]; else print (v[NR/2]+v[NR/2+1])/2}'; }
+NGINX_PORT=18093 PG_PORT=18094
 pre() { if [ "$1" = fabsock ]; then echo "env LD_PRELOAD=$lib"; else echo env; fi; }
 record() { echo "$3" >>"$tmp/$1.$2"; }   # record WORKLOAD SIDE VALUE
-
-have_nginx=0; command -v nginx >/dev/null && command -v wrk >/dev/null && id www-data >/dev/null 2>&1 && have_nginx=1
-have_ab=0; command -v ab >/dev/null && have_ab=$have_nginx
-have_pg=0; [ -n "$PGBIN" ] && [ -x "$PGBIN/pgbench" ] && id postgres >/dev/null 2>&1 && have_pg=1
-
-if [ $have_nginx = 1 ]; then
-  mkdir -p "$tmp/www" "$tmp/logs"; head -c 4096 /dev/urandom >"$tmp/www/f4k"; chmod -R a+rX "$tmp/www"
-  cat >"$tmp/nginx.conf" <<CONF
-user www-data;
-worker_processes 2;
-pid $tmp/nginx.pid;
-error_log $tmp/logs/error.log;
-events { worker_connections 768; }
-http { sendfile on; tcp_nopush on; access_log off; server { listen 127.0.0.1:18093; root $tmp/www; } }
-CONF
-fi
-if [ $have_pg = 1 ]; then
-  chown postgres "$tmp"
-  (cd / && runuser -u postgres -- "$PGBIN/initdb" -D "$tmp/pg" -A trust >/dev/null 2>&1) || have_pg=0
-fi
-pg_start() { (cd / && runuser -u postgres -- $(pre "$1") "$PGBIN/pg_ctl" -D "$tmp/pg" -l "$tmp/pg.log" -w \
-  -o "-c listen_addresses=127.0.0.1 -p 18094 -k $tmp -c max_connections=30" start >/dev/null); }
-pg_stop() { (cd / && runuser -u postgres -- "$PGBIN/pg_ctl" -D "$tmp/pg" -m fast -w stop >/dev/null); }
-if [ $have_pg = 1 ]; then
-  pg_start plain && "$PGBIN/pgbench" -h 127.0.0.1 -p 18094 -U postgres -i -s 10 postgres >/dev/null 2>&1; pg_stop
-fi
+# shellcheck source=bench/servers-common.sh
+. "$here/servers-common.sh"
 
 for r in $(seq "$rounds"); do
   for side in plain fabsock; do
@@ -68,11 +37,11 @@ for r in $(seq "$rounds"); do
       rm -f "$tmp/nginx.pid"
       $(pre $side) nginx -c "$tmp/nginx.conf" -p "$tmp" && sleep 0.5
       for c in 50 400; do
-        v=$($(pre $side) wrk -t2 -c$c -d${secs}s http://127.0.0.1:18093/f4k 2>/dev/null | awk '/Requests\/sec/ {print $2}')
+        v=$($(pre $side) wrk -t2 -c$c -d${secs}s http://127.0.0.1:$NGINX_PORT/f4k 2>/dev/null | awk '/Requests\/sec/ {print $2}')
         record "nginx-wrk-c$c" $side "${v:-nan}"; line="$line wrk-c$c ${v:-?}/s"
       done
       if [ $have_ab = 1 ]; then
-        v=$($(pre $side) ab -q -c 8 -t "$secs" -n 10000000 http://127.0.0.1:18093/f4k 2>/dev/null | awk '/Requests per second/ {print $4}')
+        v=$($(pre $side) ab -q -c 8 -t "$secs" -n 10000000 http://127.0.0.1:$NGINX_PORT/f4k 2>/dev/null | awk '/Requests per second/ {print $4}')
         record nginx-ab-c8-close $side "${v:-nan}"; line="$line ab-c8 ${v:-?}/s"
       fi
       kill "$(cat "$tmp/nginx.pid")"; sleep 0.5
@@ -80,7 +49,7 @@ for r in $(seq "$rounds"); do
     if [ $have_pg = 1 ] && pg_start $side; then
       for how in keep connect; do
         flag=; [ $how = connect ] && flag=-C
-        v=$($(pre $side) "$PGBIN/pgbench" -h 127.0.0.1 -p 18094 -U postgres -S $flag -c 8 -j 2 -T "$secs" postgres 2>/dev/null |
+        v=$($(pre $side) "$PGBIN/pgbench" -h 127.0.0.1 -p "$PG_PORT" -U postgres -S $flag -c 8 -j 2 -T "$secs" postgres 2>/dev/null |
           awk '/^tps/ {print $3}')
         record "pgbench-S-c8${flag:+-C}" $side "${v:-nan}"; line="$line pgbench${flag:+ -C} ${v:-?} tps"
       done
