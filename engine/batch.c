@@ -27,13 +27,13 @@ void fs_batch_begin(int nev)
   if (nev < 2)
     return;
   struct fs_batch *b = &fs_batch_tls;
-  if (!b->on) {
-    /* The destructor runs only for a thread whose key is set: once. */
+  if (!b->exit_hooked) {
+    /* The destructor runs only for a thread whose key is set: set it once
+     * per thread, not at every batch. */
     pthread_once(&fs_batch_once, fs_batch_key_init);
-    if (fs_batch_key == (pthread_key_t)-1 || pthread_getspecific(fs_batch_key) == NULL) {
-      if (fs_batch_key == (pthread_key_t)-1 || pthread_setspecific(fs_batch_key, b) != 0)
-        return; /* no way to be told of the thread's exit: no batch */
-    }
+    if (fs_batch_key == (pthread_key_t)-1 || pthread_setspecific(fs_batch_key, b) != 0)
+      return; /* no way to be told of the thread's exit: no batch */
+    b->exit_hooked = 1;
   }
   b->on = 1;
 }

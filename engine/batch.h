@@ -42,6 +42,7 @@
 struct fs_batch {
   uint8_t on;                  /* a batch is open */
   uint8_t n;                   /* held: conn[0, n), each with a reference */
+  uint8_t exit_hooked;         /* this thread's exit flushes (its key is set) */
   struct fs_conn *conn[FS_BATCH_SLOTS];
 };
 

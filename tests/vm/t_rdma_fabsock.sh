@@ -142,9 +142,8 @@ echo_wedge() {  # echo_wedge WHO PORT: WHO (client or server) runs with the seam
   t_check $ok "a wedged queue pair ($who, from its 20th push) resumes on a new one: echo intact" "$todo"
   # fabsock stat shows it: both rows on rdma with a resume counted (columns 5 and 11).
   local rows
-  rows=$(cat "$T_WORK/st-wedge-$who" "$T_WORK/st-wedge-$who-s" 2>/dev/null | awk '{ printf "%s%s x%s", sep, $5, $11; sep = "; " }')
-  cat "$T_WORK/st-wedge-$who" "$T_WORK/st-wedge-$who-s" 2>/dev/null |
-    awk '$5 == "rdma" && $11 >= 1 { n++ } END { exit n != 2 }'
+  rows=$(cat "$T_WORK/st-wedge-$who" "$T_WORK/st-wedge-$who-s" 2>/dev/null |
+    awk '{ printf "%s%s x%s", sep, $5, $11; sep = "; " } $5 == "rdma" && $11 >= 1 { n++ } END { exit n != 2 }')
   t_check $? "fabsock stat counts the resume at both ends ($who wedged): ${rows:-no rows}" "$todo"
   [ $st = 0 ] || t_diag "client exit $st: $(grep -v '^{' "$T_WORK/wedge-$who" | tail -n 3)"
   # shellcheck disable=SC2086
