@@ -53,6 +53,10 @@ if [ -n "${FABSOCK_LIB:-}" ] && [ -f "$FABSOCK_LIB" ]; then
   start_echo preloaded FABSOCK_VM_HOST_FABSOCK "$FABSOCK_LIB"
 fi
 
+# The files exist before the tails start: a `tail -f` that finds no file gives up at once, and
+# then the guest's whole TAP went missing from the log (the count at the end still read it).
+: > "$work/out"
+: > "$work/two"
 "$dir/run-in-vm.sh" "$dir/guest-suite.sh" "${FABSOCK_VM_TIMEOUT:-1500}" > "$work/out" 2> "$work/err" &
 vm=$!
 pids+=($vm)
@@ -78,7 +82,7 @@ if [ "${FABSOCK_VM_TWO:-1}" != 0 ]; then
   # a 2-core machine (in CI: libfabsock's p50 2.3-2.6x raw verbs', 1.2-1.5x with one each).
   FABSOCK_VM_CPUS=${FABSOCK_VM_TWO_CPUS:-1} \
     "$dir/run-two-hosts.sh" "$dir/t2_hosts.sh" "$dir/t2_hosts.sh" "${FABSOCK_VM_TWO_TIMEOUT:-1200}" \
-    > "$work/two" 2>&1 &
+    >> "$work/two" 2>&1 &
   vm=$!
   pids+=($vm)
   tail -n +1 -f --pid=$vm "$work/two" 2> /dev/null | awk -v n="$n" -v out="$work/out" '
