@@ -78,6 +78,7 @@ struct fs_conn {
    * lock, so at most one each; atomic), and the room the sender waits for:
    * whichever drains the wake fd passes the wake on (engine/sockio.c). */
   uint32_t tx_sleeping, rx_sleeping;
+  uint32_t pollers;           /* poll/select calls that armed its rings (under lock) */
   size_t tx_need;
   size_t rx_need;             /* the bytes a sleeping receiver waits for (1: any) */
   uint32_t rcvlowat;          /* SO_RCVLOWAT as set through us (0: never, i.e. 1) */

@@ -15,6 +15,31 @@
 
 /* ---- poll -------------------------------------------------------------- */
 
+/* A poll arms a connection's rings (the peer's next publish wakes it) before
+ * it sleeps; once it returns, the interest is over.  Left set, a message the
+ * peer sent while the poller worked cost the peer an eventfd write and the
+ * poller a read (see docs/design.md, poll).  The interest is withdrawn only
+ * when no other waiter of ours may own it: another poll (counted here, under
+ * the lock), an epoll set or a blocking call.  Should one of those arm it
+ * just as we withdraw, its sleep is cut short by the bound every wait has. */
+static void fs_ready_poll_armed(struct fs_conn *c, bool *armed)
+{
+  *armed = true;
+  pthread_mutex_lock(&c->lock);
+  c->pollers++;
+  pthread_mutex_unlock(&c->lock);
+}
+
+static void fs_ready_poll_disarm(struct fs_conn *c, short events)
+{
+  pthread_mutex_lock(&c->lock);
+  struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE); /* lives as long as c */
+  if (--c->pollers == 0 && ch && !c->ep_ents && !__atomic_load_n(&c->rx_sleeping, __ATOMIC_RELAXED) &&
+      !__atomic_load_n(&c->tx_sleeping, __ATOMIC_RELAXED))
+    fs_chan_disarm(ch, events & POLLIN, events & POLLOUT);
+  pthread_mutex_unlock(&c->lock);
+}
+
 int fs_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const sigset_t *mask)
 {
   fs_batch_flush();
@@ -23,11 +48,14 @@ int fs_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const
   size_t cap = (size_t)n * 3; /* the fd, its wake eventfd, its fabric's event fd */
   struct pollfd *k = cap <= 64 ? kst : malloc(cap * sizeof *k);
   struct fs_conn **cs = n <= 32 ? cst : calloc(n, sizeof *cs);
-  if (!k || !cs) {
+  bool ast[32] = { false }, *armed = n <= 32 ? ast : calloc(n, sizeof *armed);
+  if (!k || !cs || !armed) {
     if (k != kst)
       free(k);
     if (cs != cst)
       free(cs);
+    if (armed != ast)
+      free(armed);
     return -ENOMEM;
   }
   nfds_t kn = n, nw = 0;
@@ -73,7 +101,11 @@ int fs_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const
     for (int arm = 0; arm < 2 && pre == 0 && fabric; arm++)
       for (nfds_t i = 0; i < n; i++) {
         struct fs_chan *ch = cs[i] ? fs_cutover_chan(cs[i]) : NULL;
-        if (ch && (fs_sockio_ready(cs[i], ch, fds[i].events, 0, arm) & (fds[i].events | POLLHUP | POLLERR)))
+        if (!ch)
+          continue;
+        if (arm && !armed[i])
+          fs_ready_poll_armed(cs[i], &armed[i]);
+        if (fs_sockio_ready(cs[i], ch, fds[i].events, 0, arm) & (fds[i].events | POLLHUP | POLLERR))
           pre++;
       }
     struct timespec zero = { 0, 0 }, left;
@@ -119,12 +151,17 @@ int fs_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const
       }
   }
   for (nfds_t i = 0; i < n; i++)
-    if (cs[i])
+    if (cs[i]) {
+      if (armed[i])
+        fs_ready_poll_disarm(cs[i], fds[i].events);
       fs_conn_put(cs[i]);
+    }
   if (k != kst)
     free(k);
   if (cs != cst)
     free(cs);
+  if (armed != ast)
+    free(armed);
   return rc;
 }
 

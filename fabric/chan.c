@@ -56,6 +56,14 @@ bool fs_chan_arm_tx(struct fs_chan *ch, size_t need)
   return fs_ring_space_for(&ch->tx, need) >= need || fs_chan_peer_closed(ch);
 }
 
+void fs_chan_disarm(struct fs_chan *ch, bool rx, bool tx)
+{
+  if (rx && __atomic_load_n(&ch->rx.ctl->want_data, __ATOMIC_RELAXED))
+    __atomic_exchange_n(&ch->rx.ctl->want_data, 0, __ATOMIC_ACQ_REL);
+  if (tx && __atomic_load_n(&ch->tx.ctl->want_space, __ATOMIC_RELAXED))
+    __atomic_exchange_n(&ch->tx.ctl->want_space, 0, __ATOMIC_ACQ_REL);
+}
+
 bool fs_chan_unref(struct fs_chan *ch)
 {
   return __atomic_sub_fetch(&ch->me->refs, 1, __ATOMIC_ACQ_REL) == 0;

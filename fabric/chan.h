@@ -134,6 +134,11 @@ size_t fs_chan_trim_none(struct fs_chan *ch);
 /* Declare interest before sleeping; return true if already ready. */
 bool fs_chan_arm_rx(struct fs_chan *ch);
 bool fs_chan_arm_tx(struct fs_chan *ch, size_t need);
+/* Withdraw that interest (rx: data, tx: room): a waiter that woke for
+ * something else and is off to work must not cost its peer a wake-up per
+ * message until it sleeps again.  Only for a waiter that knows nobody else
+ * of its process waits on these rings. */
+void fs_chan_disarm(struct fs_chan *ch, bool rx, bool tx);
 
 /* Add 1 to eventfd efd (a wake-up); errno is left alone. */
 void fs_chan_efd_write(int efd);

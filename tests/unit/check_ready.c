@@ -1,0 +1,171 @@
+/* Unit tests for engine/ready: a poll's interest in a connection's rings
+ * (the flags that make the peer write our wake eventfd) ends with the call,
+ * unless another waiter of this process may own it. */
+#include <check.h>
+#include <poll.h>
+#include <stdint.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "engine/conn.h"
+#include "engine/fdtab.h"
+#include "engine/ready.h"
+#include "fabric/chan.h"
+#include "fabric/shm/shm.h"
+#include "tests/unit/check_run.h"
+
+/* A connection of ours on a real shm channel: sv[0] is its fd (the TCP
+ * socket's stand-in), `a` our end, `b` the peer's (same process). */
+struct pair {
+  int sv[2], mine, theirs, memfd;
+  struct fs_chan *a, *b;
+  struct fs_conn *c;
+};
+
+static void pair_new(struct pair *p)
+{
+  ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, p->sv), 0);
+  p->mine = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  p->theirs = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  ck_assert_int_ge(p->mine, 0);
+  ck_assert_int_ge(p->theirs, 0);
+  ck_assert_int_eq(fs_shm_create(fs_shm_ring_size(0), p->mine, &p->memfd, &p->a), 0);
+  ck_assert_int_eq(fs_shm_set_peer(p->a, p->theirs), 0);
+  ck_assert_int_eq(fs_shm_attach(p->memfd, p->theirs, p->mine, &p->b), 0);
+  p->c = fs_conn_new(p->sv[0], AF_INET);
+  ck_assert_ptr_nonnull(p->c);
+  p->c->wake_fd = p->mine;
+  p->c->tx_flow = p->c->rx_flow = FS_FLOW_FABRIC;
+  p->c->chan = p->a;
+  ck_assert_int_eq(fs_fdtab_install(p->sv[0], p->c), 0);
+}
+
+/* Whether the peer's publish wrote our wake fd (read, so it starts over). */
+static bool woken(struct pair *p)
+{
+  uint64_t v;
+  return read(p->mine, &v, sizeof v) == (ssize_t)sizeof v;
+}
+
+static int poll_ms(struct pair *p, short events, int ms)
+{
+  struct pollfd f = { p->sv[0], events, 0 };
+  struct timespec ts = { 0, ms * 1000000L };
+  return fs_ready_poll(&f, 1, &ts, NULL);
+}
+
+START_TEST(t_poll_interest_ends_with_the_call)
+{
+  struct pair p;
+  pair_new(&p);
+  ck_assert_int_eq(poll_ms(&p, POLLIN, 5), 0); /* nothing came: it armed and slept */
+  ck_assert_uint_eq(p.a->rx.ctl->want_data, 0);
+  ck_assert_uint_eq(p.c->pollers, 0);
+  /* The peer sends while we are not waiting: no wake-up for it to write. */
+  fs_chan_shared_publish(p.b);
+  ck_assert(!woken(&p));
+}
+END_TEST
+
+START_TEST(t_poll_wakes_while_it_waits)
+{
+  struct pair p;
+  pair_new(&p);
+  /* Armed during the call: the flag is what makes the peer wake it. */
+  __atomic_store_n(&p.a->rx.ctl->want_data, 1, __ATOMIC_RELAXED);
+  fs_chan_shared_publish(p.b);
+  ck_assert(woken(&p));
+  ck_assert_int_eq(poll_ms(&p, POLLIN, 1), 0);
+  ck_assert(!woken(&p));
+}
+END_TEST
+
+START_TEST(t_other_waiters_keep_it)
+{
+  struct pair p;
+  pair_new(&p);
+  /* In an epoll set: that set's entry may be the one armed. */
+  void *ent = &p;
+  p.c->ep_ents = ent;
+  __atomic_store_n(&p.a->rx.ctl->want_data, 1, __ATOMIC_RELAXED);
+  ck_assert_int_eq(poll_ms(&p, POLLIN, 1), 0);
+  ck_assert_uint_eq(p.a->rx.ctl->want_data, 1);
+  p.c->ep_ents = NULL;
+  /* A blocking receive asleep on it. */
+  p.c->rx_sleeping = 1;
+  ck_assert_int_eq(poll_ms(&p, POLLIN, 1), 0);
+  ck_assert_uint_eq(p.a->rx.ctl->want_data, 1);
+  p.c->rx_sleeping = 0;
+  /* Another poll in the middle of its call. */
+  p.c->pollers = 1;
+  ck_assert_int_eq(poll_ms(&p, POLLIN, 1), 0);
+  ck_assert_uint_eq(p.a->rx.ctl->want_data, 1);
+  ck_assert_uint_eq(p.c->pollers, 1);
+  p.c->pollers = 0;
+  ck_assert_int_eq(poll_ms(&p, POLLIN, 1), 0);
+  ck_assert_uint_eq(p.a->rx.ctl->want_data, 0);
+}
+END_TEST
+
+START_TEST(t_ready_data_found)
+{
+  struct pair p;
+  pair_new(&p);
+  struct iovec v = { "hello", 5 };
+  ck_assert_uint_eq(fs_ring_put_data(&p.b->tx, &v, 1, 0, 5), 5);
+  fs_chan_shared_publish(p.b);
+  struct pollfd f = { p.sv[0], POLLIN, 0 };
+  ck_assert_int_eq(fs_ready_poll(&f, 1, NULL, NULL), 1);
+  ck_assert(f.revents & POLLIN);
+  ck_assert_uint_eq(p.c->pollers, 0);
+}
+END_TEST
+
+static int epoll_ms(int epfd, struct epoll_event *ev, int ms)
+{
+  struct timespec ts = { 0, ms * 1000000L };
+  return fs_ready_epoll_wait(epfd, ev, 4, &ts, NULL);
+}
+
+START_TEST(t_epoll_entry_stays_armed)
+{
+  /* Unlike a poll, an epoll entry stays armed from one sleep to the next
+   * (clearing it after each sleep was tried: the loop then spun and
+   * re-armed every entry, and nginx ran slower).  A poll of ours on the
+   * same connection meanwhile leaves that interest alone. */
+  struct pair p;
+  pair_new(&p);
+  int epfd = epoll_create1(EPOLL_CLOEXEC);
+  ck_assert_int_ge(epfd, 0);
+  struct epoll_event ev = { .events = EPOLLIN, .data.u64 = 77 }, out[4];
+  ck_assert_int_eq(fs_ready_epoll_ctl(epfd, EPOLL_CTL_ADD, p.sv[0], &ev), 0);
+  ck_assert_int_eq(epoll_ms(epfd, out, 5), 0); /* it armed, slept, and woke by the clock */
+  ck_assert_uint_eq(p.a->rx.ctl->want_data, 1);
+  ck_assert_int_eq(poll_ms(&p, POLLIN, 1), 0);
+  ck_assert_uint_eq(p.a->rx.ctl->want_data, 1);
+  /* The peer's next message wakes it, and the next call reports it. */
+  struct iovec v = { "x", 1 };
+  ck_assert_uint_eq(fs_ring_put_data(&p.b->tx, &v, 1, 0, 1), 1);
+  fs_chan_shared_publish(p.b);
+  ck_assert_uint_eq(p.a->rx.ctl->want_data, 0);
+  ck_assert_int_eq(epoll_ms(epfd, out, 1000), 1);
+  ck_assert_uint_eq(out[0].data.u64, 77);
+  ck_assert(out[0].events & EPOLLIN);
+  close(epfd);
+}
+END_TEST
+
+int main(void)
+{
+  Suite *s = suite_create("ready");
+  TCase *tc = tcase_create("interest");
+  tcase_add_test(tc, t_poll_interest_ends_with_the_call);
+  tcase_add_test(tc, t_poll_wakes_while_it_waits);
+  tcase_add_test(tc, t_other_waiters_keep_it);
+  tcase_add_test(tc, t_ready_data_found);
+  tcase_add_test(tc, t_epoll_entry_stays_armed);
+  suite_add_tcase(s, tc);
+  return run_suite(s, true);
+}
