@@ -5,8 +5,12 @@
 # alternating rounds, so that builds (not only plain vs one build) compare
 # within one run on this noisy machine.  Both ends of every connection run
 # under the same LIB.  Per round and LIB: wrk -t2 -c50 (requests/s) and
-# pgbench -S -c 8 -j 2 (tps); then the median per LIB, and its ratio to the
-# first LIB, as a table and as JSON on the last line.
+# pgbench -S -c 8 -j 2 (tps) and the same with -C, a connection per
+# transaction (tps); then the median per LIB, its ratio to the first LIB's
+# median, and the median of the per-round ratios to the first LIB (each
+# round's builds run one after the other, so a round's ratio is paired: on
+# this machine the speed of a whole round moves by tens of percent), as a
+# table and as JSON on the last line.
 #
 # usage: bench/libs-ab.sh [-r ROUNDS] [-s SECONDS] LIB...
 #   LIB      a libfabsock.so, or "plain" for no library
@@ -52,23 +56,28 @@ for r in $(seq "$rounds"); do
       v=$($(pre "$lib") "$PGBIN/pgbench" -h 127.0.0.1 -p "$PG_PORT" -U postgres -S -c 8 -j 2 -T "$secs" postgres 2>/dev/null |
         awk '/^tps/ {print $3}')
       echo "${v:-nan}" >>"$tmp/pgbench.$i"; line="$line pgbench ${v:-?} tps"
+      v=$($(pre "$lib") "$PGBIN/pgbench" -h 127.0.0.1 -p "$PG_PORT" -U postgres -S -C -c 8 -j 2 -T "$secs" postgres \
+        2>/dev/null | awk '/^tps/ {print $3}')
+      echo "${v:-nan}" >>"$tmp/pgbenchC.$i"; line="$line pgbench-C ${v:-?} tps"
       pg_stop
     fi
     echo "$line"
   done
 done
 
-printf '\n%-10s %-40s %14s %8s\n' workload lib median "vs first"
+printf '\n%-10s %-40s %14s %8s %8s\n' workload lib median "vs first" "paired"
 json="{\"rounds\": $rounds, \"seconds\": $secs, \"results\": ["
 sep=
-for w in wrk pgbench; do
+for w in wrk pgbench pgbenchC; do
   [ -e "$tmp/$w.0" ] || continue
   first=$(median <"$tmp/$w.0")
   for i in "${!libs[@]}"; do
     m=$(median <"$tmp/$w.$i")
     ratio=$(awk -v p="$first" -v q="$m" 'BEGIN { if (p > 0 && q == q + 0) printf "%.2f", q / p; else print "nan" }')
-    printf '%-10s %-40s %14s %7sx\n' "$w" "${libs[$i]}" "$m" "$ratio"
-    json="$json$sep{\"workload\": \"$w\", \"lib\": \"${libs[$i]}\", \"median\": $m, \"vs_first\": $ratio}"
+    paired=$(paste "$tmp/$w.0" "$tmp/$w.$i" | awk '$1 > 0 && $2 == $2 + 0 { printf "%.4f\n", $2 / $1 }' | median)
+    paired=$(awk -v v="$paired" 'BEGIN { if (v == v + 0 && v != "") printf "%.2f", v; else print "nan" }')
+    printf '%-10s %-40s %14s %7sx %7sx\n' "$w" "${libs[$i]}" "$m" "$ratio" "$paired"
+    json="$json$sep{\"workload\": \"$w\", \"lib\": \"${libs[$i]}\", \"median\": $m, \"vs_first\": $ratio, \"paired\": $paired}"
     sep=", "
   done
 done

@@ -79,6 +79,9 @@ struct fs_conn {
    * whichever drains the wake fd passes the wake on (engine/sockio.c). */
   uint32_t tx_sleeping, rx_sleeping;
   uint32_t pollers;           /* poll/select calls that armed its rings (under lock) */
+  uint32_t blind_rx;          /* threads asleep on its TCP socket without its wake
+                                 fd, which it had none of yet (engine/wake.h); atomic */
+  uint32_t attach_held;       /* our `attached` flag waits for them; atomic */
   size_t tx_need;
   size_t rx_need;             /* the bytes a sleeping receiver waits for (1: any) */
   uint32_t rcvlowat;          /* SO_RCVLOWAT as set through us (0: never, i.e. 1) */

@@ -22,6 +22,7 @@
 #include "engine/sockio.h"
 #include "engine/epoll.h"
 #include "engine/fdtab.h"
+#include "engine/wake.h"
 #include "base/real.h"
 
 void fs_ep_idle_del(struct fs_ep *ep, struct fs_ep_ent *e)
@@ -405,6 +406,9 @@ int fs_ready_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
       fs_ep_ent_free(e);
       break;
     }
+    /* An event loop sleeps on its wake fd: made now if none yet (engine/wake.h). */
+    if (c->dir && !c->connecting && !c->no_upgrade)
+      (void)fs_wake_get(c);
     if (c->wake_fd >= 0) {
       e->wake_reg = fs_ep_add_wake(epfd, c->wake_fd, e) == 0;
       ep->any_fabric = true; /* it may move to a fabric: the safety net applies */

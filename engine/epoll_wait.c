@@ -15,6 +15,7 @@
 #include "engine/sock.h"
 #include "engine/sockio.h"
 #include "engine/wait.h"
+#include "engine/wake.h"
 
 /* EPOLLET on a fabric: has a ring moved since e's last report? */
 static bool fs_ep_moved(struct fs_ep_ent *e, struct fs_chan *ch)
@@ -189,6 +190,8 @@ static void fs_ep_setup(struct fs_ep *ep, int epfd)
       continue;
     if (e->c->connecting)
       fs_sock_check_connected(e->c, e->fd);
+    if (e->c->dir && !e->c->connecting && !e->c->no_upgrade)
+      (void)fs_wake_get(e->c); /* connected now: its wake fd (engine/wake.h) */
     if (e->c->wake_fd >= 0) {
       e->wake_reg = fs_ep_add_wake(epfd, e->c->wake_fd, e) == 0;
       ep->any_fabric = true;

@@ -4,6 +4,7 @@
 #include "engine/conn.h"
 #include "engine/lend.h"
 #include "engine/sock.h"
+#include "engine/wake.h"
 
 static void fs_lend_get(struct fs_link *l)
 {
@@ -29,6 +30,11 @@ static bool fs_lend_may_upgrade(struct fs_link *l)
 static int fs_lend_may_attach(struct fs_link *l, uint32_t uid)
 {
   return fs_sock_may_attach(fs_conn_of(l), uid);
+}
+
+static int fs_lend_wake(struct fs_link *l)
+{
+  return fs_wake_get(fs_conn_of(l));
 }
 
 static int fs_lend_attach(struct fs_link *l, struct fs_chan *ch)
@@ -57,6 +63,7 @@ const struct fs_fabric_host fs_lend_host = {
   .find = fs_lend_find,
   .may_upgrade = fs_lend_may_upgrade,
   .may_attach = fs_lend_may_attach,
+  .wake = fs_lend_wake,
   .attach = fs_lend_attach,
   .failed = fs_lend_failed,
   .refused = fs_lend_refused,

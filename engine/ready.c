@@ -11,6 +11,7 @@
 #include "engine/sock.h"
 #include "engine/sockio.h"
 #include "engine/fdtab.h"
+#include "engine/wake.h"
 #include "base/real.h"
 
 /* ---- poll -------------------------------------------------------------- */
@@ -22,9 +23,12 @@
  * when no other waiter of ours may own it: another poll (counted here, under
  * the lock), an epoll set or a blocking call.  Should one of those arm it
  * just as we withdraw, its sleep is cut short by the bound every wait has. */
-static void fs_ready_poll_armed(struct fs_conn *c, bool *armed)
+#define FS_READY_ARMED 1 /* fs_ready_poll_armed counted it */
+#define FS_READY_BLIND 2 /* asleep on its TCP socket alone (engine/wake.h) */
+
+static void fs_ready_poll_armed(struct fs_conn *c, uint8_t *st)
 {
-  *armed = true;
+  *st |= FS_READY_ARMED;
   pthread_mutex_lock(&c->lock);
   c->pollers++;
   pthread_mutex_unlock(&c->lock);
@@ -48,14 +52,14 @@ int fs_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const
   size_t cap = (size_t)n * 3; /* the fd, its wake eventfd, its fabric's event fd */
   struct pollfd *k = cap <= 64 ? kst : malloc(cap * sizeof *k);
   struct fs_conn **cs = n <= 32 ? cst : calloc(n, sizeof *cs);
-  bool ast[32] = { false }, *armed = n <= 32 ? ast : calloc(n, sizeof *armed);
-  if (!k || !cs || !armed) {
+  uint8_t ast[32] = { 0 }, *st = n <= 32 ? ast : calloc(n, sizeof *st);
+  if (!k || !cs || !st) {
     if (k != kst)
       free(k);
     if (cs != cst)
       free(cs);
-    if (armed != ast)
-      free(armed);
+    if (st != ast)
+      free(st);
     return -ENOMEM;
   }
   nfds_t kn = n, nw = 0;
@@ -74,6 +78,15 @@ int fs_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const
     if (c->connecting)
       fs_sock_check_connected(c, fds[i].fd);
     struct fs_chan *ch = fs_cutover_chan(c);
+    /* No wake fd yet to sleep on: the attach of a channel that comes
+     * meanwhile waits for us (engine/wake.h). */
+    if (!ch && !c->no_upgrade && __atomic_load_n(&c->wake_fd, __ATOMIC_ACQUIRE) < 0 &&
+        (fds[i].events & (POLLIN | POLLRDNORM))) {
+      if (fs_wake_blind_enter(c))
+        st[i] |= FS_READY_BLIND;
+      else
+        ch = fs_cutover_chan(c); /* attached just now: its wake fd is there */
+    }
     if (ch) {
       fs_cutover_service(c, fds[i].fd);
       fabric++;
@@ -103,8 +116,8 @@ int fs_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const
         struct fs_chan *ch = cs[i] ? fs_cutover_chan(cs[i]) : NULL;
         if (!ch)
           continue;
-        if (arm && !armed[i])
-          fs_ready_poll_armed(cs[i], &armed[i]);
+        if (arm && !(st[i] & FS_READY_ARMED))
+          fs_ready_poll_armed(cs[i], &st[i]);
         if (fs_sockio_ready(cs[i], ch, fds[i].events, 0, arm) & (fds[i].events | POLLHUP | POLLERR))
           pre++;
       }
@@ -152,16 +165,18 @@ int fs_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const
   }
   for (nfds_t i = 0; i < n; i++)
     if (cs[i]) {
-      if (armed[i])
+      if (st[i] & FS_READY_ARMED)
         fs_ready_poll_disarm(cs[i], fds[i].events);
+      if (st[i] & FS_READY_BLIND)
+        fs_wake_blind_leave(cs[i]);
       fs_conn_put(cs[i]);
     }
   if (k != kst)
     free(k);
   if (cs != cst)
     free(cs);
-  if (armed != ast)
-    free(armed);
+  if (st != ast)
+    free(st);
   return rc;
 }
 

@@ -6,8 +6,6 @@
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -27,6 +25,7 @@
 #include "engine/sock.h"
 #include "engine/sockopt.h"
 #include "engine/trim.h"
+#include "engine/wake.h"
 #include "engine/fdtab.h"
 #include "base/real.h"
 
@@ -165,21 +164,6 @@ void fs_sock_created(int fd, int domain, int type, int protocol)
   fs_conn_put(c);
 }
 
-/* Acceleration costs two extra fds per connection (wake eventfds).  Near
- * RLIMIT_NOFILE the application must get every fd it would get without us:
- * above 3/4 of the soft limit we stop accelerating new connections. */
-static bool fs_sock_fd_budget_ok(int fd)
-{
-  static unsigned long cached;
-  unsigned long lim = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-  if (lim == 0 || (unsigned long)fd >= lim / 4 * 3) {
-    struct rlimit rl;
-    lim = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? (unsigned long)rl.rlim_cur : 1024;
-    __atomic_store_n(&cached, lim, __ATOMIC_RELAXED);
-  }
-  return (unsigned long)fd < lim / 4 * 3;
-}
-
 /* The connection is established: learn addresses, match policy, arm upgrade. */
 static void fs_sock_establish(struct fs_conn *c, int fd, int dir)
 {
@@ -228,10 +212,8 @@ static void fs_sock_establish(struct fs_conn *c, int fd, int dir)
     reason = all_tcp;
   else if (c->policy.fabric != FS_FABRIC_AUTO && !fs_fabric_by_id(c->policy.fabric))
     reason = FS_REASON_NO_DEVICE; /* that fabric is not in this build */
-  else if (!fs_sock_fd_budget_ok(fd) || (c->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
-    reason = FS_REASON_RESOURCES;
-  if (c->wake_fd >= 0)
-    fs_fdreg_set(c->wake_fd, true);
+  /* No wake fd yet: a connection that never upgrades never pays for one
+   * (engine/wake.h). */
   c->no_upgrade = reason != FS_REASON_PENDING;
   fs_conn_set_state(c, FS_STATE_TCP, reason);
   if (c->stat)
@@ -394,7 +376,7 @@ struct fs_conn *fs_sock_find(const struct sockaddr *local, const struct sockaddr
 
 bool fs_sock_may_upgrade(struct fs_conn *c)
 {
-  return !c->no_upgrade && __atomic_load_n(&c->nfds, __ATOMIC_ACQUIRE) > 0 && c->wake_fd >= 0;
+  return !c->no_upgrade && __atomic_load_n(&c->nfds, __ATOMIC_ACQUIRE) > 0;
 }
 
 /* An accepted end forked with (shared_hist): only the one process left
@@ -418,7 +400,7 @@ int fs_sock_may_attach(struct fs_conn *c, uint32_t uid)
 {
   if (c->reason == FS_REASON_FD_PASSED && !c->chan)
     return FS_REASON_NOT_OWNER; /* handed to another process: the peer looks for it */
-  if (c->no_upgrade || c->wake_fd < 0)
+  if (c->no_upgrade)
     return c->reason && c->reason != FS_REASON_PENDING ? c->reason : FS_REASON_POLICY;
   if (__atomic_load_n(&c->chan, __ATOMIC_ACQUIRE))
     return FS_REASON_PROTOCOL; /* a replay */
@@ -443,7 +425,7 @@ int fs_sock_attach(struct fs_conn *c, struct fs_chan *ch)
   fs_sockopt_attach(c, ch);
   __atomic_store_n(&c->chan, ch, __ATOMIC_RELEASE);
   fs_trim_count(1);
-  __atomic_store_n(&ch->me->attached, 1, __ATOMIC_RELEASE);
+  (void)fs_wake_attach_publish(c, ch); /* or held for blind sleepers */
   fs_conn_set_state(c, FS_STATE_FABRIC, FS_REASON_NONE);
   if (c->stat)
     c->stat->fabric = (uint8_t)ch->ops->fabric;
@@ -797,4 +779,15 @@ void fs_sock_downgrade(struct fs_conn *c, int fd, int reason)
   fs_unlock(&c->rxlock);
   ch->ops->wake_peer(ch);
   fs_log(FS_LOG_INFO, "fd %d back to tcp (%s)", fd, fs_reason_name(reason));
+}
+
+int fs_sock_fionread(struct fs_conn *c, int fd, int *out)
+{
+  (void)fd;
+  struct fs_chan *ch = fs_cutover_chan(c);
+  if (!ch || c->rx_flow != FS_FLOW_FABRIC)
+    return -ENOTSUP;
+  size_t n = fs_ring_readable(&ch->rx);
+  *out = n > 0x7fffffff ? 0x7fffffff : (int)n;
+  return 0;
 }

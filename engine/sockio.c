@@ -18,6 +18,7 @@
 #include "base/log.h"
 #include "engine/sock.h"
 #include "engine/sockio.h"
+#include "engine/wake.h"
 #include "engine/sockopt.h"
 #include "base/real.h"
 
@@ -652,11 +653,18 @@ ssize_t fs_sock_recv(struct fs_conn *c, int fd, struct fs_io *io)
   struct fs_chan *ch = fs_cutover_chan_known(c, false); /* fs_sockio_rx_step takes news in */
   ssize_t r;
   int hrc;
-  if (!ch && (c->no_upgrade || c->wake_fd < 0)) {
+  /* No wake fd yet: the kernel's receive, as without us; it may sleep (even
+   * with O_NONBLOCK: other processes set it), so an attach waits for it. */
+  bool blind = !ch && !c->no_upgrade && __atomic_load_n(&c->wake_fd, __ATOMIC_ACQUIRE) < 0;
+  if (blind && !(blind = fs_wake_blind_enter(c)))
+    ch = fs_cutover_chan_known(c, false); /* attached just now */
+  if (blind || (!ch && (c->no_upgrade || c->wake_fd < 0))) {
     bool locked = c->hooks != NULL; /* hooks see one call at a time */
     if (locked)
       fs_lock(&c->rxlock);
-    r = fs_sock_tcp_io(fd, io);
+    r = fs_sock_tcp_io(fd, io); /* -errno */
+    if (blind)
+      fs_wake_blind_leave(c);
     if (r > 0 && !peek)
       c->tcp_rx += (uint64_t)r;
     hrc = fs_sockio_hooks(c, fd, io, r, false, peek);
@@ -683,17 +691,6 @@ ssize_t fs_sock_recv(struct fs_conn *c, int fd, struct fs_io *io)
     }
   }
   return fs_sockio_done(c, r, false, peek, hrc);
-}
-
-int fs_sock_fionread(struct fs_conn *c, int fd, int *out)
-{
-  (void)fd;
-  struct fs_chan *ch = fs_cutover_chan(c);
-  if (!ch || c->rx_flow != FS_FLOW_FABRIC)
-    return -ENOTSUP;
-  size_t n = fs_ring_readable(&ch->rx);
-  *out = n > 0x7fffffff ? 0x7fffffff : (int)n;
-  return 0;
 }
 
 int fs_sock_shutdown(struct fs_conn *c, int fd, int how)

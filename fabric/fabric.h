@@ -27,7 +27,8 @@ struct fs_chan;
 #define FS_LINK_FIELDS                                                          \
   int fd;                       /* fd it was created on (dups share the link) */ \
   int family;                   /* AF_INET / AF_INET6 */                         \
-  int wake_fd;                  /* eventfd woken on fabric events; -1 if none */ \
+  int wake_fd;                  /* eventfd woken on fabric events; -1 until   \
+                                   made (host->wake, engine/wake.h) */           \
   bool ready;                   /* set up after connect/accept (atomic): until  \
                                    then a rendezvous request for it is held */   \
   bool listener_shared;         /* listening socket shared with another process */ \
@@ -53,6 +54,10 @@ struct fs_fabric_host {
   bool (*may_upgrade)(struct fs_link *l);
   /* Accepting end: 0 if l may take a channel from a peer of this uid, else a reason. */
   int (*may_attach)(struct fs_link *l, uint32_t uid);
+  /* Make l's wake eventfd (l->wake_fd) if it has none yet: a connection
+   * gets one only once a rendezvous needs it.  0, or a reason (l then
+   * stays on TCP). */
+  int (*wake)(struct fs_link *l);
   /* Put ch on l (0), or -ESTALE if l can no longer take it (the caller drops ch). */
   int (*attach)(struct fs_link *l, struct fs_chan *ch);
   /* The rendezvous failed for good: l stays on TCP with this reason. */

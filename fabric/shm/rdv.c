@@ -204,6 +204,8 @@ static bool fs_rdv_srv_try(struct fs_rdv_item *it)
   }
   int status = fs_host->may_attach(c, it->uid);
   struct fs_chan *ch = NULL;
+  if (status == 0)
+    status = fs_host->wake(c);
   if (status == 0) {
     int rc = fs_shm_attach(it->fds[1], c->wake_fd, it->fds[2], &ch);
     if (rc < 0)
@@ -446,6 +448,8 @@ static int fs_rdv_attempt(struct fs_link *c, bool holder_only, uint64_t give_up,
     fs_rdv_cli_wait(it, now, backoff_ms);
     return 0;
   }
+  if (!reason)
+    reason = fs_host->wake(c);
   if (reason)
     goto fail;
   /* Pass a dup of our own socket, checked to still be this connection. */

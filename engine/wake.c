@@ -1,0 +1,94 @@
+/* Wake eventfd on first need; attach held for blind sleepers.  See
+ * engine/wake.h. */
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+
+#include "base/fdreg.h"
+#include "fabric/chan.h"
+#include "engine/wake.h"
+
+/* Acceleration costs two extra fds per upgraded connection (its wake
+ * eventfd, the peer's).  Near RLIMIT_NOFILE the application must get every
+ * fd it would get without us: above 3/4 of the soft limit we stop
+ * accelerating new connections. */
+bool fs_wake_fd_budget_ok(int fd)
+{
+  static unsigned long cached;
+  unsigned long lim = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+  if (lim == 0 || (unsigned long)fd >= lim / 4 * 3) {
+    struct rlimit rl;
+    lim = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? (unsigned long)rl.rlim_cur : 1024;
+    __atomic_store_n(&cached, lim, __ATOMIC_RELAXED);
+  }
+  return (unsigned long)fd < lim / 4 * 3;
+}
+
+int fs_wake_get(struct fs_conn *c)
+{
+  if (__atomic_load_n(&c->wake_fd, __ATOMIC_ACQUIRE) >= 0)
+    return 0;
+  int reason = 0;
+  pthread_mutex_lock(&c->lock);
+  if (c->wake_fd < 0) {
+    int efd = -1;
+    if (fs_wake_fd_budget_ok(c->fd) && (efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) >= 0) {
+      fs_fdreg_set(efd, true);
+      /* Before any channel: whoever sees the channel sees this too. */
+      __atomic_store_n(&c->wake_fd, efd, __ATOMIC_RELEASE);
+    } else {
+      reason = FS_REASON_RESOURCES;
+      c->no_upgrade = true;
+      if (!c->chan)
+        fs_conn_set_state(c, FS_STATE_TCP, reason);
+    }
+  }
+  pthread_mutex_unlock(&c->lock);
+  return reason;
+}
+
+/* Set the held flag, once (whoever takes attach_held). */
+static bool fs_wake_release(struct fs_conn *c)
+{
+  if (!__atomic_exchange_n(&c->attach_held, 0, __ATOMIC_ACQ_REL))
+    return false;
+  struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE); /* lives as long as c */
+  if (!ch)
+    return false;
+  __atomic_store_n(&ch->me->attached, 1, __ATOMIC_RELEASE);
+  return true;
+}
+
+/* Dekker pair: the sleeper counts itself, then looks for a channel; the
+ * attacher publishes the channel and the hold, then looks for sleepers.
+ * One of the two sees the other. */
+bool fs_wake_blind_enter(struct fs_conn *c)
+{
+  __atomic_add_fetch(&c->blind_rx, 1, __ATOMIC_SEQ_CST);
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  if (!__atomic_load_n(&c->chan, __ATOMIC_ACQUIRE))
+    return true;
+  fs_wake_blind_leave(c);
+  return false;
+}
+
+void fs_wake_blind_leave(struct fs_conn *c)
+{
+  if (__atomic_sub_fetch(&c->blind_rx, 1, __ATOMIC_SEQ_CST) != 0)
+    return;
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  if (__atomic_load_n(&c->attach_held, __ATOMIC_ACQUIRE) && fs_wake_release(c)) {
+    struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
+    ch->ops->wake_peer(ch); /* rdma carries the flag in a message */
+  }
+}
+
+bool fs_wake_attach_publish(struct fs_conn *c, struct fs_chan *ch)
+{
+  (void)ch; /* c->chan is ch (set before, under c->lock) */
+  __atomic_store_n(&c->attach_held, 1, __ATOMIC_RELEASE);
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  if (__atomic_load_n(&c->blind_rx, __ATOMIC_ACQUIRE) != 0)
+    return false;
+  /* Taken by a sleeper that left just now: it woke the peer. */
+  return fs_wake_release(c);
+}

@@ -1,0 +1,45 @@
+/* A connection's wake eventfd, made on first need, and the attach that
+ * waits for threads asleep without it.
+ *
+ * The wake eventfd is what a peer writes once our end of a channel is
+ * armed; before the upgrade it also tells our own sleepers that a channel
+ * came.  Made at establish, it cost every connection an eventfd() and a
+ * close() (2.5 us here: a short connection's largest cost) and an fd,
+ * though most short connections never upgrade.  So it is made when it is
+ * first needed: the rendezvous (its fd goes to the peer) or an epoll set
+ * (its kernel registration).
+ *
+ * A thread that sleeps on the TCP socket alone (a blocking receive, or a
+ * poll, on a connection with no wake fd yet: "blind") would never hear of a
+ * channel attached meanwhile.  That is harmless as long as the peer keeps
+ * sending on TCP, and the peer moves its tx onto the ring only once our
+ * end's `attached` flag is set.  So an attach with blind sleepers holds
+ * that flag back; the last blind sleeper to leave sets it.  The peer's TCP
+ * bytes in between wake them as TCP bytes always do. */
+#ifndef FS_ENGINE_WAKE_H
+#define FS_ENGINE_WAKE_H
+
+#include <stdbool.h>
+
+#include "engine/conn.h"
+
+/* Make c's wake eventfd if it has none.  0, or FS_REASON_RESOURCES (the
+ * fd budget or eventfd() said no: c then stays on TCP for good). */
+int fs_wake_get(struct fs_conn *c);
+
+/* The application may not get every fd it would get without us: near
+ * RLIMIT_NOFILE no new connection is accelerated (fd: the socket's). */
+bool fs_wake_fd_budget_ok(int fd);
+
+/* Before a sleep on the TCP socket alone of a connection that may still
+ * upgrade: true (call fs_wake_blind_leave after it), or false: a channel
+ * was attached meanwhile, look again (its wake fd is there). */
+bool fs_wake_blind_enter(struct fs_conn *c);
+void fs_wake_blind_leave(struct fs_conn *c);
+
+/* fs_sock_attach, c->chan set: set our end's `attached` flag now, or hold
+ * it for the last blind sleeper.  True if set now (the caller wakes the
+ * peer as it did), false if held (the setter wakes it). */
+bool fs_wake_attach_publish(struct fs_conn *c, struct fs_chan *ch);
+
+#endif

@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""What connections cost in descriptors: fdcost.py server PORTFILE N [WANT] | client PORT N [WANT].
+
+Each end holds N connections open at once after 64 bytes each way (plain
+blocking sockets: the server accepts and receives, the client connects and
+receives), then prints "extra E eventfds V": the descriptors it holds beyond
+its N sockets, and how many of them are eventfds, counted against the same
+process before its first connection, 0.2 s after the last exchange (or, with
+WANT, once it holds WANT eventfds more, up to 10 s: upgrades finish on the
+library's own thread).  The client closes everything after
+counting; the server counts, then waits for the client's EOF on each.
+"""
+import os
+import socket
+import sys
+import time
+
+
+def count():
+    total = events = 0
+    for name in os.listdir('/proc/self/fd'):
+        try:
+            link = os.readlink('/proc/self/fd/' + name)
+        except OSError:
+            continue  # the listing's own fd, gone
+        total += 1
+        events += link == 'anon_inode:[eventfd]'
+    return total, events
+
+
+def recv64(c):
+    got = b''
+    while len(got) < 64:
+        b = c.recv(64 - len(got))
+        if not b:
+            raise SystemExit('early EOF')
+        got += b
+    return got
+
+
+def main():
+    role, arg, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    want = int(sys.argv[4]) if len(sys.argv) > 4 else None
+    conns = []
+    if role == 'server':
+        ls = socket.socket()
+        ls.bind(('127.0.0.1', 0))
+        ls.listen(n)
+        t0, e0 = count()
+        with open(arg + '.tmp', 'w') as f:
+            f.write(str(ls.getsockname()[1]))
+        os.rename(arg + '.tmp', arg)
+        for _ in range(n):
+            c, _ = ls.accept()
+            c.sendall(recv64(c))
+            conns.append(c)
+    else:
+        t0, e0 = count()
+        for _ in range(n):
+            c = socket.create_connection(('127.0.0.1', int(arg)))
+            c.sendall(b'x' * 64)
+            recv64(c)
+            conns.append(c)
+    time.sleep(0.2)
+    t1, e1 = count()
+    for _ in range(100):
+        if want is None or e1 - e0 >= want:
+            break
+        time.sleep(0.1)
+        t1, e1 = count()
+    print('extra %d eventfds %d' % (t1 - t0 - n, e1 - e0), flush=True)
+    if role == 'server':
+        for c in conns:
+            c.recv(1)
+    for c in conns:
+        c.close()
+
+
+main()

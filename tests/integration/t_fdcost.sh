@@ -1,0 +1,55 @@
+#!/bin/bash
+# t_fdcost: what a connection costs in descriptors (tests/integration/fdcost.py).
+#   40 connections held open at once, 64 B each way (under the upgrade
+#   threshold), plain blocking sockets at both ends: each process holds no
+#   descriptor beyond its sockets but the library's own few (no wake
+#   eventfd: a connection that never upgrades never makes one; it used to
+#   cost two system calls and an fd at each end of every connection);
+#   the same with FABSOCK_UPGRADE_BYTES=0, both ends preloaded: every
+#   connection upgrades at once, and then holds its wake eventfd and the
+#   peer's (the measure sees them: the first case could fail).
+. "$(dirname "$0")/lib.sh"
+require_cmd python3
+IT_CLIENT_TIMEOUT=${IT_CLIENT_TIMEOUT:-40}
+N=40
+MAX_EXTRA=6 # the library's own per process: agent epoll + eventfd, rendezvous socket, stat file, ...
+
+fc_case() { # [WANT]: runs server and client in MODE, sets rc and detail
+  local want=${1:-} pf=$IT_TMP/fdcost.$MODE.$RANDOM.port out
+  out=$IT_TMP/fdcost.$MODE.$RANDOM.out
+  real_python
+  start_server fdcost "$IT_PYTHON" "$IT_DIR/fdcost.py" server "$pf" "$N" $want
+  if ! wait_file "$pf" "$SERVER_PID" 20; then
+    server_status; rc=1; detail="server did not start ($SRV_STATUS)"; stop_server; return
+  fi
+  run_client "$IT_PYTHON" "$IT_DIR/fdcost.py" client "$(cat "$pf")" "$N" $want >"$out" 2>&1
+  rc=$?
+  it_reap "$SERVER_PID"; it_forget "$SERVER_PID"
+  CLI=$(grep '^extra' "$out"); SRV=$(grep '^extra' "$SERVER_LOG")
+  detail="client: $CLI; server: $SRV"
+  [ $rc -eq 0 ] && [ -n "$CLI" ] && [ -n "$SRV" ] || { rc=1; detail="client exit $rc; $detail; $(tail -n 2 "$out" "$SERVER_LOG" | tr '\n' ' ')"; }
+}
+
+for MODE in $(it_modes); do
+  name="$N connections under the threshold: no descriptor beyond their sockets"
+  fc_case
+  if [ $rc -eq 0 ]; then
+    for e in "$CLI" "$SRV"; do
+      set -- $e # extra E eventfds V
+      { [ "$2" -le $MAX_EXTRA ] && [ "$4" -le 1 ]; } || { rc=1; detail="too many: $detail"; }
+    done
+  fi
+  tap_result $rc "$name [$MODE]" "$detail" "$SERVER_LOG"
+
+  [ "$MODE" = both ] || continue
+  name="$N connections upgraded at once: each holds its wake eventfd and the peer's"
+  FABSOCK_UPGRADE_BYTES=0 fc_case $((2 * N))
+  if [ $rc -eq 0 ]; then
+    for e in "$CLI" "$SRV"; do
+      set -- $e
+      [ "$4" -ge $((2 * N)) ] || { rc=1; detail="fewer eventfds than upgraded connections: $detail"; }
+    done
+  fi
+  tap_result $rc "$name [$MODE]" "$detail" "$SERVER_LOG"
+done
+it_done

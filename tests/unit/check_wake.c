@@ -1,0 +1,189 @@
+/* Unit tests for engine/wake: a connection gets its wake eventfd only when
+ * first needed, and an attach waits for the threads that sleep on its TCP
+ * socket without one (they would not hear of the channel). */
+#include <check.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "engine/conn.h"
+#include "engine/fdtab.h"
+#include "engine/io.h"
+#include "engine/ready.h"
+#include "engine/sock.h"
+#include "engine/sockio.h"
+#include "engine/wake.h"
+#include "fabric/chan.h"
+#include "fabric/shm/shm.h"
+#include "tests/unit/check_run.h"
+
+/* A pending connection of ours (may still upgrade, nothing made yet):
+ * sv[0] is its fd (the TCP socket's stand-in), sv[1] the peer's socket. */
+struct pend {
+  int sv[2];
+  struct fs_conn *c;
+  int theirs, memfd; /* the peer's wake eventfd; the ring memory */
+  struct fs_chan *a, *b;
+};
+
+static void pend_new(struct pend *p)
+{
+  memset(p, 0, sizeof *p);
+  ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, p->sv), 0);
+  p->c = fs_conn_new(p->sv[0], AF_INET);
+  ck_assert_ptr_nonnull(p->c);
+  p->c->state = FS_STATE_TCP;
+  p->c->dir = FS_DIR_ACCEPT;
+  ck_assert_int_eq(fs_fdtab_install(p->sv[0], p->c), 0);
+}
+
+/* What a rendezvous does: the wake fd, a channel on it, the attach. */
+static int pend_attach(struct pend *p)
+{
+  ck_assert_int_eq(fs_wake_get(p->c), 0);
+  p->theirs = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  ck_assert_int_ge(p->theirs, 0);
+  ck_assert_int_eq(fs_shm_create(fs_shm_ring_size(0), p->c->wake_fd, &p->memfd, &p->a), 0);
+  ck_assert_int_eq(fs_shm_set_peer(p->a, p->theirs), 0);
+  ck_assert_int_eq(fs_shm_attach(p->memfd, p->theirs, p->c->wake_fd, &p->b), 0);
+  return fs_sock_attach(p->c, p->a);
+}
+
+static bool peer_woken(struct pend *p)
+{
+  uint64_t v;
+  return read(p->theirs, &v, sizeof v) == (ssize_t)sizeof v;
+}
+
+static void wait_blind(struct fs_conn *c, uint32_t n)
+{
+  for (int i = 0; i < 5000 && __atomic_load_n(&c->blind_rx, __ATOMIC_ACQUIRE) != n; i++)
+    usleep(1000);
+  ck_assert_uint_eq(__atomic_load_n(&c->blind_rx, __ATOMIC_ACQUIRE), n);
+  usleep(20000); /* and into the kernel */
+}
+
+START_TEST(t_made_on_first_need)
+{
+  struct pend p;
+  pend_new(&p);
+  ck_assert_int_eq(p.c->wake_fd, -1); /* established, pending: no eventfd yet */
+  ck_assert_int_eq(fs_wake_get(p.c), 0);
+  int efd = p.c->wake_fd;
+  ck_assert_int_ge(efd, 0);
+  char path[64], link[64] = "";
+  snprintf(path, sizeof path, "/proc/self/fd/%d", efd);
+  ck_assert_int_gt(readlink(path, link, sizeof link - 1), 0);
+  ck_assert_str_eq(link, "anon_inode:[eventfd]");
+  ck_assert_int_eq(fs_wake_get(p.c), 0);
+  ck_assert_int_eq(p.c->wake_fd, efd); /* once */
+  ck_assert(fs_wake_fd_budget_ok(3));
+  ck_assert(!fs_wake_fd_budget_ok(INT_MAX));
+}
+END_TEST
+
+START_TEST(t_attach_at_once_without_sleepers)
+{
+  struct pend p;
+  pend_new(&p);
+  ck_assert_int_eq(pend_attach(&p), 0);
+  ck_assert_uint_eq(p.a->me->attached, 1);
+  ck_assert_uint_eq(p.c->attach_held, 0);
+  /* A sleeper now finds the channel instead of sleeping blind. */
+  ck_assert(!fs_wake_blind_enter(p.c));
+  ck_assert_uint_eq(p.c->blind_rx, 0);
+}
+END_TEST
+
+static void *blocking_read(void *arg)
+{
+  struct pend *p = arg;
+  char b[8];
+  struct iovec v = { b, sizeof b };
+  struct fs_io io = { .op = FS_IO_READ, .iov = &v, .iovcnt = 1 };
+  return (void *)(intptr_t)fs_sock_recv(p->c, p->sv[0], &io);
+}
+
+START_TEST(t_attach_waits_for_blocked_reader)
+{
+  struct pend p;
+  pend_new(&p);
+  pthread_t t;
+  ck_assert_int_eq(pthread_create(&t, NULL, blocking_read, &p), 0);
+  wait_blind(p.c, 1); /* asleep in the kernel's read, no wake fd to watch */
+  ck_assert_int_eq(pend_attach(&p), 0);
+  /* The peer must not move its tx onto the ring: the reader would not see it. */
+  ck_assert_uint_eq(p.a->me->attached, 0);
+  ck_assert(!peer_woken(&p));
+  ck_assert_int_eq(write(p.sv[1], "x", 1), 1); /* the peer, still on TCP */
+  void *r;
+  ck_assert_int_eq(pthread_join(t, &r), 0);
+  ck_assert_int_eq((intptr_t)r, 1);
+  /* The reader left: the flag is set, and the peer told. */
+  ck_assert_uint_eq(p.a->me->attached, 1);
+  ck_assert_uint_eq(p.c->blind_rx, 0);
+  ck_assert(peer_woken(&p));
+}
+END_TEST
+
+static void *blocking_poll(void *arg)
+{
+  struct pend *p = arg;
+  struct pollfd f = { p->sv[0], POLLIN, 0 };
+  struct timespec ts = { 10, 0 };
+  int rc = fs_ready_poll(&f, 1, &ts, NULL);
+  return (void *)(intptr_t)(rc == 1 && (f.revents & POLLIN) ? 1 : -1);
+}
+
+START_TEST(t_attach_waits_for_poll)
+{
+  struct pend p;
+  pend_new(&p);
+  pthread_t t;
+  ck_assert_int_eq(pthread_create(&t, NULL, blocking_poll, &p), 0);
+  wait_blind(p.c, 1);
+  ck_assert_int_eq(pend_attach(&p), 0);
+  ck_assert_uint_eq(p.a->me->attached, 0);
+  ck_assert_int_eq(write(p.sv[1], "x", 1), 1);
+  void *r;
+  ck_assert_int_eq(pthread_join(t, &r), 0);
+  ck_assert_int_eq((intptr_t)r, 1);
+  ck_assert_uint_eq(p.a->me->attached, 1);
+  ck_assert_uint_eq(p.c->blind_rx, 0);
+}
+END_TEST
+
+START_TEST(t_last_of_two_sets_it)
+{
+  struct pend p;
+  pend_new(&p);
+  ck_assert(fs_wake_blind_enter(p.c));
+  ck_assert(fs_wake_blind_enter(p.c));
+  ck_assert_int_eq(pend_attach(&p), 0);
+  fs_wake_blind_leave(p.c);
+  ck_assert_uint_eq(p.a->me->attached, 0);
+  fs_wake_blind_leave(p.c);
+  ck_assert_uint_eq(p.a->me->attached, 1);
+  ck_assert_uint_eq(p.c->attach_held, 0);
+}
+END_TEST
+
+int main(void)
+{
+  Suite *s = suite_create("wake");
+  TCase *tc = tcase_create("core");
+  tcase_set_timeout(tc, 30);
+  tcase_add_test(tc, t_made_on_first_need);
+  tcase_add_test(tc, t_attach_at_once_without_sleepers);
+  tcase_add_test(tc, t_attach_waits_for_blocked_reader);
+  tcase_add_test(tc, t_attach_waits_for_poll);
+  tcase_add_test(tc, t_last_of_two_sets_it);
+  suite_add_tcase(s, tc);
+  return run_suite(s, true);
+}
