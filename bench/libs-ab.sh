@@ -4,7 +4,7 @@
 # backend per connection), run under several builds of the library in
 # alternating rounds, so that builds (not only plain vs one build) compare
 # within one run on this noisy machine.  Both ends of every connection run
-# under the same LIB.  Per round and LIB: wrk -t2 -c50 (requests/s) and
+# under the same LIB.  Per round and LIB: wrk -t2 -c50 and -c400 (requests/s),
 # pgbench -S -c 8 -j 2 (tps) and the same with -C, a connection per
 # transaction (tps); then the median per LIB, its ratio to the first LIB's
 # median, and the median of the per-round ratios to the first LIB (each
@@ -50,6 +50,8 @@ for r in $(seq "$rounds"); do
       $(pre "$lib") nginx -c "$tmp/nginx.conf" -p "$tmp" && sleep 0.5
       v=$($(pre "$lib") wrk -t2 -c50 -d${secs}s http://127.0.0.1:$NGINX_PORT/f4k 2>/dev/null | awk '/Requests\/sec/ {print $2}')
       echo "${v:-nan}" >>"$tmp/wrk.$i"; line="$line wrk-c50 ${v:-?}/s"
+      v=$($(pre "$lib") wrk -t2 -c400 -d${secs}s http://127.0.0.1:$NGINX_PORT/f4k 2>/dev/null | awk '/Requests\/sec/ {print $2}')
+      echo "${v:-nan}" >>"$tmp/wrk400.$i"; line="$line wrk-c400 ${v:-?}/s"
       kill "$(cat "$tmp/nginx.pid")"; sleep 0.5
     fi
     if [ $have_pg = 1 ] && pg_start "$lib"; then
@@ -68,7 +70,7 @@ done
 printf '\n%-10s %-40s %14s %8s %8s\n' workload lib median "vs first" "paired"
 json="{\"rounds\": $rounds, \"seconds\": $secs, \"results\": ["
 sep=
-for w in wrk pgbench pgbenchC; do
+for w in wrk wrk400 pgbench pgbenchC; do
   [ -e "$tmp/$w.0" ] || continue
   first=$(median <"$tmp/$w.0")
   for i in "${!libs[@]}"; do

@@ -417,7 +417,9 @@ int fs_ready_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
     fs_ep_list_push(&ep->ents, e);
     ep->nents++;
     fs_ep_recheck_add(ep, e);
-    if (!e->wake_reg && !c->no_upgrade) {
+    /* A listener never becomes a connection: left to the setup pass, it
+     * would have each epoll_wait walk every entry (nginx: all of them). */
+    if (!e->wake_reg && !c->no_upgrade && fs_conn_state(c) != FS_STATE_LISTEN) {
       e->needs_setup = true;
       ep->nsetup++;
     }

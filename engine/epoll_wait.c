@@ -196,7 +196,7 @@ static void fs_ep_setup(struct fs_ep *ep, int epfd)
       e->wake_reg = fs_ep_add_wake(epfd, e->c->wake_fd, e) == 0;
       ep->any_fabric = true;
     }
-    if (e->wake_reg || (e->c->no_upgrade && !e->c->connecting)) {
+    if (e->wake_reg || (e->c->no_upgrade && !e->c->connecting) || fs_conn_state(e->c) == FS_STATE_LISTEN) {
       e->needs_setup = false;
       ep->nsetup--;
       fs_ep_recheck_add(ep, e);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "engine/conn.h"
+#include "engine/epoll.h"
 #include "engine/fdtab.h"
 #include "engine/ready.h"
 #include "fabric/chan.h"
@@ -157,6 +158,37 @@ START_TEST(t_epoll_entry_stays_armed)
 }
 END_TEST
 
+START_TEST(t_listener_needs_no_setup)
+{
+  /* Entries waiting for a wake fd are looked at in every epoll_wait, by a
+   * walk over all entries: a listener, which never gets one, must not wait
+   * (it made nginx's workers walk every connection at every call). */
+  int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), ufd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ck_assert_int_ge(lfd, 0);
+  ck_assert_int_ge(ufd, 0);
+  struct fs_conn *l = fs_conn_new(lfd, AF_INET), *u = fs_conn_new(ufd, AF_INET);
+  ck_assert_ptr_nonnull(l);
+  ck_assert_ptr_nonnull(u);
+  l->state = FS_STATE_LISTEN;
+  ck_assert_int_eq(fs_fdtab_install(lfd, l), 0);
+  ck_assert_int_eq(fs_fdtab_install(ufd, u), 0);
+  int epfd = epoll_create1(EPOLL_CLOEXEC);
+  ck_assert_int_ge(epfd, 0);
+  struct epoll_event ev = { .events = EPOLLIN, .data.u64 = 1 }, out[4];
+  ck_assert_int_eq(fs_ready_epoll_ctl(epfd, EPOLL_CTL_ADD, lfd, &ev), 0);
+  struct fs_ep *ep = fs_ep_get(epfd, false);
+  ck_assert_ptr_nonnull(ep);
+  ck_assert_int_eq(ep->nsetup, 0);
+  /* Added before listen(): it waits, until a call sees it listening. */
+  ck_assert_int_eq(fs_ready_epoll_ctl(epfd, EPOLL_CTL_ADD, ufd, &ev), 0);
+  ck_assert_int_eq(ep->nsetup, 1);
+  u->state = FS_STATE_LISTEN;
+  ck_assert_int_ge(epoll_ms(epfd, out, 0), 0); /* (unconnected sockets report HUP) */
+  ck_assert_int_eq(ep->nsetup, 0);
+  close(epfd);
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("ready");
@@ -166,6 +198,7 @@ int main(void)
   tcase_add_test(tc, t_other_waiters_keep_it);
   tcase_add_test(tc, t_ready_data_found);
   tcase_add_test(tc, t_epoll_entry_stays_armed);
+  tcase_add_test(tc, t_listener_needs_no_setup);
   suite_add_tcase(s, tc);
   return run_suite(s, true);
 }
