@@ -1,5 +1,6 @@
 /* Wake eventfd on first need; attach held for blind sleepers.  See
  * engine/wake.h. */
+#include <errno.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
 
@@ -27,7 +28,7 @@ int fs_wake_get(struct fs_conn *c)
 {
   if (__atomic_load_n(&c->wake_fd, __ATOMIC_ACQUIRE) >= 0)
     return 0;
-  int reason = 0;
+  int reason = 0, saved = errno; /* the application's, whatever happens here */
   pthread_mutex_lock(&c->lock);
   if (c->wake_fd < 0) {
     int efd = -1;
@@ -43,6 +44,7 @@ int fs_wake_get(struct fs_conn *c)
     }
   }
   pthread_mutex_unlock(&c->lock);
+  errno = saved;
   return reason;
 }
 

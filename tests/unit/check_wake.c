@@ -2,6 +2,7 @@
  * first needed, and an attach waits for the threads that sleep on its TCP
  * socket without one (they would not hear of the channel). */
 #include <check.h>
+#include <errno.h>
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
@@ -74,7 +75,9 @@ START_TEST(t_made_on_first_need)
   struct pend p;
   pend_new(&p);
   ck_assert_int_eq(p.c->wake_fd, -1); /* established, pending: no eventfd yet */
+  errno = 1234;
   ck_assert_int_eq(fs_wake_get(p.c), 0);
+  ck_assert_int_eq(errno, 1234); /* the application's errno is left alone */
   int efd = p.c->wake_fd;
   ck_assert_int_ge(efd, 0);
   char path[64], link[64] = "";
