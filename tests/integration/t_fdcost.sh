@@ -27,7 +27,8 @@ fc_case() { # [WANT]: runs server and client in MODE, sets rc and detail
   it_reap "$SERVER_PID"; it_forget "$SERVER_PID"
   CLI=$(grep '^extra' "$out"); SRV=$(grep '^extra' "$SERVER_LOG")
   detail="client: $CLI; server: $SRV"
-  [ $rc -eq 0 ] && [ -n "$CLI" ] && [ -n "$SRV" ] || { rc=1; detail="client exit $rc; $detail; $(tail -n 2 "$out" "$SERVER_LOG" | tr '\n' ' ')"; }
+  [ $rc -eq 0 ] && [ -n "$CLI" ] && [ -n "$SRV" ] ||
+    { detail="client exit $rc; $detail; $(tail -n 2 "$out" "$SERVER_LOG" | tr '\n' ' ')"; rc=1; }
 }
 
 for MODE in $(it_modes); do
