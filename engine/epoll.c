@@ -407,8 +407,7 @@ int fs_ready_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
       break;
     }
     /* An event loop sleeps on its wake fd: made now if none yet (engine/wake.h). */
-    if (c->dir && !c->connecting && !c->no_upgrade)
-      (void)fs_wake_get(c);
+    fs_wake_for_epoll(c);
     if (c->wake_fd >= 0) {
       e->wake_reg = fs_ep_add_wake(epfd, c->wake_fd, e) == 0;
       ep->any_fabric = true; /* it may move to a fabric: the safety net applies */

@@ -190,8 +190,7 @@ static void fs_ep_setup(struct fs_ep *ep, int epfd)
       continue;
     if (e->c->connecting)
       fs_sock_check_connected(e->c, e->fd);
-    if (e->c->dir && !e->c->connecting && !e->c->no_upgrade)
-      (void)fs_wake_get(e->c); /* connected now: its wake fd (engine/wake.h) */
+    fs_wake_for_epoll(e->c); /* connected now: its wake fd */
     if (e->c->wake_fd >= 0) {
       e->wake_reg = fs_ep_add_wake(epfd, e->c->wake_fd, e) == 0;
       ep->any_fabric = true;

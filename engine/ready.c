@@ -80,8 +80,7 @@ int fs_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const
     struct fs_chan *ch = fs_cutover_chan(c);
     /* No wake fd yet to sleep on: the attach of a channel that comes
      * meanwhile waits for us (engine/wake.h). */
-    if (!ch && !c->no_upgrade && __atomic_load_n(&c->wake_fd, __ATOMIC_ACQUIRE) < 0 &&
-        (fds[i].events & (POLLIN | POLLRDNORM))) {
+    if (!ch && fs_wake_none(c) && (fds[i].events & (POLLIN | POLLRDNORM))) {
       if (fs_wake_blind_enter(c))
         st[i] |= FS_READY_BLIND;
       else

@@ -425,7 +425,7 @@ int fs_sock_attach(struct fs_conn *c, struct fs_chan *ch)
   fs_sockopt_attach(c, ch);
   __atomic_store_n(&c->chan, ch, __ATOMIC_RELEASE);
   fs_trim_count(1);
-  (void)fs_wake_attach_publish(c, ch); /* or held for blind sleepers */
+  fs_wake_attach_publish(c); /* or held for blind sleepers */
   fs_conn_set_state(c, FS_STATE_FABRIC, FS_REASON_NONE);
   if (c->stat)
     c->stat->fabric = (uint8_t)ch->ops->fabric;

@@ -655,7 +655,7 @@ ssize_t fs_sock_recv(struct fs_conn *c, int fd, struct fs_io *io)
   int hrc;
   /* No wake fd yet: the kernel's receive, as without us; it may sleep (even
    * with O_NONBLOCK: other processes set it), so an attach waits for it. */
-  bool blind = !ch && !c->no_upgrade && __atomic_load_n(&c->wake_fd, __ATOMIC_ACQUIRE) < 0;
+  bool blind = !ch && fs_wake_none(c);
   if (blind && !(blind = fs_wake_blind_enter(c)))
     ch = fs_cutover_chan_known(c, false); /* attached just now */
   if (blind || (!ch && (c->no_upgrade || c->wake_fd < 0))) {

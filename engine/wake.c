@@ -48,16 +48,16 @@ int fs_wake_get(struct fs_conn *c)
   return reason;
 }
 
-/* Set the held flag, once (whoever takes attach_held). */
-static bool fs_wake_release(struct fs_conn *c)
+/* Set the held flag, once (whoever takes attach_held): the channel it was
+ * set on, or NULL. */
+static struct fs_chan *fs_wake_release(struct fs_conn *c)
 {
   if (!__atomic_exchange_n(&c->attach_held, 0, __ATOMIC_ACQ_REL))
-    return false;
+    return NULL;
   struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE); /* lives as long as c */
-  if (!ch)
-    return false;
-  __atomic_store_n(&ch->me->attached, 1, __ATOMIC_RELEASE);
-  return true;
+  if (ch)
+    __atomic_store_n(&ch->me->attached, 1, __ATOMIC_RELEASE);
+  return ch;
 }
 
 /* Dekker pair: the sleeper counts itself, then looks for a channel; the
@@ -78,19 +78,16 @@ void fs_wake_blind_leave(struct fs_conn *c)
   if (__atomic_sub_fetch(&c->blind_rx, 1, __ATOMIC_SEQ_CST) != 0)
     return;
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
-  if (__atomic_load_n(&c->attach_held, __ATOMIC_ACQUIRE) && fs_wake_release(c)) {
-    struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
+  struct fs_chan *ch = __atomic_load_n(&c->attach_held, __ATOMIC_ACQUIRE) ? fs_wake_release(c) : NULL;
+  if (ch)
     ch->ops->wake_peer(ch); /* rdma carries the flag in a message */
-  }
 }
 
-bool fs_wake_attach_publish(struct fs_conn *c, struct fs_chan *ch)
+void fs_wake_attach_publish(struct fs_conn *c)
 {
-  (void)ch; /* c->chan is ch (set before, under c->lock) */
   __atomic_store_n(&c->attach_held, 1, __ATOMIC_RELEASE);
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
-  if (__atomic_load_n(&c->blind_rx, __ATOMIC_ACQUIRE) != 0)
-    return false;
-  /* Taken by a sleeper that left just now: it woke the peer. */
-  return fs_wake_release(c);
+  /* None asleep: set it now (unless one that left just now took it). */
+  if (__atomic_load_n(&c->blind_rx, __ATOMIC_ACQUIRE) == 0)
+    (void)fs_wake_release(c);
 }

@@ -27,6 +27,21 @@
  * fd budget or eventfd() said no: c then stays on TCP for good). */
 int fs_wake_get(struct fs_conn *c);
 
+/* An epoll set takes c, or finishes setting it up: make its wake fd if c
+ * is connected and may still upgrade (an event loop sleeps on it). */
+static inline void fs_wake_for_epoll(struct fs_conn *c)
+{
+  if (c->dir && !c->connecting && !c->no_upgrade)
+    (void)fs_wake_get(c);
+}
+
+/* c may still upgrade and has no wake fd yet: a sleep on its TCP socket
+ * would be blind to a channel attached meanwhile. */
+static inline bool fs_wake_none(const struct fs_conn *c)
+{
+  return !c->no_upgrade && __atomic_load_n(&c->wake_fd, __ATOMIC_ACQUIRE) < 0;
+}
+
 /* The application may not get every fd it would get without us: near
  * RLIMIT_NOFILE no new connection is accelerated (fd: the socket's). */
 bool fs_wake_fd_budget_ok(int fd);
@@ -37,9 +52,9 @@ bool fs_wake_fd_budget_ok(int fd);
 bool fs_wake_blind_enter(struct fs_conn *c);
 void fs_wake_blind_leave(struct fs_conn *c);
 
-/* fs_sock_attach, c->chan set: set our end's `attached` flag now, or hold
- * it for the last blind sleeper.  True if set now (the caller wakes the
- * peer as it did), false if held (the setter wakes it). */
-bool fs_wake_attach_publish(struct fs_conn *c, struct fs_chan *ch);
+/* fs_sock_attach, c->chan set: set our end's `attached` flag now (the
+ * caller wakes the peer as it always did), or hold it for the last blind
+ * sleeper, which sets it and wakes the peer. */
+void fs_wake_attach_publish(struct fs_conn *c);
 
 #endif
