@@ -1,9 +1,12 @@
 /* The registry of the library's own descriptors.  See base/fdreg.h. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
+#include "base/aside.h"
 #include "base/fdreg.h"
 #include "base/real.h"
 
@@ -29,6 +32,8 @@ bool fs_fdreg_is(int fd)
 
 int fs_fdreg_high(int fd)
 {
+  if (fs_aside_here())
+    return fd; /* not the application's table (base/aside.h) */
   int saved = errno;
   struct rlimit rl;
   unsigned long lim = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? (unsigned long)rl.rlim_cur
@@ -58,4 +63,18 @@ void fs_fdreg_close(int fd)
 {
   fs_fdreg_set(fd, false);
   FS_REAL(close)(fd);
+}
+
+DIR *fs_fdreg_opendir(const char *path)
+{
+  int fd = fs_fdreg_high(open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (fd < 0)
+    return NULL;
+  DIR *d = fdopendir(fd);
+  if (d == NULL) {
+    int err = errno;
+    FS_REAL(close)(fd);
+    errno = err;
+  }
+  return d;
 }

@@ -6,6 +6,7 @@
 #ifndef FS_BASE_FDREG_H
 #define FS_BASE_FDREG_H
 
+#include <dirent.h>
 #include <stdbool.h>
 
 /* Descriptors libfabsock itself holds (wake eventfds, the agent's epoll and
@@ -24,10 +25,15 @@ void fs_fdreg_close(int fd);
  * closing "everything" in another thread that very moment; a library fd at
  * a number it just closed would look like its own fd still open, and take
  * the number its next open() expects.  Returns the fd to use (the same one
- * if there is no room up there, or fd < 0). */
+ * if there is no room up there, or fd < 0, or on the aside thread, whose
+ * table is its own: base/aside.h). */
 int fs_fdreg_high(int fd);
 /* fs_fdreg_high, and the fd is marked ours (one the library keeps: closed
  * with fs_fdreg_close). */
 int fs_fdreg_move_high(int fd);
+/* opendir(), its descriptor moved high at once (fs_fdreg_high): for the
+ * scans (stat tables, /proc/PID/fd), which run aside (base/aside.h), or in
+ * the application's table where they cannot.  NULL and errno on failure. */
+DIR *fs_fdreg_opendir(const char *path);
 
 #endif

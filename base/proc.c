@@ -18,6 +18,8 @@
 #include <sys/auxv.h>
 #include <unistd.h>
 
+#include "base/aside.h"
+#include "base/fdreg.h"
 #include "base/proc.h"
 #include "base/real.h"
 
@@ -66,20 +68,25 @@ const char *fs_proc_name(void)
   return fs_proc_buf;
 }
 
-int fs_proc_holds_socket(int pid, unsigned long inode)
+struct fs_proc_holds_job {
+  int pid;
+  unsigned long inode;
+};
+
+/* Lists /proc/PID/fd: runs aside (base/aside.h), so the directory's
+ * descriptor is never one of the application's numbers. */
+static int fs_proc_holds_job(void *arg)
 {
-  int saved = errno, rc = 0;
+  const struct fs_proc_holds_job *j = arg;
   char path[64], want[48], link[64];
-  snprintf(path, sizeof path, "/proc/%d/fd", pid);
-  snprintf(want, sizeof want, "socket:[%lu]", inode);
+  snprintf(path, sizeof path, "/proc/%d/fd", j->pid);
+  snprintf(want, sizeof want, "socket:[%lu]", j->inode);
   size_t wl = strlen(want);
-  DIR *d = opendir(path);
-  if (d == NULL) {
-    rc = errno == ENOENT ? 0 : -errno;
-    errno = saved;
-    return rc;
-  }
+  DIR *d = fs_fdreg_opendir(path);
+  if (d == NULL)
+    return errno == ENOENT ? 0 : -errno;
   struct dirent *e;
+  int rc = 0;
   while (rc == 0 && (e = readdir(d)) != NULL) {
     if (e->d_name[0] == '.')
       continue;
@@ -87,8 +94,13 @@ int fs_proc_holds_socket(int pid, unsigned long inode)
     rc = n == (ssize_t)wl && memcmp(link, want, wl) == 0;
   }
   closedir(d);
-  errno = saved;
   return rc;
+}
+
+int fs_proc_holds_socket(int pid, unsigned long inode)
+{
+  struct fs_proc_holds_job j = { pid, inode };
+  return fs_aside_run(fs_proc_holds_job, &j); /* keeps errno */
 }
 
 size_t fs_proc_read(const char *path, char *buf, size_t len)

@@ -21,6 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/aside.h"
+#include "base/fdreg.h"
 #include "base/log.h"
 #include "base/proc.h"
 #include "base/stat.h"
@@ -345,15 +347,20 @@ static bool fs_stat_file_has(int fd, int pid, const struct fs_stat_want *w)
   return false;
 }
 
-static int fs_stat_find(const struct fs_stat_want *w, int *pids, int max)
+struct fs_stat_find_job {
+  const struct fs_stat_want *w;
+  int *pids, max;
+};
+
+/* The scan itself: opens the directory and every table in it, so it runs
+ * aside (base/aside.h), where those descriptors never meet the
+ * application's.  Returns the number of holders, or -errno. */
+static int fs_stat_find_job(void *arg)
 {
-  int saved = errno;
-  DIR *d = opendir(fs_stat_dir());
-  if (d == NULL) {
-    int err = errno;
-    errno = saved;
-    return -err;
-  }
+  const struct fs_stat_find_job *j = arg;
+  DIR *d = fs_fdreg_opendir(fs_stat_dir());
+  if (d == NULL)
+    return -errno;
   int self = (int)getpid(), found = 0;
   struct dirent *e;
   while ((e = readdir(d)) != NULL) {
@@ -363,7 +370,7 @@ static int fs_stat_find(const struct fs_stat_want *w, int *pids, int max)
     long pid = strtol(e->d_name + 8, &end, 10);
     if (end == e->d_name + 8 || strcmp(end, ".stat") != 0 || pid <= 0 || pid > INT_MAX || pid == self)
       continue;
-    int fd = openat(dirfd(d), e->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    int fd = fs_fdreg_high(openat(dirfd(d), e->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
     if (fd < 0)
       continue;
     if (kill((pid_t)pid, 0) < 0 && errno == ESRCH) {
@@ -374,16 +381,21 @@ static int fs_stat_find(const struct fs_stat_want *w, int *pids, int max)
       FS_REAL(close)(fd);
       continue;
     }
-    if (fs_stat_file_has(fd, (int)pid, w)) {
-      if (found < max)
-        pids[found] = (int)pid;
+    if (fs_stat_file_has(fd, (int)pid, j->w)) {
+      if (found < j->max)
+        j->pids[found] = (int)pid;
       found++;
     }
     FS_REAL(close)(fd);
   }
   closedir(d);
-  errno = saved;
   return found;
+}
+
+static int fs_stat_find(const struct fs_stat_want *w, int *pids, int max)
+{
+  struct fs_stat_find_job j = { w, pids, max };
+  return fs_aside_run(fs_stat_find_job, &j); /* keeps errno */
 }
 
 int fs_stat_holders(uint32_t inode, int *pids, int max)

@@ -13,6 +13,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include "base/aside.h"
 #include "base/reason.h"
 #include "engine/batch.h"
 #include "engine/sock.h"
@@ -27,6 +28,8 @@ FS_EXPORT pid_t fork(void)
   fs_sock_before_fork();
   pid_t pid = FS_REAL(fork)();
   int saved = errno;
+  if (pid == 0)
+    fs_aside_atfork_child(); /* the parent's aside thread is not here */
   fs_sock_after_fork(pid);
   errno = saved;
   return pid;
@@ -60,6 +63,7 @@ void fs_preload_confined(void)
   int saved = errno;
   fs_sock_kernel_only(FS_REASON_SANDBOX);
   fs_stat_shutdown(); /* its unlink at exit would be refused, or kill the process */
+  fs_aside_forbid();  /* the filter may refuse clone and close_range */
   errno = saved;
 }
 

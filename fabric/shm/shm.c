@@ -124,7 +124,9 @@ static struct fs_chan *fs_shm_view(void *map, size_t len, uint32_t ring, int sid
 int fs_shm_create(uint32_t ring, int my_efd, int *memfd_out, struct fs_chan **out)
 {
   size_t len = FS_SHM_HDR_SIZE + 2 * (size_t)ring;
-  int fd = memfd_create("fabsock-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  /* High at once: the agent makes it while the application may be closing
+   * every descriptor (base/fdreg.h). */
+  int fd = fs_fdreg_high(memfd_create("fabsock-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (fd < 0)
     return -errno;
   int rc;

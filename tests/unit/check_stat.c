@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include <dirent.h>
 
+#include "base/aside.h"
 #include "base/stat.h"
 #include "tests/unit/check_run.h"
 
@@ -751,6 +752,52 @@ START_TEST(test_holders)
 }
 END_TEST
 
+/* A thread that keeps asking whether fd `fd` is open. */
+struct fd_watch {
+  int fd, stop, seen;
+};
+
+static void *watch_fd(void *arg)
+{
+  struct fd_watch *w = arg;
+  while (!__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE))
+    if (fcntl(w->fd, F_GETFD) >= 0)
+      __atomic_fetch_add(&w->seen, 1, __ATOMIC_RELAXED);
+  return NULL;
+}
+
+/* The lookups open the directory and every table in it.  Made in the
+ * application's table, each would take its lowest free number for a while
+ * (the agent scans while the application may be closing everything: an fd
+ * it just closed would be open again).  Aside, no number is ever taken. */
+START_TEST(test_scan_takes_no_app_number)
+{
+  enum { N = 24 };
+  pid_t kids[N];
+  for (int i = 0; i < N; i++) {
+    kids[i] = spawn_sleeper();
+    write_table((int)kids[i], 10, (off_t)(HDR + 10 * SLOT), 1, 7000u + (uint32_t)i, 0);
+  }
+  int low = dup(0); /* the number the application's next open() gets */
+  ck_assert_int_ge(low, 0);
+  close(low);
+  struct fd_watch w = { low, 0, 0 };
+  pthread_t t;
+  ck_assert_int_eq(pthread_create(&t, NULL, watch_fd, &w), 0);
+  int pids[2];
+  for (int k = 0; k < 200; k++)
+    ck_assert_int_eq(fs_stat_holders(7000u + (uint32_t)(k % N), pids, 2), 1);
+  __atomic_store_n(&w.stop, 1, __ATOMIC_RELEASE);
+  pthread_join(t, NULL);
+  ck_assert_msg(w.seen == 0, "the scans held fd %d, the application's next number (seen open %d times)", low,
+                w.seen);
+  ck_assert_msg(fs_aside_active(), "the scans did not run aside");
+  ck_assert_int_eq(fcntl(low, F_GETFD), -1);
+  for (int i = 0; i < N; i++)
+    reap(kids[i]);
+}
+END_TEST
+
 static Suite *stat_suite(void)
 {
   Suite *s = suite_create("stat");
@@ -767,6 +814,7 @@ static Suite *stat_suite(void)
   tcase_add_test(tc, test_fork_rehome);
   tcase_add_test(tc, test_fork_fallback);
   tcase_add_test(tc, test_holders);
+  tcase_add_test(tc, test_scan_takes_no_app_number);
   suite_add_tcase(s, tc);
   TCase *tool = tcase_create("tool");
   tcase_add_checked_fixture(tool, setup, teardown);
