@@ -102,6 +102,16 @@ bool fs_addr_is_any(const struct sockaddr *a)
   return k.family != 0 && memcmp(k.ip, zero, k.family == AF_INET ? 4 : 16) == 0;
 }
 
+bool fs_addr_is_loopback(const struct sockaddr *a)
+{
+  static const uint8_t one[16] = { [15] = 1 };
+  struct fs_addr_ip k;
+  fs_addr_ip_of(a, &k);
+  if (k.family == AF_INET)
+    return k.ip[0] == 127;
+  return k.family == AF_INET6 && memcmp(k.ip, one, 16) == 0;
+}
+
 void fs_addr_str(const struct sockaddr *a, char *buf, size_t len)
 {
   char ip[INET6_ADDRSTRLEN] = "?";

@@ -49,6 +49,10 @@ const struct sockaddr *fs_addr_unmap(const struct sockaddr *a, struct sockaddr_s
 /* True for 0.0.0.0 / :: */
 bool fs_addr_is_any(const struct sockaddr *a);
 
+/* True for 127.0.0.0/8, ::1 and ::ffff:127.0.0.0/104: no other host
+ * reaches such an address. */
+bool fs_addr_is_loopback(const struct sockaddr *a);
+
 /* "a.b.c.d:port" or "[v6]:port". */
 void fs_addr_str(const struct sockaddr *a, char *buf, size_t len);
 

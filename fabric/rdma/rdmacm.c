@@ -53,6 +53,10 @@ bool fs_rdmacm_available(void)
   if (M.avail >= 0)
     return M.avail == 1;
   M.avail = 0;
+  if (!fs_verbs_device_listed()) {
+    fs_log(FS_LOG_DEBUG, "no rdma device in sysfs: rdma-core not loaded; remote peers stay on tcp");
+    return false;
+  }
   if (fs_verbs_load() < 0)
     return false;
   int n = 0;
@@ -679,6 +683,10 @@ bool fs_rdmacm_fork_lost(void)
 static bool fs_cm_listen_op(struct fs_link *l, int fd)
 {
   (void)fd;
+  /* No other host reaches a loopback address: no rdma listener, and no
+   * device probe for it (PostgreSQL's default listen_addresses). */
+  if (fs_addr_is_loopback((const struct sockaddr *)&l->local))
+    return false;
   /* The device probe this may do costs once per process. */
   return fs_rdmacm_listen(l) == 0;
 }

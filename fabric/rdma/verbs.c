@@ -1,8 +1,12 @@
 /* rdma-core, loaded on first use: see verbs.h. */
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <string.h>
 
+#include "base/aside.h"
+#include "base/fdreg.h"
 #include "base/log.h"
 #include "fabric/rdma/verbs.h"
 
@@ -38,4 +42,29 @@ int fs_verbs_load(void)
 {
   pthread_once(&fs_verbs_once, fs_verbs_do_load);
   return fs_verbs_rc;
+}
+
+/* Counts the uverbs devices; runs aside (base/aside.h): a directory
+ * descriptor must not take one of the application's numbers. */
+static int fs_verbs_sysfs_job(void *arg)
+{
+  DIR *d = fs_fdreg_opendir((const char *)arg);
+  if (d == NULL)
+    return errno == ENOENT || errno == ENOTDIR ? 0 : -errno;
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d)) != NULL;)
+    if (e->d_name[0] != '.' && strcmp(e->d_name, "abi_version") != 0)
+      n++;
+  closedir(d);
+  return n;
+}
+
+int fs_verbs_devices_in(const char *dir)
+{
+  return fs_aside_run(fs_verbs_sysfs_job, (void *)dir);
+}
+
+bool fs_verbs_device_listed(void)
+{
+  return fs_verbs_devices_in("/sys/class/infiniband_verbs") != 0;
 }

@@ -11,6 +11,8 @@
 #ifndef FS_FABRIC_RDMA_VERBS_H
 #define FS_FABRIC_RDMA_VERBS_H
 
+#include <stdbool.h>
+
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
@@ -63,5 +65,16 @@ extern struct fs_verbs fs_verbs;
  * the first result).  0, or -ENOENT when either library or any symbol is
  * missing (logged once at info level): rdma is then unavailable. */
 int fs_verbs_load(void);
+
+/* Does sysfs list an rdma device (an entry of /sys/class/infiniband_verbs)?
+ * Asked before fs_verbs_load, which loads libibverbs, librdmacm, libnl and
+ * every provider library: a process that has them mapped pays for them in
+ * every fork and at every child's exit (their destructors, their mappings),
+ * and on a host without rdma that buys nothing.  False only when the
+ * directory is missing or empty; an unreadable one leaves it to rdma-core. */
+bool fs_verbs_device_listed(void);
+/* The number of uverbs devices listed in dir (entries other than
+ * abi_version), 0 if it is missing, or -errno. */
+int fs_verbs_devices_in(const char *dir);
 
 #endif

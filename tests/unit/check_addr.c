@@ -119,6 +119,19 @@ START_TEST(t_port_any_str)
 }
 END_TEST
 
+/* Loopback: no other host reaches it (no rdma listener for it). */
+START_TEST(t_loopback)
+{
+  struct sockaddr_storage a;
+  const char *yes[] = { "127.0.0.1", "127.255.0.9", "::1", "::ffff:127.0.0.1" };
+  const char *no[] = { "0.0.0.0", "::", "10.0.2.15", "128.0.0.1", "::2", "::ffff:10.0.0.1", "fe80::1" };
+  for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++)
+    ck_assert_msg(fs_addr_is_loopback(mk(&a, yes[i], 1)), "%s", yes[i]);
+  for (size_t i = 0; i < sizeof no / sizeof no[0]; i++)
+    ck_assert_msg(!fs_addr_is_loopback(mk(&a, no[i], 1)), "%s", no[i]);
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("addr");
@@ -128,6 +141,7 @@ int main(void)
   tcase_add_test(tc, t_unmap);
   tcase_add_test(tc, t_ip_of);
   tcase_add_test(tc, t_port_any_str);
+  tcase_add_test(tc, t_loopback);
   suite_add_tcase(s, tc);
   return run_suite(s, false);
 }

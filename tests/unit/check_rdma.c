@@ -8,11 +8,17 @@
 #include <netinet/in.h>
 #include <stdbool.h>
 #include <endian.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <link.h>
+#include <unistd.h>
 
 #include "fabric/rdma/rdma.h"
 #include "fabric/rdma/rdmacm.h"
+#include "fabric/rdma/verbs.h"
 #include "base/reason.h"
 #include "tests/unit/check_run.h"
 
@@ -225,6 +231,49 @@ START_TEST(t_auth_replay)
 }
 END_TEST
 
+/* Is an object whose name contains `part` mapped? */
+static int mapped_cb(struct dl_phdr_info *info, size_t size, void *arg)
+{
+  (void)size;
+  return info->dlpi_name && strstr(info->dlpi_name, (const char *)arg) != NULL;
+}
+
+/* The device check that comes before loading rdma-core: what sysfs lists. */
+START_TEST(t_devices_in)
+{
+  char dir[] = "/tmp/check_rdma.XXXXXX", p[64];
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  ck_assert_int_eq(fs_verbs_devices_in(dir), 0);
+  snprintf(p, sizeof p, "%s/abi_version", dir); /* always there, not a device */
+  close(open(p, O_CREAT | O_WRONLY, 0644));
+  ck_assert_int_eq(fs_verbs_devices_in(dir), 0);
+  snprintf(p, sizeof p, "%s/uverbs0", dir);
+  ck_assert_int_eq(mkdir(p, 0755), 0);
+  ck_assert_int_eq(fs_verbs_devices_in(dir), 1);
+  rmdir(p);
+  snprintf(p, sizeof p, "%s/abi_version", dir);
+  unlink(p);
+  rmdir(dir);
+  ck_assert_int_eq(fs_verbs_devices_in(dir), 0); /* no such directory: no device */
+  ck_assert_int_eq(fs_verbs_devices_in("/nonexistent/infiniband_verbs"), 0);
+}
+END_TEST
+
+/* With no device listed, asking whether rdma is available loads nothing:
+ * libibverbs, librdmacm, libnl and the providers would cost every fork
+ * and every child's exit of a server. */
+START_TEST(t_no_device_loads_nothing)
+{
+  if (fs_verbs_devices_in("/sys/class/infiniband_verbs") != 0) {
+    fprintf(stderr, "# SKIP t_no_device_loads_nothing: this host lists an rdma device\n");
+    return;
+  }
+  ck_assert(!fs_rdmacm_available());
+  ck_assert_msg(!dl_iterate_phdr(mapped_cb, (void *)"libibverbs"), "libibverbs was loaded");
+  ck_assert_msg(!dl_iterate_phdr(mapped_cb, (void *)"librdmacm"), "librdmacm was loaded");
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("rdma");
@@ -235,6 +284,8 @@ int main(void)
   tcase_add_test(tc, t_auth);
   tcase_add_test(tc, t_auth_replay);
   tcase_add_test(tc, t_resume_req);
+  tcase_add_test(tc, t_devices_in);
+  tcase_add_test(tc, t_no_device_loads_nothing);
   suite_add_tcase(s, tc);
   return run_suite(s, false);
 }
