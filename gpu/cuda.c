@@ -1,5 +1,6 @@
 /* Lazy, checked, once-only loading of the CUDA driver (see cuda.h). */
 #include <dlfcn.h>
+#include <link.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -42,14 +43,46 @@ const char *fs_cuda_lib_name(void)
   return fs_cuda_env_lib;
 }
 
+/* Is an object whose file name starts with `stem` (the driver's name up to
+ * ".so") mapped?  dl_iterate_phdr reads the loader's list in memory. */
+struct fs_cuda_stem {
+  const char *stem;
+  size_t len;
+  bool seen;
+};
+
+static int fs_cuda_stem_cb(struct dl_phdr_info *info, size_t size, void *arg)
+{
+  (void)size;
+  struct fs_cuda_stem *w = arg;
+  const char *n = info->dlpi_name ? info->dlpi_name : "";
+  const char *slash = strrchr(n, '/');
+  if (strncmp(slash ? slash + 1 : n, w->stem, w->len) == 0)
+    w->seen = true;
+  return w->seen;
+}
+
 bool fs_cuda_in_process(void)
 {
   if (fs_cuda_disabled())
     return false;
   int saved = errno;
-  void *h = dlopen(fs_cuda_lib_name(), RTLD_NOW | RTLD_NOLOAD);
-  if (h != NULL)
-    dlclose(h); /* NOLOAD took a reference; give it back */
+  /* dlopen(RTLD_NOLOAD) of a name that is not loaded searches the whole
+   * library path (a dozen failed opens and the cache: at the first send
+   * of every process, a PostgreSQL backend per connection).  So only once
+   * an object of that name is in the list does it ask the loader, which
+   * also knows it by its soname. */
+  const char *name = fs_cuda_lib_name(), *slash = strrchr(name, '/');
+  struct fs_cuda_stem w = { slash ? slash + 1 : name, 0, false };
+  const char *so = strstr(w.stem, ".so");
+  w.len = so ? (size_t)(so - w.stem) : strlen(w.stem);
+  dl_iterate_phdr(fs_cuda_stem_cb, &w);
+  void *h = NULL;
+  if (w.seen) {
+    h = dlopen(name, RTLD_NOW | RTLD_NOLOAD);
+    if (h != NULL)
+      dlclose(h); /* NOLOAD took a reference; give it back */
+  }
   errno = saved;
   return h != NULL;
 }
