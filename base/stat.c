@@ -11,6 +11,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,8 +84,10 @@ static void fs_stat_program(char *out, size_t len)
 }
 
 /* Header fields for a table owned by pid; magic is left for the caller to
- * publish last, so a reader never trusts a half-written header. */
-static void fs_stat_fill_header(struct fs_stat_header *h, int pid, uint32_t hi_water)
+ * publish last, so a reader never trusts a half-written header.  A forked
+ * child leaves proc_start 0: boot_ns, taken a moment after the fork, serves
+ * (base/stat.h). */
+static void fs_stat_fill_header(struct fs_stat_header *h, int pid, uint32_t hi_water, bool forked)
 {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -92,7 +95,9 @@ static void fs_stat_fill_header(struct fs_stat_header *h, int pid, uint32_t hi_w
   h->pid = pid;
   h->nslots = FS_STAT_SLOTS;
   h->start_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-  h->proc_start = fs_stat_proc_start();
+  h->proc_start = forked ? 0 : fs_stat_proc_start();
+  clock_gettime(CLOCK_BOOTTIME, &ts);
+  h->boot_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
   fs_stat_program(h->program, sizeof h->program);
   h->hi_water = hi_water;
 }
@@ -151,7 +156,7 @@ static void fs_stat_init(void)
     return;
   }
   struct fs_stat_header *h = map;
-  fs_stat_fill_header(h, (int)getpid(), 0);
+  fs_stat_fill_header(h, (int)getpid(), 0, false);
   __atomic_store_n(&h->magic, FS_STAT_MAGIC, __ATOMIC_RELEASE);
   __atomic_store_n(&fs_stat_hdr, h, __ATOMIC_RELEASE);
   memcpy(fs_stat_path, path, sizeof path);
@@ -218,32 +223,42 @@ out:
 /* Give the child its own file with the slots it owns (its copy of the
  * bitmap; the parent may have moved on since fork), then map that file over
  * the old mapping, which is still the parent's file, so slot pointers held by
- * connections stay valid.  The copy goes through a temporary mapping. */
-static int fs_stat_rehome(char *path, size_t len)
+ * connections stay valid.  The rows and the header go in with pwrite, the
+ * magic last: a reader (pread, never a mapping) skips the file until then.
+ * No temporary mapping: its mmap, munmap and faults were a third of what a
+ * fork cost a process with a table. */
+/* pwrite all of it: 0, or -errno (-ENOSPC for a short write: tmpfs full). */
+static int fs_stat_pwrite(int fd, const void *buf, size_t n, off_t at)
+{
+  ssize_t w = pwrite(fd, buf, n, at);
+  return w == (ssize_t)n ? 0 : w < 0 ? -errno : -ENOSPC;
+}
+
+static int fs_stat_rehome(char *path, size_t len, bool forked)
 {
   int fd = fs_stat_create((int)getpid(), path, len);
   if (fd < 0)
     return fd;
   int rc = 0;
-  struct fs_stat_header *nh = mmap(NULL, FS_STAT_MAP_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (nh == MAP_FAILED) {
+  const struct fs_stat_conn *from = fs_stat_slots();
+  uint32_t hi = 0;
+  for (uint32_t w = 0; w < FS_STAT_WORDS && rc == 0; w++)
+    for (uint64_t bits = fs_stat_busy[w]; bits != 0 && rc == 0; bits &= bits - 1) {
+      uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(bits);
+      rc = fs_stat_pwrite(fd, &from[i], sizeof from[i], (off_t)(FS_STAT_HDR_LEN + (size_t)i * sizeof from[i]));
+      hi = i + 1;
+    }
+  struct fs_stat_header nh;
+  memset(&nh, 0, sizeof nh);
+  fs_stat_fill_header(&nh, (int)getpid(), hi, forked);
+  uint32_t magic = FS_STAT_MAGIC;
+  if (rc == 0)
+    rc = fs_stat_pwrite(fd, &nh, sizeof nh, 0);
+  if (rc == 0)
+    rc = fs_stat_pwrite(fd, &magic, sizeof magic, (off_t)offsetof(struct fs_stat_header, magic));
+  if (rc == 0 &&
+      mmap(fs_stat_hdr, FS_STAT_MAP_LEN, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED)
     rc = -errno;
-  } else {
-    struct fs_stat_conn *from = fs_stat_slots();
-    struct fs_stat_conn *to = (struct fs_stat_conn *)((char *)nh + FS_STAT_HDR_LEN);
-    uint32_t hi = 0;
-    for (uint32_t w = 0; w < FS_STAT_WORDS; w++)
-      for (uint64_t bits = fs_stat_busy[w]; bits != 0; bits &= bits - 1) {
-        uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(bits);
-        memcpy(&to[i], &from[i], sizeof to[i]);
-        hi = i + 1;
-      }
-    fs_stat_fill_header(nh, (int)getpid(), hi);
-    __atomic_store_n(&nh->magic, FS_STAT_MAGIC, __ATOMIC_RELEASE);
-    munmap(nh, FS_STAT_MAP_LEN);
-    if (mmap(fs_stat_hdr, FS_STAT_MAP_LEN, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED)
-      rc = -errno;
-  }
   FS_REAL(close)(fd);
   if (rc < 0)
     unlink(path);
@@ -257,7 +272,7 @@ void fs_stat_atfork_child(void)
   if (fs_stat_hdr == NULL)
     goto out;
   char path[PATH_MAX];
-  int rc = fs_stat_mode == FS_STAT_ON ? fs_stat_rehome(path, sizeof path) : -ENOENT;
+  int rc = fs_stat_mode == FS_STAT_ON ? fs_stat_rehome(path, sizeof path, true) : -ENOENT;
   if (rc == 0) {
     memcpy(fs_stat_path, path, sizeof path);
     goto out;
@@ -285,7 +300,7 @@ void fs_stat_exec(bool failed)
     fs_stat_unlinked = true;
   } else if (failed && fs_stat_unlinked) {
     char path[PATH_MAX];
-    if (fs_stat_rehome(path, sizeof path) == 0)
+    if (fs_stat_rehome(path, sizeof path, false) == 0)
       memcpy(fs_stat_path, path, sizeof path);
     else
       fs_stat_path[0] = '\0'; /* the table stays ours, unlisted */

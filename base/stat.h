@@ -33,10 +33,17 @@ struct fs_stat_header {
   int32_t pid;
   uint32_t nslots;
   uint64_t start_ns;       /* CLOCK_REALTIME at creation, tells pid reuse apart */
-  uint64_t proc_start;     /* field 22 of /proc/self/stat (starttime in ticks) */
+  uint64_t proc_start;     /* field 22 of /proc/self/stat (starttime in ticks);
+                              0 in a forked child's table (see boot_ns) */
   char program[64];        /* basename, NUL-terminated */
   uint32_t hi_water;       /* slots [0, hi_water) may be live */
-  uint8_t pad[256 - 100];
+  uint32_t pad0;
+  uint64_t boot_ns;        /* CLOCK_BOOTTIME at creation (0 in older files):
+                              the owner started before it, so a process of
+                              that pid whose starttime is later is another
+                              one.  A child's table has only this: reading
+                              /proc/self/stat cost each fork about 25 us */
+  uint8_t pad[256 - 112];
 };
 
 struct fs_stat_conn {

@@ -156,6 +156,23 @@ static uint64_t fs_tool_proc_start(int pid, char *state)
   return p ? strtoull(p + 1, NULL, 10) : 0;
 }
 
+/* Does process pid (starttime ps ticks, 0 unknown) differ from the one
+ * that made table h?  By the starttime it recorded, else (a forked child's
+ * table) by its boot time at creation: its owner had started by then, so a
+ * process that started later is another one (CLOCK_BOOTTIME never steps). */
+static bool fs_tool_pid_reused(uint64_t ps, const struct fs_stat_header *h)
+{
+  if (ps == 0)
+    return false;
+  if (h->proc_start != 0)
+    return ps != h->proc_start;
+  long hz = sysconf(_SC_CLK_TCK);
+  if (h->boot_ns == 0 || hz <= 0)
+    return false;
+  /* starttime is truncated to ticks: a later start shows from the next tick. */
+  return ps * (1000000000u / (uint64_t)hz) > h->boot_ns;
+}
+
 /* A zombie has exited: its table is as stale as a dead process's. */
 static bool fs_tool_alive(int pid)
 {
@@ -246,7 +263,7 @@ static int fs_tool_stat_file(struct fs_tool_stat *S, const char *dir, int pid)
     goto out;
   char state;
   uint64_t ps = fs_tool_proc_start(pid, &state);
-  if (ps != 0 && h.proc_start != 0 && ps != h.proc_start) {
+  if (fs_tool_pid_reused(ps, &h)) {
     fs_tool_remove_stale(path, &st); /* the pid now belongs to another process */
     goto out;
   }

@@ -15,6 +15,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <dirent.h>
 
@@ -357,7 +358,14 @@ START_TEST(test_fork_rehome)
     struct fs_stat_header h;
     struct fs_stat_conn c;
     CHILD_CHECK(4, read_header(me, &h) == 0 && h.magic == FS_STAT_MAGIC && h.pid == me);
-    CHILD_CHECK(5, h.hi_water == 3 && h.proc_start == my_proc_start());
+    /* No /proc read in the child: its creation time on CLOCK_BOOTTIME
+     * instead, which is after its start. */
+    struct timespec bt;
+    clock_gettime(CLOCK_BOOTTIME, &bt);
+    uint64_t now_ns = (uint64_t)bt.tv_sec * 1000000000u + (uint64_t)bt.tv_nsec;
+    uint64_t tick_ns = 1000000000u / (uint64_t)sysconf(_SC_CLK_TCK);
+    CHILD_CHECK(5, h.hi_water == 3 && h.proc_start == 0 && h.boot_ns <= now_ns &&
+                     h.boot_ns >= proc_start_of(me) * tick_ns);
     CHILD_CHECK(6, read_slot(me, 0, &c) == 0 && c.used == 1 && c.fd == 10);
     CHILD_CHECK(7, read_slot(me, 1, &c) == 0 && c.used == 0);
     CHILD_CHECK(8, read_slot(me, 2, &c) == 0 && c.used == 1 && c.fd == 12 && c.tx_bytes == 500);
@@ -451,12 +459,13 @@ static char *run_cmd(const char *cmd, int *status)
   return out;
 }
 
-static void write_fake_table(int pid, uint64_t proc_start, const char *program)
+static void write_fake_table_at(int pid, uint64_t proc_start, uint64_t boot_ns, const char *program)
 {
   char p[PATH_MAX + 64];
   table_path(pid, p, sizeof p);
   struct fs_stat_header h = { .magic = FS_STAT_MAGIC, .version = FS_STAT_VERSION, .pid = pid,
-                              .nslots = FS_STAT_SLOTS, .proc_start = proc_start, .hi_water = 1 };
+                              .nslots = FS_STAT_SLOTS, .proc_start = proc_start, .hi_water = 1,
+                              .boot_ns = boot_ns };
   struct fs_stat_conn c = { .used = 1, .fd = 42, .family = AF_INET, .state = 1, .fabric = 1, .lport = 1,
                             .resumes = 2 };
   strncpy(h.program, program, sizeof h.program - 1);
@@ -465,6 +474,11 @@ static void write_fake_table(int pid, uint64_t proc_start, const char *program)
   ck_assert_int_eq(pwrite(fd, &h, sizeof h, 0), (ssize_t)sizeof h);
   ck_assert_int_eq(pwrite(fd, &c, sizeof c, HDR), (ssize_t)sizeof c);
   close(fd);
+}
+
+static void write_fake_table(int pid, uint64_t proc_start, const char *program)
+{
+  write_fake_table_at(pid, proc_start, 0, program);
 }
 
 START_TEST(test_tool_stat)
@@ -524,11 +538,21 @@ START_TEST(test_tool_stat)
     _exit(0);
   }
   write_fake_table((int)live, 1, "reused");
+  /* A forked child's table has no starttime, only its boot time at
+   * creation: a process that started after that is another one. */
+  pid_t later = fork();
+  if (later == 0) {
+    pause();
+    _exit(0);
+  }
+  write_fake_table_at((int)later, 0, 1000, "reused-boot");
 
   snprintf(cmd, sizeof cmd, "'%s' stat --json", bin);
   out = run_cmd(cmd, &rc);
   kill(live, SIGKILL);
   waitpid(live, NULL, 0);
+  kill(later, SIGKILL);
+  waitpid(later, NULL, 0);
   waitpid(zombie, NULL, 0);
   ck_assert_int_eq(rc, 0);
   char pidkey[64];
@@ -547,11 +571,12 @@ START_TEST(test_tool_stat)
   };
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
     ck_assert_msg(strstr(out, want[i]) != NULL, "missing %s in %s", want[i], out);
-  ck_assert_msg(strstr(out, "ghost") == NULL && strstr(out, "reused") == NULL &&
+  ck_assert_msg(strstr(out, "ghost") == NULL && strstr(out, "reused") == NULL && strstr(out, "reused-boot") == NULL &&
                 strstr(out, "zombie") == NULL, "%s", out);
   ck_assert(!table_exists((int)dead));
   ck_assert(!table_exists((int)zombie));
   ck_assert(!table_exists((int)live));
+  ck_assert(!table_exists((int)later));
   free(out);
 
   /* A table of a live process with the right start time is listed. */
@@ -565,6 +590,20 @@ START_TEST(test_tool_stat)
   write_fake_table((int)other, start, "fake prog");
   snprintf(cmd, sizeof cmd, "'%s' stat %d", bin, (int)other);
   out = run_cmd(cmd, &rc);
+  /* The same as a forked child writes it: no starttime, its boot time at
+   * creation (after the start): listed too, not taken for stale. */
+  {
+    struct timespec bt;
+    clock_gettime(CLOCK_BOOTTIME, &bt);
+    char *first = out;
+    write_fake_table_at((int)other, 0, (uint64_t)bt.tv_sec * 1000000000u + (uint64_t)bt.tv_nsec, "fake prog");
+    out = run_cmd(cmd, &rc);
+    ck_assert_int_eq(rc, 0);
+    ck_assert_msg(strstr(out, "fake?prog") != NULL, "a child's table was taken for stale: %s", out);
+    ck_assert(table_exists((int)other));
+    free(out);
+    out = first;
+  }
   kill(other, SIGKILL);
   waitpid(other, NULL, 0);
   ck_assert_int_eq(rc, 0);
