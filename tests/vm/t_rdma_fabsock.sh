@@ -73,6 +73,20 @@ echo_pair() {
   stop "$srv"
 }
 
+# gate_on_rdma GATE PORT PID: once fabsock stat shows the client's connection to PORT on rdma
+# (or after 60 s, or once PID is gone), create GATE.  The seams count pushes on rdma: the echo
+# client waits at its gate after the first chunk, so the pushes after it all go over rdma however
+# long the upgrade took (a loaded CI host's took most of the transfer: too few pushes were left).
+gate_on_rdma() {
+  local deadline=$((SECONDS + 60))
+  while [ $SECONDS -lt $deadline ] && kill -0 "$3" 2> /dev/null; do
+    fabsock_stat "$T_WORK/gate-st" --peer "$VM_IP:$2" && awk '$5 == "rdma" { ok = 1 } END { exit !ok }' "$T_WORK/gate-st" &&
+      break
+    sleep 0.1
+  done
+  touch "$1"
+}
+
 # ---- a silent stall: records published, never posted (FABSOCK_TEST_RDMA_DROP) ---------------
 # Seen between two Soft-RoCE guests after a link outage: both queue pairs in RTS, no error, the
 # peer missing the last records, both ends waiting for good.  The seam holds the client's pushes
@@ -88,9 +102,11 @@ echo_stall() {
     t_fail "echo server under libfabsock: $out"
     return
   fi
+  rm -f "$T_WORK/gate-stall"
   timeout -k 5 120 env $pre_rdma FABSOCK_TEST_RDMA_DROP=20 FABSOCK_LOG=info "$PYTHON" "$VMTOOL" echo-client \
-    "$VM_IP:$port" --bytes $((4 << 20)) --chunk 32768 > "$T_WORK/stall" 2>&1 &
+    "$VM_IP:$port" --bytes $((4 << 20)) --chunk 32768 --gate-file "$T_WORK/gate-stall" > "$T_WORK/stall" 2>&1 &
   c=$!
+  gate_on_rdma "$T_WORK/gate-stall" "$port" $c
   wait $c
   st=$?
   grep -q '"ok": true' "$T_WORK/stall" && grep -q 'not posted (FABSOCK_TEST_RDMA_DROP)' "$T_WORK/stall" &&
@@ -121,10 +137,12 @@ echo_wedge() {  # echo_wedge WHO PORT: WHO (client or server) runs with the seam
     return
   fi
   touch "$T_WORK/hold-wedge"
+  rm -f "$T_WORK/gate-wedge-$who"
   timeout -k 5 150 env $pre_rdma $cenv FABSOCK_LOG=info "$PYTHON" "$VMTOOL" echo-client \
-    "$VM_IP:$port" --bytes $((4 << 20)) --chunk 32768 \
+    "$VM_IP:$port" --bytes $((4 << 20)) --chunk 32768 --gate-file "$T_WORK/gate-wedge-$who" \
     --ready-file "$T_WORK/ready-wedge-$who" --hold-file "$T_WORK/hold-wedge" --ready-at-end > "$T_WORK/wedge-$who" 2>&1 &
   c=$!
+  gate_on_rdma "$T_WORK/gate-wedge-$who" "$port" $c
   # Every byte came back, the connection still open: a resume it needed is over, and counted.
   if wait_file "$T_WORK/ready-wedge-$who" 100 $c; then
     fabsock_stat "$T_WORK/st-wedge-$who" --peer "$VM_IP:$port"

@@ -5,11 +5,15 @@
       Echo every byte of every connection back until EOF (one thread per connection).
   vmtool.py echo-client HOST:PORT [--bytes N] [--chunk N] [--seed S] [--nonblock-connect]
                         [--ready-file F --hold-file F --hold-timeout S [--ready-at-end]]
+                        [--gate-file F [--gate-at N]]
       Send N deterministic pseudo-random bytes in chunks, read each chunk's echo back, and compare
       everything received with what was sent.  --nonblock-connect connects as event loops do
       (O_NONBLOCK set with fcntl, connect in progress, poll() for writable, SO_ERROR).  With --ready-file, after half the bytes it creates
       F and waits until the hold file is gone (so a test can inspect the live connection);
       with --ready-at-end, once every byte came back, before it shuts the connection down.
+      With --gate-file, after N bytes (default one chunk) came back it waits (up to the hold
+      timeout) until F exists: a test lets it go on once the connection is on the fabric, so
+      what follows runs there however long the upgrade took.
       Prints one JSON line: ok, bytes sent and received, sha256 of both, connect_s, elapsed_s
       (from before connect to the end, less held_s, the time spent waiting on the hold file).
       Exit 0 when the echo matched, 1 when it did not, 2 on a socket error.
@@ -103,6 +107,8 @@ def echo_client(args):
     ready = opt(args, "--ready-file")
     hold = opt(args, "--hold-file")
     hold_timeout = opt(args, "--hold-timeout", 60.0, float)
+    gate = opt(args, "--gate-file")
+    gate_at = opt(args, "--gate-at", chunk, int)
     nonblock = "--nonblock-connect" in args
     host, port = target.rsplit(":", 1)
     data = random.Random(seed).randbytes(nbytes)
@@ -143,6 +149,11 @@ def echo_client(args):
             res["held_s"] = round(time.monotonic() - t_hold, 3)
 
         while off < nbytes:
+            if gate and off >= gate_at:
+                deadline = time.monotonic() + hold_timeout
+                while not os.path.exists(gate) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                gate = None
             if not held and off >= at:
                 held = True
                 hold_here()
