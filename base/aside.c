@@ -39,6 +39,9 @@ struct fs_aside {
                         ASIDE_OFF, 0, 0, NULL, NULL, 0, 0, 0, false, false }
 static struct fs_aside X = FS_ASIDE_INIT;
 static __thread bool fs_aside_me __attribute__((tls_model("initial-exec")));
+/* This thread is inside fs_aside_run: a job of its own (a signal handler's
+ * call, a job asking for a job) runs in place rather than wait for itself. */
+static __thread bool fs_aside_busy __attribute__((tls_model("initial-exec")));
 
 static void *fs_aside_main(void *unused)
 {
@@ -97,7 +100,13 @@ static bool fs_aside_ready(void)
 
 int fs_aside_run(int (*job)(void *arg), void *arg)
 {
+  if (fs_aside_me || fs_aside_busy) {
+    int saved = errno, r = job(arg);
+    errno = saved;
+    return r;
+  }
   int saved = errno, cancel, r;
+  fs_aside_busy = true;
   pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel); /* the waits are cancellation points */
   pthread_mutex_lock(&X.caller);
   pthread_mutex_lock(&X.m);
@@ -117,6 +126,7 @@ int fs_aside_run(int (*job)(void *arg), void *arg)
     r = job(arg);
   pthread_mutex_unlock(&X.caller);
   pthread_setcancelstate(cancel, NULL);
+  fs_aside_busy = false;
   errno = saved;
   return r;
 }

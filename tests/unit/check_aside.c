@@ -58,6 +58,24 @@ START_TEST(t_job_runs_with_a_table_of_its_own)
 }
 END_TEST
 
+static int job_inner(void *arg)
+{
+  (void)arg;
+  return fs_aside_here() ? 7 : 8;
+}
+
+static int job_nested(void *arg)
+{
+  (void)arg;
+  return fs_aside_run(job_inner, NULL) * 10; /* in place, not a wait for itself */
+}
+
+START_TEST(t_nested_job_runs_in_place)
+{
+  ck_assert_int_eq(fs_aside_run(job_nested, NULL), 70);
+}
+END_TEST
+
 /* The child of fork() (after the preload's hook) starts its own thread;
  * one that forbade it runs jobs in place, in its own table. */
 static int child_run(bool forbid)
@@ -115,6 +133,7 @@ int main(void)
   tcase_add_test(tc, t_job_runs_with_a_table_of_its_own);
   tcase_add_test(tc, t_forked_child_and_forbid);
   tcase_add_test(tc, t_fork_without_hook);
+  tcase_add_test(tc, t_nested_job_runs_in_place);
   suite_add_tcase(s, tc);
   return run_suite(s, true);
 }
