@@ -27,7 +27,6 @@ struct fs_aside {
   pthread_cond_t cv;
   int state;
   pid_t pid;              /* the process the thread runs in */
-  pthread_t tid;
   int (*job)(void *);
   void *arg;
   int result;
@@ -36,7 +35,7 @@ struct fs_aside {
 };
 
 #define FS_ASIDE_INIT { PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, \
-                        ASIDE_OFF, 0, 0, NULL, NULL, 0, 0, 0, false, false }
+                        ASIDE_OFF, 0, NULL, NULL, 0, 0, 0, false, false }
 static struct fs_aside X = FS_ASIDE_INIT;
 static __thread bool fs_aside_me __attribute__((tls_model("initial-exec")));
 /* This thread is inside fs_aside_run: a job of its own (a signal handler's
@@ -81,7 +80,8 @@ static bool fs_aside_ready(void)
     pthread_attr_init(&at);
     pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&at, 128 * 1024);
-    int rc = pthread_create(&X.tid, &at, fs_aside_main, NULL);
+    pthread_t tid;
+    int rc = pthread_create(&tid, &at, fs_aside_main, NULL);
     pthread_attr_destroy(&at);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc != 0)

@@ -465,7 +465,7 @@ static int fs_rdv_attempt(struct fs_link *c, bool holder_only, uint64_t give_up,
   }
   uint32_t ring = fs_shm_ring_for(fs_policy_ring_size(), __atomic_load_n(&c->io_max, __ATOMIC_RELAXED));
   if (fs_shm_create(ring, c->wake_fd, &memfd, &ch) == 0)
-    memfd = fs_fdreg_move_high(memfd);
+    fs_fdreg_set(memfd, true); /* made high already (fs_shm_create): only marked ours */
   else {
     reason = FS_REASON_RESOURCES;
     goto fail;
