@@ -236,19 +236,24 @@ static int fs_ep_report(struct fs_ep *ep, int epfd, struct fs_ep_ent *e, uint32_
   }
   if (masked != e->out_masked)
     fs_ep_kmod(epfd, e, fs_ep_kernel_events(e));
-  uint32_t r = fs_ep_eval(e, kernel, arm);
+  /* EPOLLET: the ring positions before the look, never after it.  Bytes
+   * that land between the look and a later snapshot would be counted as
+   * reported without being in the mask, and no later edge would come for
+   * them: nginx, its 1 MiB reply sent, waited forever for the next request
+   * of a keep-alive connection already in its ring. */
   struct fs_chan *ch = (e->events & EPOLLET) ? __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE) : NULL;
   uint64_t rx_tail = 0, tx_head = 0;
   if (ch) {
     rx_tail = fs_ring_load(&ch->rx.ctl->tail);
     tx_head = fs_ring_load(&ch->tx.ctl->head);
-    /* Like the kernel, an edge reports the whole current mask.  Room made
-     * by the peer's reading counts as an edge even when we were writable
-     * (the kernel only counts it after a full buffer): a spurious edge costs
-     * an EAGAIN, a missed one a hang. */
-    if (!e->edge_pending && !kernel && rx_tail == e->et_rx_tail && tx_head == e->et_tx_head)
-      r = 0;
   }
+  uint32_t r = fs_ep_eval(e, kernel, arm);
+  /* Like the kernel, an edge reports the whole current mask.  Room made
+   * by the peer's reading counts as an edge even when we were writable
+   * (the kernel only counts it after a full buffer): a spurious edge costs
+   * an EAGAIN, a missed one a hang. */
+  if (ch && !e->edge_pending && !kernel && rx_tail == e->et_rx_tail && tx_head == e->et_tx_head)
+    r = 0;
   if (!r) {
     if (!arm)
       fs_ep_idle_add(ep, e);
