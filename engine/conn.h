@@ -65,6 +65,9 @@ struct fs_conn {
   bool peer_dead;             /* the peer's process vanished without closing its end */
   bool reset_tx, reset_rx;    /* owed ECONNRESET, once each (fs_cutover_peer_died) */
   bool linger_abort;          /* SO_LINGER {1, 0}: close() resets */
+  bool cork_app, cork_kernel; /* TCP_CORK as the application set it and as the
+                                 kernel has it: they differ only while tx is
+                                 on a fabric (engine/sockopt.c) */
   bool resend_queued;         /* a re-send for the peer's revert is queued */
   bool shared_hist;           /* accepted end another process held too (fork):
                                  upgrades only once we alone hold it, with byte

@@ -12,6 +12,7 @@ struct fs_conn;
 enum fs_io_op {
   FS_IO_READ, FS_IO_READV, FS_IO_RECV, FS_IO_RECVFROM, FS_IO_RECVMSG,
   FS_IO_WRITE, FS_IO_WRITEV, FS_IO_SEND, FS_IO_SENDTO, FS_IO_SENDMSG,
+  FS_IO_SENDFILE, /* TCP only: a fabric send gets -EXDEV (the caller bounces it) */
 };
 
 /* One application call, described exactly, so that on TCP the engine can
@@ -26,6 +27,9 @@ struct fs_io {
   socklen_t *fromlen;
   const struct sockaddr *to;   /* SENDTO */
   socklen_t tolen;
+  int in_fd;                   /* SENDFILE: from in_fd at *off (NULL: its position) */
+  off_t *off;
+  size_t count;
 };
 
 /* A send or receive entry point (fs_sock_send, fs_sock_recv). */

@@ -145,6 +145,7 @@ ssize_t fs_sock_tcp_io(int fd, struct fs_io *io)
     r = FS_REAL(sendto)(fd, io->iov[0].iov_base, io->iov[0].iov_len, io->flags, io->to, io->tolen);
     break;
   case FS_IO_SENDMSG: r = FS_REAL(sendmsg)(fd, io->msg, io->flags); break;
+  case FS_IO_SENDFILE: r = FS_REAL(sendfile)(fd, io->in_fd, io->off, io->count); break;
   default: return -EINVAL;
   }
   return r < 0 ? -errno : r;
@@ -233,6 +234,20 @@ static void fs_sockio_sigpipe(int flags)
 #define FS_SOCKIO_TX_CHUNK (128u << 10)
 #endif
 
+/* One record of io's bytes from `sent` on: 0 if the ring is full, or
+ * -errno.  sendfile's come from the file straight into the ring; where the
+ * file ends, *total shrinks to what it held. */
+static ssize_t fs_sockio_put(struct fs_chan *ch, struct fs_io *io, size_t sent, size_t chunk, size_t *total)
+{
+  if (io->op != FS_IO_SENDFILE)
+    return (ssize_t)fs_ring_put_data(&ch->tx, io->iov, io->iovcnt, sent, chunk);
+  bool end = false;
+  ssize_t n = fs_ring_put_file(&ch->tx, io->in_fd, io->off ? *io->off + (off_t)sent : -1, chunk, &end);
+  if (end)
+    *total = sent + (size_t)(n > 0 ? n : 0);
+  return n;
+}
+
 static ssize_t fs_sockio_fabric_send(struct fs_conn *c, int fd, struct fs_chan *ch, struct fs_io *io, size_t total)
 {
   int flags = (io->op == FS_IO_WRITE || io->op == FS_IO_WRITEV) ? 0 : io->flags;
@@ -279,7 +294,13 @@ static ssize_t fs_sockio_fabric_send(struct fs_conn *c, int fd, struct fs_chan *
     if (total == 0)
       return 0;
     size_t chunk = total - sent < FS_SOCKIO_TX_CHUNK ? total - sent : FS_SOCKIO_TX_CHUNK;
-    size_t n = fs_ring_put_data(&ch->tx, io->iov, io->iovcnt, sent, chunk);
+    ssize_t put = fs_sockio_put(ch, io, sent, chunk, &total);
+    if (put < 0) {
+      if (sent)
+        break;
+      return put;
+    }
+    size_t n = (size_t)put;
     if (n) {
       sent += n;
       if (n == total) /* the whole send in one record: may wait for the batch's end */
@@ -326,6 +347,8 @@ static ssize_t fs_sockio_fabric_send(struct fs_conn *c, int fd, struct fs_chan *
   }
   if (sent == 0 && total > 0)
     return -EAGAIN;
+  if (io->op == FS_IO_SENDFILE && io->off)
+    *io->off += (off_t)sent;
   c->fab_tx += sent;
   FS_STAT_BUMP(c->stat, fabric_tx, sent); /* txlock held: the only writer */
   return (ssize_t)sent;
@@ -337,6 +360,10 @@ ssize_t fs_sock_send(struct fs_conn *c, int fd, struct fs_io *io)
     fs_sock_check_connected(c, fd);
   if (c->hook_closed)
     return -ECONNABORTED;
+  if (__builtin_expect(c->cork_app != c->cork_kernel, 0))
+    fs_sockopt_cork_sync(c, fd);
+  if (io->op == FS_IO_SENDFILE && c->hooks)
+    return -EXDEV; /* hooks see the bytes: through a buffer */
   if (__builtin_expect(fs_gpuio_device(io), 0))
     return fs_gpuio_send(c, fd, io, fs_sock_send);
   struct fs_chan *ch = fs_cutover_chan_known(c, false);
@@ -367,7 +394,7 @@ ssize_t fs_sock_send(struct fs_conn *c, int fd, struct fs_io *io)
   if (ch && c->tx_flow == FS_FLOW_TCP)
     fs_cutover_switch_tx(c, ch);
   if (ch && c->tx_flow == FS_FLOW_FABRIC) {
-    r = fs_sockio_fabric_send(c, fd, ch, io, fs_iov_total(io->iov, io->iovcnt));
+    r = fs_sockio_fabric_send(c, fd, ch, io, io->op == FS_IO_SENDFILE ? io->count : fs_iov_total(io->iov, io->iovcnt));
     if (r == -EAGAIN && fs_chan_peer_reverted(ch)) {
       /* the peer downgraded while we waited for room: go again, on TCP */
       fs_unlock(&c->txlock);
@@ -714,78 +741,4 @@ int fs_sock_shutdown(struct fs_conn *c, int fd, int how)
    * before the TCP FIN, so the peer reads all data first. */
   int r = FS_REAL(shutdown)(fd, how);
   return r < 0 ? -errno : 0;
-}
-
-short fs_sockio_ready(struct fs_conn *c, struct fs_chan *ch, short want, short kernel, bool arm)
-{
-  short r = 0;
-  /* Arm first, then look: whatever the peer publishes after our look
-   * finds the flag set and wakes us (Dekker with fs_chan_kick_*). */
-  if (arm) {
-    if (want & POLLIN)
-      __atomic_store_n(&ch->rx.ctl->want_data, 1, __ATOMIC_RELAXED);
-    if ((want & POLLOUT) && c->tx_flow == FS_FLOW_FABRIC)
-      __atomic_store_n(&ch->tx.ctl->want_space, 1, __ATOMIC_RELAXED);
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    ch->ops->arm(ch);
-  }
-  fs_chan_progress(ch);
-  /* A SWITCH at the head with all TCP bytes read: move rx to the fabric now,
-   * or a lone SWITCH would look like readable data. */
-  if (c->rx_flow == FS_FLOW_TCP && !fs_ring_empty(&ch->rx) && fs_lock_try(&c->rxlock)) {
-    (void)fs_cutover_rx_switch(c, ch);
-    fs_unlock(&c->rxlock);
-  }
-  /* Likewise a REVERT with nothing before it (the peer's process exec'd or
-   * passed the socket on): rx is back on TCP, and readable only when the
-   * socket is.  Reported readable from the ring instead (its end closed
-   * behind the REVERT), ssh's read found EAGAIN and gave up.  A reader
-   * inside recv holds the lock: it reverts, and until then the socket
-   * speaks for it below. */
-  bool revert_head = c->rx_flow == FS_FLOW_FABRIC && fs_cutover_revert_head(ch);
-  if (revert_head && fs_lock_try(&c->rxlock)) {
-    if (c->rx_flow == FS_FLOW_FABRIC && fs_cutover_revert_head(ch))
-      fs_cutover_rx_revert(c, ch);
-    fs_unlock(&c->rxlock);
-  }
-  if (kernel & (POLLIN | POLLRDHUP | POLLHUP | POLLERR))
-    __atomic_store_n(&c->tcp_news, true, __ATOMIC_RELAXED); /* fs_sockio_live_check asks */
-  short dead = kernel & (POLLHUP | POLLERR);
-  bool closed = fs_chan_peer_closed(ch);
-  if (closed)
-    fs_cutover_broken(c, ch, c->fd);
-  /* The peer's FIN with its end open and our ring full: a poll-driven
-   * sender waits for nothing else, so ask whether the peer died. */
-  if (!closed && (kernel & POLLRDHUP) && c->tx_flow == FS_FLOW_FABRIC && fs_ring_space(&ch->tx) == 0)
-    closed = fs_cutover_peer_died(c, ch);
-  if (c->peer_dead) /* as after the kernel's reset: both ways down */
-    dead |= POLLHUP | (c->reset_tx || c->reset_rx ? POLLERR : 0);
-  switch (c->rx_flow) {
-  case FS_FLOW_TCP:
-    r |= kernel & (POLLIN | POLLRDNORM | POLLRDHUP | POLLPRI);
-    if (fs_cutover_switch_due(c, ch))
-      r |= POLLIN | POLLRDNORM;
-    break;
-  case FS_FLOW_FABRIC:
-    if (fs_ring_data_ahead(&ch->rx, __atomic_load_n(&c->rcvlowat, __ATOMIC_RELAXED)) || (closed && !revert_head))
-      r |= POLLIN | POLLRDNORM;
-    else if (kernel & (POLLIN | POLLRDHUP))
-      r |= POLLIN | POLLRDNORM | (kernel & POLLRDHUP); /* TCP closed first: the peer died */
-    if ((closed && fs_ring_readable(&ch->rx) == 0) || ((want & POLLRDHUP) && fs_ring_eof_queued(&ch->rx)))
-      r |= POLLRDHUP;
-    break;
-  default:
-    r |= POLLIN | POLLRDNORM | POLLRDHUP;
-    break;
-  }
-  if (fs_chan_peer_reverted(ch) && !c->peer_revert_done) {
-    /* a re-send on the agent is pending: writable once it is done */
-  } else if (c->tx_flow == FS_FLOW_FABRIC) {
-    if (closed || fs_chan_tx_ready(ch))
-      r |= POLLOUT | POLLWRNORM;
-  } else {
-    r |= kernel & (POLLOUT | POLLWRNORM);
-  }
-  r |= dead;
-  return r;
 }

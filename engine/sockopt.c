@@ -1,6 +1,9 @@
 /* Socket options that change what a fabric must do (engine/sockopt.h). */
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/socket.h>
 
 #include "base/lock.h"
@@ -72,9 +75,50 @@ void fs_sockopt_set(struct fs_conn *c, int fd, int level, int name, const void *
     int v = *(const int *)val;
     __atomic_store_n(&c->rcvlowat, v < 0 ? (uint32_t)INT32_MAX : v == 0 ? 1u : (uint32_t)v, __ATOMIC_RELAXED);
   }
+  if (level == IPPROTO_TCP && name == TCP_CORK && len >= (socklen_t)sizeof(int))
+    c->cork_app = c->cork_kernel = *(const int *)val != 0;
   /* Urgent data has no place on a fabric: keep such a connection on TCP. */
   if (level == SOL_SOCKET && name == SO_OOBINLINE && !c->chan) {
     c->no_upgrade = true;
     fs_conn_set_state(c, fs_conn_state(c), FS_REASON_SOCKOPT);
   }
+}
+
+/* TCP_CORK while tx is on a fabric: nothing goes out on TCP then, so the
+ * kernel call buys nothing (nginx with tcp_nopush makes two per response:
+ * a third of a worker's system calls).  The value is kept and given to the
+ * kernel before the next send on TCP (fs_sockopt_cork_sync).  An uncork
+ * still goes to a corked kernel: bytes sent on TCP before the SWITCH may
+ * wait under it.  The tx lock is only tried: a send asleep holding it lets
+ * this call through to the kernel, as without us. */
+bool fs_sockopt_set_here(struct fs_conn *c, int level, int name, const void *val, socklen_t len)
+{
+  if (level != IPPROTO_TCP || name != TCP_CORK || val == NULL || len < (socklen_t)sizeof(int) ||
+      c->tx_flow != FS_FLOW_FABRIC || !fs_lock_try(&c->txlock))
+    return false;
+  bool on = *(const int *)val != 0, here = false;
+  if (c->tx_flow == FS_FLOW_FABRIC && __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE) && !c->reverted &&
+      (on || !c->cork_kernel)) {
+    c->cork_app = on;
+    here = true;
+  }
+  fs_unlock(&c->txlock);
+  return here;
+}
+
+void fs_sockopt_get(struct fs_conn *c, int level, int name, void *val, const socklen_t *len)
+{
+  int v = c->cork_app;
+  if (level == IPPROTO_TCP && name == TCP_CORK && c->cork_app != c->cork_kernel && *len > 0)
+    memcpy(val, &v, *len < (socklen_t)sizeof v ? (size_t)*len : sizeof v);
+}
+
+void fs_sockopt_cork_sync(struct fs_conn *c, int fd)
+{
+  if (c->tx_flow == FS_FLOW_FABRIC && __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE) && !c->reverted)
+    return;
+  int saved = errno, v = c->cork_app;
+  if (FS_REAL(setsockopt)(fd, IPPROTO_TCP, TCP_CORK, &v, sizeof v) == 0)
+    c->cork_kernel = c->cork_app;
+  errno = saved;
 }

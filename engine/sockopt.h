@@ -1,13 +1,25 @@
 /* Socket options that change what a fabric must do: SO_LINGER {1, 0} (an
  * abort), SO_OOBINLINE (stays on TCP), SO_SNDBUF / SO_RCVBUF (the tx ring
  * buffers no more than kernel TCP would), SO_RCVLOWAT (readiness and reads
- * wait for that many bytes, engine/sockio.c). */
+ * wait for that many bytes, engine/sockio.c); and TCP_CORK, which a fabric
+ * has no use for (kept, not passed on, while tx is on one). */
 #ifndef FS_ENGINE_SOCKOPT_H
 #define FS_ENGINE_SOCKOPT_H
 
 #include <sys/socket.h>
 
 #include "engine/conn.h"
+
+/* Before the application's setsockopt reaches the kernel: true if it is
+ * answered here (0, nothing done): TCP_CORK while tx is on a fabric. */
+bool fs_sockopt_set_here(struct fs_conn *c, int level, int name, const void *val, socklen_t len);
+
+/* After the application's getsockopt succeeded: TCP_CORK as it set it. */
+void fs_sockopt_get(struct fs_conn *c, int level, int name, void *val, const socklen_t *len);
+
+/* A send on TCP is coming (cork_app != cork_kernel): give the kernel the
+ * application's TCP_CORK first, unless tx is on a fabric. */
+void fs_sockopt_cork_sync(struct fs_conn *c, int fd);
 
 /* After the application's setsockopt succeeded on a tracked socket. */
 void fs_sockopt_set(struct fs_conn *c, int fd, int level, int name, const void *val, socklen_t len);

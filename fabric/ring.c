@@ -4,6 +4,7 @@
 #include <unistd.h>
 #include <sys/types.h>
 
+#include "base/real.h"
 #include "fabric/ring.h"
 
 #define FS_ALIGN8(x) (((x) + 7u) & ~(uint64_t)7u)
@@ -106,6 +107,54 @@ size_t fs_ring_put_data(struct fs_ring *r, const struct iovec *iov, int iovcnt, 
   }
   __atomic_store_n(&r->ctl->tail, tail + FS_RING_HDR + FS_ALIGN8(len), __ATOMIC_RELEASE);
   return len;
+}
+
+/* Read up to n bytes of fd into dst: pread at off, or read at its position
+ * (off -1).  Short only at the file's end; -errno if nothing came. */
+static ssize_t fs_ring_read_file(int fd, off_t off, uint8_t *dst, size_t n)
+{
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = off < 0 ? FS_REAL(read)(fd, dst + got, n - got) : pread(fd, dst + got, n - got, off + (off_t)got);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r < 0)
+      return got ? (ssize_t)got : -errno;
+    if (r == 0)
+      break;
+    got += (size_t)r;
+  }
+  return (ssize_t)got;
+}
+
+ssize_t fs_ring_put_file(struct fs_ring *r, int fd, off_t off, size_t len, bool *end)
+{
+  size_t room = fs_ring_space_for(r, len);
+  if (len > room)
+    len = room;
+  if (len > 0xffffffu - 8)
+    len = 0xffffffu - 8;
+  if (len == 0)
+    return 0;
+  uint64_t tail = __atomic_load_n(&r->ctl->tail, __ATOMIC_RELAXED);
+  uint64_t pos = tail + FS_RING_HDR;
+  uint32_t at = fs_ring_off(r, pos);
+  size_t first = r->size - at < len ? r->size - at : len;
+  ssize_t n = fs_ring_read_file(fd, off, r->data + at, first);
+  if (n == (ssize_t)first && first < len) { /* wrapped: the rest at the ring's start */
+    ssize_t m = fs_ring_read_file(fd, off < 0 ? off : off + n, r->data, len - first);
+    if (m > 0)
+      n += m;
+  }
+  if (n <= 0) {
+    *end = n == 0;
+    return n;
+  }
+  *end = (size_t)n < len;
+  uint32_t hdr[2] = { FS_REC_DATA, (uint32_t)n };
+  fs_ring_write_at(r, tail, hdr, sizeof hdr);
+  __atomic_store_n(&r->ctl->tail, tail + FS_RING_HDR + FS_ALIGN8((size_t)n), __ATOMIC_RELEASE);
+  return n;
 }
 
 int fs_ring_put_ctl(struct fs_ring *r, uint32_t type, uint64_t val)

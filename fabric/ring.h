@@ -93,6 +93,13 @@ static inline size_t fs_ring_space(struct fs_ring *r)
  * starting at byte `skip`; returns bytes taken (0 if full). */
 size_t fs_ring_put_data(struct fs_ring *r, const struct iovec *iov, int iovcnt, size_t skip, size_t len);
 
+/* Producer: append one DATA record with up to `len` bytes read from file fd
+ * straight into the ring (sendfile: one copy, where a buffer took two), at
+ * offset `off`, or from its position when off is -1.  Returns bytes taken,
+ * 0 if the ring is full or the file ended there (*end set), or -errno
+ * from the read (nothing appended). */
+ssize_t fs_ring_put_file(struct fs_ring *r, int fd, off_t off, size_t len, bool *end);
+
 /* Producer: append a control record (SWITCH/REVERT carry u64 val).  Uses the
  * reserve, so it succeeds unless the ring is badly broken (-ENOSPC). */
 int fs_ring_put_ctl(struct fs_ring *r, uint32_t type, uint64_t val);

@@ -181,13 +181,22 @@ FS_EXPORT int sendmmsg(int fd, struct mmsghdr *v, unsigned n, int flags)
   return (int)i;
 }
 
-/* sendfile to a tracked socket: read the file into a bounce buffer and send
- * it through the engine, so the bytes take the connection's fabric and hooks. */
+/* sendfile to a tracked socket goes through the engine: on TCP it is the
+ * kernel's own sendfile, counted (a peer without libfabsock, a short
+ * connection: no copy through us); on a fabric the file is read straight
+ * into the ring.  Where hooks must see the bytes (-EXDEV), the file is
+ * read into a bounce buffer and sent through the engine from there. */
 static ssize_t fs_sendfile_common(int out, int in, off_t *off, size_t n)
 {
   struct fs_conn *c = fs_fdtab_get(out);
   if (!c)
     return FS_REAL(sendfile)(out, in, off, n);
+  struct fs_io sf = { .op = FS_IO_SENDFILE, .in_fd = in, .off = off, .count = n };
+  ssize_t sr = fs_sock_send(c, out, &sf);
+  if (sr != -EXDEV) {
+    fs_conn_put(c);
+    return fs_boundary_ret(sr);
+  }
   char buf[65536];
   size_t done = 0;
   ssize_t err = 0;

@@ -3,6 +3,8 @@
  *
  * Pattern: one fd-table load; an fd we do not track goes straight to libc. */
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdarg.h>
 #include <sys/ioctl.h>
 #include <linux/seccomp.h>
@@ -340,11 +342,27 @@ FS_EXPORT int ioctl(int fd, unsigned long req, ...)
 
 FS_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 {
-  return FS_REAL(getsockopt)(fd, level, name, val, len);
+  int rc = FS_REAL(getsockopt)(fd, level, name, val, len);
+  if (rc == 0 && level == IPPROTO_TCP && name == TCP_CORK) {
+    struct fs_conn *c = fs_fdtab_get(fd);
+    if (c) {
+      fs_sockopt_get(c, level, name, val, len);
+      fs_conn_put(c);
+    }
+  }
+  return rc;
 }
 
 FS_EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t len)
 {
+  if (level == IPPROTO_TCP && name == TCP_CORK) {
+    struct fs_conn *c = fs_fdtab_get(fd);
+    bool here = c && fs_sockopt_set_here(c, level, name, val, len);
+    if (c)
+      fs_conn_put(c);
+    if (here)
+      return 0;
+  }
   int rc = FS_REAL(setsockopt)(fd, level, name, val, len);
   if (rc == 0) {
     struct fs_conn *c = fs_fdtab_get(fd);

@@ -1,0 +1,234 @@
+/* Unit tests for engine/sockopt's TCP_CORK and the engine's sendfile: a
+ * cork set while tx is on a fabric stays out of the kernel (and comes back
+ * to it before the next send on TCP); a sendfile on TCP is the kernel's,
+ * on a fabric it reads the file into the ring. */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "engine/conn.h"
+#include "engine/fdtab.h"
+#include "engine/io.h"
+#include "engine/sock.h"
+#include "engine/sockio.h"
+#include "engine/sockopt.h"
+#include "engine/wake.h"
+#include "fabric/chan.h"
+#include "fabric/ring.h"
+#include "fabric/shm/shm.h"
+#include "tests/unit/check_run.h"
+
+/* A loopback TCP connection: fd ours (tracked), peer the other end. */
+struct tcp {
+  int fd, peer;
+  struct fs_conn *c;
+  int theirs, memfd;
+  struct fs_chan *a, *b;
+};
+
+static void tcp_new(struct tcp *t)
+{
+  memset(t, 0, sizeof *t);
+  int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+  socklen_t sl = sizeof sa;
+  ck_assert_int_eq(bind(l, (struct sockaddr *)&sa, sizeof sa), 0);
+  ck_assert_int_eq(getsockname(l, (struct sockaddr *)&sa, &sl), 0);
+  ck_assert_int_eq(listen(l, 1), 0);
+  t->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ck_assert_int_eq(connect(t->fd, (struct sockaddr *)&sa, sizeof sa), 0);
+  t->peer = accept(l, NULL, NULL);
+  ck_assert_int_ge(t->peer, 0);
+  close(l);
+  t->c = fs_conn_new(t->fd, AF_INET);
+  ck_assert_ptr_nonnull(t->c);
+  t->c->state = FS_STATE_TCP;
+  t->c->dir = FS_DIR_CONNECT;
+  ck_assert_int_eq(fs_fdtab_install(t->fd, t->c), 0);
+}
+
+/* A shm channel on it, tx moved onto it (what a SWITCH does). */
+static void tcp_onto_fabric(struct tcp *t)
+{
+  ck_assert_int_eq(fs_wake_get(t->c), 0);
+  t->theirs = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  ck_assert_int_eq(fs_shm_create(fs_shm_ring_size(0), t->c->wake_fd, &t->memfd, &t->a), 0);
+  ck_assert_int_eq(fs_shm_set_peer(t->a, t->theirs), 0);
+  ck_assert_int_eq(fs_shm_attach(t->memfd, t->theirs, t->c->wake_fd, &t->b), 0);
+  ck_assert_int_eq(fs_sock_attach(t->c, t->a), 0);
+  t->c->tx_flow = FS_FLOW_FABRIC;
+}
+
+static int kernel_cork(int fd)
+{
+  int v = -1;
+  socklen_t l = sizeof v;
+  ck_assert_int_eq(getsockopt(fd, IPPROTO_TCP, TCP_CORK, &v, &l), 0);
+  return v;
+}
+
+/* The application's view: its getsockopt after the kernel's. */
+static int app_cork(struct tcp *t)
+{
+  int v = kernel_cork(t->fd);
+  socklen_t l = sizeof v;
+  fs_sockopt_get(t->c, IPPROTO_TCP, TCP_CORK, &v, &l);
+  return v;
+}
+
+START_TEST(t_cork_on_tcp_goes_to_kernel)
+{
+  struct tcp t;
+  tcp_new(&t);
+  int one = 1;
+  ck_assert(!fs_sockopt_set_here(t.c, IPPROTO_TCP, TCP_CORK, &one, sizeof one));
+}
+END_TEST
+
+START_TEST(t_cork_on_fabric_kept_here)
+{
+  struct tcp t;
+  tcp_new(&t);
+  tcp_onto_fabric(&t);
+  int one = 1, zero = 0;
+  errno = 4321;
+  ck_assert(fs_sockopt_set_here(t.c, IPPROTO_TCP, TCP_CORK, &one, sizeof one));
+  ck_assert_int_eq(errno, 4321);
+  ck_assert_int_eq(kernel_cork(t.fd), 0); /* no system call */
+  ck_assert_int_eq(app_cork(&t), 1);      /* but the application sees its value */
+  ck_assert(fs_sockopt_set_here(t.c, IPPROTO_TCP, TCP_CORK, &zero, sizeof zero));
+  ck_assert_int_eq(app_cork(&t), 0);
+  /* Malformed: the kernel answers it (EINVAL), as without us. */
+  ck_assert(!fs_sockopt_set_here(t.c, IPPROTO_TCP, TCP_CORK, &one, 2));
+  ck_assert(!fs_sockopt_set_here(t.c, IPPROTO_TCP, TCP_CORK, NULL, sizeof one));
+  /* Other options are not ours. */
+  ck_assert(!fs_sockopt_set_here(t.c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one));
+}
+END_TEST
+
+/* Corked in the kernel before the switch (bytes may wait under it): the
+ * uncork must reach the kernel. */
+START_TEST(t_uncork_reaches_corked_kernel)
+{
+  struct tcp t;
+  tcp_new(&t);
+  int one = 1, zero = 0;
+  ck_assert_int_eq(setsockopt(t.fd, IPPROTO_TCP, TCP_CORK, &one, sizeof one), 0);
+  fs_sockopt_set(t.c, t.fd, IPPROTO_TCP, TCP_CORK, &one, sizeof one);
+  tcp_onto_fabric(&t);
+  ck_assert(!fs_sockopt_set_here(t.c, IPPROTO_TCP, TCP_CORK, &zero, sizeof zero));
+}
+END_TEST
+
+/* Back on TCP: the kernel gets the application's value before a send. */
+START_TEST(t_cork_synced_back_on_tcp)
+{
+  struct tcp t;
+  tcp_new(&t);
+  tcp_onto_fabric(&t);
+  int one = 1;
+  ck_assert(fs_sockopt_set_here(t.c, IPPROTO_TCP, TCP_CORK, &one, sizeof one));
+  fs_sockopt_cork_sync(t.c, t.fd); /* still on the fabric: nothing */
+  ck_assert_int_eq(kernel_cork(t.fd), 0);
+  t.c->tx_flow = FS_FLOW_TCP;
+  errno = 4321;
+  fs_sockopt_cork_sync(t.c, t.fd);
+  ck_assert_int_eq(errno, 4321);
+  ck_assert_int_eq(kernel_cork(t.fd), 1);
+  ck_assert_int_eq(t.c->cork_kernel, t.c->cork_app);
+}
+END_TEST
+
+static int tmpfile_with(const char *data, size_t n)
+{
+  char path[] = "/tmp/check_sockopt.XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  unlink(path);
+  ck_assert_int_eq(write(fd, data, n), (ssize_t)n);
+  return fd;
+}
+
+START_TEST(t_sendfile_on_tcp_is_the_kernels)
+{
+  struct tcp t;
+  tcp_new(&t);
+  t.c->no_upgrade = true;
+  int in = tmpfile_with("0123456789", 10);
+  off_t off = 2;
+  struct fs_io io = { .op = FS_IO_SENDFILE, .in_fd = in, .off = &off, .count = 5 };
+  ck_assert_int_eq(fs_sock_send(t.c, t.fd, &io), 5);
+  ck_assert_int_eq(off, 7);
+  char got[8] = { 0 };
+  ck_assert_int_eq(recv(t.peer, got, sizeof got, 0), 5);
+  ck_assert_str_eq(got, "23456");
+  /* Errors are the kernel's: a file not open for reading. */
+  int wr = open("/dev/null", O_WRONLY | O_CLOEXEC);
+  io = (struct fs_io){ .op = FS_IO_SENDFILE, .in_fd = wr, .off = NULL, .count = 5 };
+  ck_assert_int_eq(fs_sock_send(t.c, t.fd, &io), -EBADF);
+  close(wr);
+  close(in);
+}
+END_TEST
+
+/* On a fabric the file goes straight into the ring, in order, and a
+ * sendfile at the file's end returns 0 (as the kernel's). */
+START_TEST(t_sendfile_on_fabric_fills_the_ring)
+{
+  struct tcp t;
+  tcp_new(&t);
+  tcp_onto_fabric(&t);
+  size_t big = 3 * fs_ring_limit(&t.a->tx) / 4; /* wraps on the second call */
+  char *data = malloc(big), *got = malloc(2 * big);
+  for (size_t i = 0; i < big; i++)
+    data[i] = (char)(i * 7 + 1);
+  int in = tmpfile_with(data, big);
+  t.c->nonblock = true;
+  off_t off = 0;
+  struct fs_io io = { .op = FS_IO_SENDFILE, .in_fd = in, .off = &off, .count = big + 100 };
+  ck_assert_int_eq(fs_sock_send(t.c, t.fd, &io), (ssize_t)big); /* the file's end: short */
+  ck_assert_int_eq(off, (off_t)big);
+  ck_assert_int_eq(lseek(in, 0, SEEK_CUR), (off_t)big); /* pread: its position is not ours to move */
+  struct iovec v = { got, 2 * big };
+  ck_assert_int_eq(fs_ring_get_data(&t.b->rx, &v, 1, 0, 2 * big, false), (ssize_t)big);
+  ck_assert(memcmp(got, data, big) == 0);
+  ck_assert_int_eq(fs_sock_send(t.c, t.fd, &io), 0); /* at the end */
+  /* From the file's position: read, and moved by what was sent. */
+  ck_assert_int_eq(lseek(in, 10, SEEK_SET), 10);
+  io = (struct fs_io){ .op = FS_IO_SENDFILE, .in_fd = in, .off = NULL, .count = big - 10 };
+  ck_assert_int_eq(fs_sock_send(t.c, t.fd, &io), (ssize_t)(big - 10));
+  ck_assert_int_eq(lseek(in, 0, SEEK_CUR), (off_t)big);
+  ck_assert_int_eq(fs_ring_get_data(&t.b->rx, &v, 1, 0, 2 * big, false), (ssize_t)(big - 10));
+  ck_assert(memcmp(got, data + 10, big - 10) == 0);
+  /* A file it cannot read: the read's error. */
+  int wr = open("/dev/null", O_WRONLY | O_CLOEXEC);
+  io = (struct fs_io){ .op = FS_IO_SENDFILE, .in_fd = wr, .off = NULL, .count = 5 };
+  ck_assert_int_eq(fs_sock_send(t.c, t.fd, &io), -EBADF);
+  close(wr);
+  close(in);
+  free(data);
+  free(got);
+}
+END_TEST
+
+int main(void)
+{
+  Suite *s = suite_create("sockopt");
+  TCase *tc = tcase_create("core");
+  tcase_set_timeout(tc, 30);
+  tcase_add_test(tc, t_cork_on_tcp_goes_to_kernel);
+  tcase_add_test(tc, t_cork_on_fabric_kept_here);
+  tcase_add_test(tc, t_uncork_reaches_corked_kernel);
+  tcase_add_test(tc, t_cork_synced_back_on_tcp);
+  tcase_add_test(tc, t_sendfile_on_tcp_is_the_kernels);
+  tcase_add_test(tc, t_sendfile_on_fabric_fills_the_ring);
+  suite_add_tcase(s, tc);
+  return run_suite(s, true);
+}
