@@ -118,7 +118,7 @@ void fs_sockopt_cork_sync(struct fs_conn *c, int fd)
   if (c->tx_flow == FS_FLOW_FABRIC && __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE) && !c->reverted)
     return;
   int saved = errno, v = c->cork_app;
-  if (FS_REAL(setsockopt)(fd, IPPROTO_TCP, TCP_CORK, &v, sizeof v) == 0)
-    c->cork_kernel = c->cork_app;
+  (void)FS_REAL(setsockopt)(fd, IPPROTO_TCP, TCP_CORK, &v, sizeof v);
+  c->cork_kernel = c->cork_app; /* once: a socket that refuses it refuses it again */
   errno = saved;
 }
