@@ -269,7 +269,7 @@ out:
   }
 }
 
-static void shm_round(int test, uint64_t size, struct bench_result *r) {
+static void shm_round(const struct bench_opts *o, int test, uint64_t size, struct bench_result *r) {
   struct shm_floor_opts so = {.size = (size_t)size, .futex = test == T_SHM_FUTEX,
                               .max_ns = 500000000u, .cpu_a = -1, .cpu_b = -1};
   so.iters = so.futex ? 10000 : 100000;
@@ -277,7 +277,11 @@ static void shm_round(int test, uint64_t size, struct bench_result *r) {
   memset(r, 0, sizeof *r);
   r->test = test;
   r->size = size;
-  r->ok = shm_floor_run(&so, &r->lat, r->err, sizeof r->err) == 0;
+  if (test == T_SHM_STREAM) /* on the CPUs the stream's server and client get */
+    r->ok = shm_floor_stream((size_t)size, shm_floor_stream_ring((size_t)size), o->time, o->cpu_server,
+                             o->cpu_client, &r->rate, r->err, sizeof r->err) == 0;
+  else
+    r->ok = shm_floor_run(&so, &r->lat, r->err, sizeof r->err) == 0;
 }
 
 static void verbose_round(const struct bench_result *r, int side, int round) {
@@ -285,14 +289,14 @@ static void verbose_round(const struct bench_result *r, int side, int round) {
   fprintf(stderr, "    round %d %-7s %s %s: ", round + 1, side ? "fabsock" : "plain",
           bench_test_name(r->test), bench_fmt_size(r->size, sz, sizeof sz));
   if (!r->ok) fprintf(stderr, "FAILED: %s\n", r->err);
-  else if (r->test == T_STREAM) fprintf(stderr, "%.3f GB/s\n", r->rate);
+  else if (T_IS_RATE(r->test)) fprintf(stderr, "%.3f GB/s\n", r->rate);
   else if (r->test == T_CONNRATE) fprintf(stderr, "%.0f conn/s\n", r->rate);
   else fprintf(stderr, "p50 %.2f p99 %.2f mean %.2f min %.2f us (%llu)\n", r->lat.p50_us,
                r->lat.p99_us, r->lat.mean_us, r->lat.min_us, (unsigned long long)r->lat.n);
 }
 
 int bench_compare(const struct bench_opts *o, char **argv) {
-  static struct bench_item items[5 * BENCH_MAX_SIZES];
+  static struct bench_item items[6 * BENCH_MAX_SIZES];
   int n = 0, failed = 0;
   ssize_t l = readlink("/proc/self/exe", self_exe, sizeof self_exe - 1);
   if (l <= 0) {
@@ -338,8 +342,12 @@ int bench_compare(const struct bench_opts *o, char **argv) {
     if (!(o->tests & t)) continue;
     const uint64_t *sz = t == T_PINGPONG ? o->sizes : o->msgs;
     int ns = t == T_PINGPONG ? o->nsizes : t == T_STREAM ? o->nmsgs : 1;
-    for (int i = 0; i < ns; i++)
+    for (int i = 0; i < ns; i++) {
+      /* The stream floor right before its stream: this machine's speed drifts. */
+      if (t == T_STREAM && o->shm && shm_floor_stream_ring(sz[i]) >= sz[i])
+        items[n++] = (struct bench_item){.test = T_SHM_STREAM, .size = sz[i]};
       items[n++] = (struct bench_item){.test = t, .size = t == T_CONNRATE ? 64 : sz[i]};
+    }
   }
 
   fprintf(stderr, "fabsock-bench compare: %s%s%s vs %s, %d round%s each, %s\n",
@@ -349,15 +357,33 @@ int bench_compare(const struct bench_opts *o, char **argv) {
   double t_start = now_s();
   for (int i = 0; i < n; i++) {
     struct bench_item *it = &items[i];
-    int is_shm = it->test == T_SHM_SPIN || it->test == T_SHM_FUTEX;
+    int is_shm = T_IS_SHM(it->test);
     char sz[32];
     double t_item = now_s();
-    for (int round = 0; round < o->rounds; round++) {
+    /* A stream floor runs its rounds between those of the stream after it
+     * (its speed is compared with that stream's, and this machine's drifts). */
+    struct bench_item *with = it->test == T_SHM_STREAM && i + 1 < n && items[i + 1].test == T_STREAM &&
+                                      items[i + 1].size == it->size ? &items[i + 1] : NULL;
+    if (with) {
+      for (int round = 0; round < o->rounds; round++) {
+        shm_round(o, it->test, it->size, &it->r[0][round]);
+        if (o->verbose) verbose_round(&it->r[0][round], 0, round);
+        for (int k = 0; k < 2; k++) {
+          int side = (round % 2) ? 1 - k : k;
+          net_round(o, with->test, with->size, side, &with->r[side][round]);
+          if (o->verbose) verbose_round(&with->r[side][round], side, round);
+        }
+      }
+    }
+    for (int round = 0; round < o->rounds && !(it->test == T_STREAM && i > 0 && items[i - 1].test == T_SHM_STREAM &&
+                                               items[i - 1].size == it->size);
+         round++) {
+      if (with) break;
       for (int k = 0; k < 2; k++) {
         int side = (round % 2) ? 1 - k : k; /* ABBA: plain first on even rounds */
         if (is_shm && side == 1) continue;
         struct bench_result *r = &it->r[side][round];
-        if (is_shm) shm_round(it->test, it->size, r);
+        if (is_shm) shm_round(o, it->test, it->size, r);
         else net_round(o, it->test, it->size, side, r);
         if (o->verbose) verbose_round(r, side, round);
       }
@@ -375,7 +401,7 @@ int bench_compare(const struct bench_opts *o, char **argv) {
       const struct bench_summary *s = &it->sum[side];
       const char *who = is_shm ? "raw" : bench_side_name(o, side);
       if (s->nok < s->rounds) fprintf(stderr, "  %s FAILED (%s)", who, s->err);
-      else if (it->test == T_STREAM) fprintf(stderr, "  %s %.3f GB/s", who, s->rate);
+      else if (T_IS_RATE(it->test)) fprintf(stderr, "  %s %.3f GB/s", who, s->rate);
       else if (it->test == T_CONNRATE) fprintf(stderr, "  %s %.0f conn/s", who, s->rate);
       else fprintf(stderr, "  %s p50 %.2f us", who, s->lat.p50_us);
     }

@@ -16,6 +16,7 @@ const char *bench_test_name(int test) {
   case T_CONNRATE: return "connrate";
   case T_SHM_SPIN: return "shm-spin";
   case T_SHM_FUTEX: return "shm-futex";
+  case T_SHM_STREAM: return "shm-stream";
   default: return "?";
   }
 }
@@ -88,7 +89,7 @@ static const char *fmt_value(const struct bench_item *it, int side, char *buf, s
   const struct bench_summary *s = &it->sum[side];
   char a[24], b[24];
   if (s->nok < s->rounds || s->nok == 0) snprintf(buf, len, "FAILED");
-  else if (it->test == T_STREAM) snprintf(buf, len, "%.3f", s->rate);
+  else if (T_IS_RATE(it->test)) snprintf(buf, len, "%.3f", s->rate);
   else if (it->test == T_CONNRATE) snprintf(buf, len, "%.0f", s->rate);
   else snprintf(buf, len, "%s / %s", fmt_us(s->lat.p50_us, a, sizeof a),
                 fmt_us(s->lat.p99_us, b, sizeof b));
@@ -126,6 +127,7 @@ static const char *row_label(int test) {
   case T_CONNRATE: return "connect+req+close /s";
   case T_SHM_SPIN: return "raw shm floor, spin";
   case T_SHM_FUTEX: return "raw shm floor, futex";
+  case T_SHM_STREAM: return "raw shm stream GB/s";
   default: return "?";
   }
 }
@@ -161,20 +163,21 @@ void bench_print_compare(FILE *f, const struct bench_opts *o, const struct bench
   for (int i = 0; i < n; i++) {
     const struct bench_item *x = &it[i];
     bench_fmt_size(x->size, sz, sizeof sz);
-    if (x->test == T_SHM_SPIN || x->test == T_SHM_FUTEX) continue; /* below */
+    if (T_IS_SHM(x->test)) continue; /* below */
     fprintf(f, "%-22s %-8s %-19s %-19s %s\n", row_label(x->test), sz,
             fmt_value(x, 0, v0, sizeof v0), fmt_value(x, 1, v1, sizeof v1),
             fmt_speedup(speedup(x, 0), sp, sizeof sp));
   }
   for (int i = 0; i < n; i++) { /* the floor, with how far the preloaded side is from it */
     const struct bench_item *x = &it[i], *pp;
-    if (x->test != T_SHM_SPIN && x->test != T_SHM_FUTEX) continue;
+    if (!T_IS_SHM(x->test)) continue;
     bench_fmt_size(x->size, sz, sizeof sz);
-    pp = find(it, n, T_PINGPONG, x->size);
+    int rate = x->test == T_SHM_STREAM;
+    pp = find(it, n, rate ? T_STREAM : T_PINGPONG, x->size);
     sp[0] = 0;
     if (pp && pp->sum[1].nok && pp->sum[1].nok == pp->sum[1].rounds && x->sum[0].nok)
-      snprintf(sp, sizeof sp, "%s/raw x%.1f", o->lib ? "fabsock" : "plain",
-               pp->sum[1].lat.p50_us / x->sum[0].lat.p50_us);
+      snprintf(sp, sizeof sp, rate ? "%s/raw x%.2f" : "%s/raw x%.1f", o->lib ? "fabsock" : "plain",
+               rate ? pp->sum[1].rate / x->sum[0].rate : pp->sum[1].lat.p50_us / x->sum[0].lat.p50_us);
     fprintf(f, "%-22s %-8s %-19s %-19s %s\n", row_label(x->test), sz,
             fmt_value(x, 0, v0, sizeof v0), "(no sockets)", sp);
   }
@@ -257,7 +260,7 @@ static void json_result(FILE *f, const struct bench_result *r) {
     fputc('}', f);
     return;
   }
-  if (r->test == T_STREAM)
+  if (T_IS_RATE(r->test))
     fprintf(f, ",\"gbps\":%.6g,\"bytes\":%llu,\"secs\":%.6g,\"rx_cpu_s\":%.6g}", r->rate,
             (unsigned long long)r->bytes, r->secs, r->rx_cpu);
   else if (r->test == T_CONNRATE)
@@ -274,7 +277,7 @@ static void json_side(FILE *f, const struct bench_item *it, int side) {
   fprintf(f, "{\"ok\":%s,\"rounds_ok\":%d,\"error\":", s->nok == s->rounds ? "true" : "false",
           s->nok);
   jstr(f, s->err[0] ? s->err : NULL);
-  if (it->test == T_STREAM)
+  if (T_IS_RATE(it->test))
     fprintf(f, ",\"gbps\":%.6g,\"rx_gbps_per_core\":%.6g", s->rate, s->rx_core);
   else if (it->test == T_CONNRATE) fprintf(f, ",\"conn_per_s\":%.6g", s->rate);
   else fprintf(f, ",\"p50_us\":%.6g,\"p99_us\":%.6g,\"mean_us\":%.6g,\"min_us\":%.6g,"
@@ -347,13 +350,15 @@ int bench_json_compare(const struct bench_opts *o, const struct bench_item *it, 
     const struct bench_item *x = &it[i];
     fprintf(f, "%s\n{\"test\":\"%s\",\"size\":%llu,", i ? "," : "", bench_test_name(x->test),
             (unsigned long long)x->size);
-    if (x->test == T_SHM_SPIN || x->test == T_SHM_FUTEX) {
-      const struct bench_item *pp = find(it, n, T_PINGPONG, x->size);
+    if (T_IS_SHM(x->test)) {
+      int rate = x->test == T_SHM_STREAM;
+      const struct bench_item *pp = find(it, n, rate ? T_STREAM : T_PINGPONG, x->size);
       fputs("\"raw\":", f);
       json_side(f, x, 0);
-      fputs(",\"preloaded_over_raw_p50\":", f);
-      jnum(f, pp && pp->sum[1].nok && x->sum[0].nok ? pp->sum[1].lat.p50_us / x->sum[0].lat.p50_us
-                                                     : -1);
+      fputs(rate ? ",\"preloaded_over_raw\":" : ",\"preloaded_over_raw_p50\":", f);
+      jnum(f, pp && pp->sum[1].nok && x->sum[0].nok
+                  ? (rate ? pp->sum[1].rate / x->sum[0].rate : pp->sum[1].lat.p50_us / x->sum[0].lat.p50_us)
+                  : -1);
       fputs("}", f);
       continue;
     }

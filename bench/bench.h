@@ -23,7 +23,10 @@ enum bench_test {
   T_CONNRATE = 4, /* connect, 64 B request, 64 B reply, close */
   T_SHM_SPIN = 8, /* raw shm floor, spinning */
   T_SHM_FUTEX = 16, /* raw shm floor, futex sleep */
+  T_SHM_STREAM = 32, /* raw shm stream floor: two copies through a ring, spinning */
 };
+#define T_IS_SHM(t) ((t) == T_SHM_SPIN || (t) == T_SHM_FUTEX || (t) == T_SHM_STREAM)
+#define T_IS_RATE(t) ((t) == T_STREAM || (t) == T_SHM_STREAM)
 #define T_NET_ALL (T_PINGPONG | T_STREAM | T_CONNRATE)
 enum bench_fill { FILL_CONST = 0, FILL_RANDOM, FILL_TEXT };
 #define BENCH_MAX_SIZES 16

@@ -209,3 +209,149 @@ int shm_floor_run(const struct shm_floor_opts *o, struct lat_stats *st,
   munmap(s, sizeof *s);
   return rc;
 }
+
+/* ---- the stream floor -------------------------------------------------- */
+
+/* Producer and consumer indexes (bytes, free-running) on their own cache
+ * lines, then the ring.  The consumer publishes `stop` when it is done. */
+struct shm_st {
+  _Alignas(64) _Atomic uint64_t tail; /* written by the child (producer) */
+  _Alignas(64) _Atomic uint64_t head; /* written by the caller (consumer) */
+  _Alignas(64) _Atomic uint32_t stop;
+  _Alignas(64) unsigned char ring[];
+};
+
+size_t shm_floor_stream_ring(size_t size) {
+  size_t r = 256u << 10;
+  while (r < 32 * size && r < (4u << 20)) r <<= 1;
+  return r;
+}
+
+/* Copy n bytes at ring position pos (wrapping) from or to buf. */
+static void ring_copy(struct shm_st *s, size_t ring, uint64_t pos, unsigned char *buf, size_t n, int out) {
+  size_t off = (size_t)(pos & (ring - 1)), first = ring - off < n ? ring - off : n;
+  if (out) {
+    memcpy(buf, s->ring + off, first);
+    memcpy(buf + first, s->ring, n - first);
+  } else {
+    memcpy(s->ring + off, buf, first);
+    memcpy(s->ring, buf + first, n - first);
+  }
+}
+
+/* Spin until cond: yields after YIELD_NS (an overcommitted machine), gives
+ * up after STALL_NS without progress or once the peer is gone.  0, or -1. */
+#define SPIN_UNTIL(cond, peer, parent)                                            \
+  do {                                                                            \
+    uint64_t t0_ = 0;                                                             \
+    for (unsigned k_ = 0; !(cond); k_++) {                                        \
+      cpu_relax();                                                                \
+      if ((k_ & 255) == 255) {                                                    \
+        uint64_t now_ = bench_now_ns();                                           \
+        if (!t0_) t0_ = now_;                                                     \
+        if (now_ - t0_ >= YIELD_NS) sched_yield();                                \
+        if (now_ - t0_ > STALL_NS || (now_ - t0_ > 1000000000u && peer_gone(peer, parent))) \
+          return -1;                                                              \
+      }                                                                           \
+    }                                                                             \
+  } while (0)
+
+/* A message larger than a quarter of the ring moves in quarters, so that
+ * the two copies overlap (one message filling the ring would make them
+ * take turns: no shm socket need do that). */
+static size_t stream_unit(size_t size, size_t ring) {
+  return size <= ring / 4 ? size : ring / 4;
+}
+
+static int stream_produce(struct shm_st *s, size_t ring, size_t size, pid_t parent) {
+  unsigned char *src = malloc(size);
+  if (!src) return -1;
+  memset(src, 0x5a, size);
+  size_t unit = stream_unit(size, ring);
+  uint64_t tail = 0;
+  for (;;) {
+    SPIN_UNTIL(tail + unit - atomic_load_explicit(&s->head, memory_order_acquire) <= ring ||
+                   atomic_load_explicit(&s->stop, memory_order_relaxed),
+               0, parent);
+    if (atomic_load_explicit(&s->stop, memory_order_relaxed)) break;
+    ring_copy(s, ring, tail, src + tail % size, unit, 0);
+    tail += unit;
+    atomic_store_explicit(&s->tail, tail, memory_order_release);
+  }
+  free(src);
+  return 0;
+}
+
+static int stream_consume(struct shm_st *s, size_t ring, size_t size, double secs, pid_t child,
+                          double *gbps) {
+  unsigned char *dst = malloc(size);
+  if (!dst) return -1;
+  uint64_t head = 0, t_begin = bench_now_ns(), t_measure = 0, counted = 0;
+  uint64_t warm = 200000000u, span = (uint64_t)(secs * 1e9);
+  size_t unit = stream_unit(size, ring);
+  int rc = 0;
+  for (unsigned i = 0;; i++) {
+    if ((i & 63) == 0) {
+      uint64_t now = bench_now_ns();
+      if (!t_measure && now - t_begin >= warm) {
+        t_measure = now;
+        counted = 0;
+      } else if (t_measure && now - t_measure >= span) {
+        *gbps = (double)counted / (double)(now - t_measure);
+        break;
+      }
+    }
+    SPIN_UNTIL(atomic_load_explicit(&s->tail, memory_order_acquire) - head >= unit, child, 0);
+    ring_copy(s, ring, head, dst + head % size, unit, 1);
+    head += unit;
+    atomic_store_explicit(&s->head, head, memory_order_release);
+    counted += unit;
+  }
+  free(dst);
+  return rc;
+}
+
+int shm_floor_stream(size_t size, size_t ring, double secs, int cpu_a, int cpu_b, double *gbps,
+                     char *err, size_t errlen) {
+  *gbps = 0;
+  if (size < 1 || ring < size || (ring & (ring - 1)) || secs <= 0) {
+    snprintf(err, errlen, "shm stream floor: bad size or ring");
+    return -1;
+  }
+  size_t len = sizeof(struct shm_st) + ring;
+  struct shm_st *s = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (s == MAP_FAILED) {
+    snprintf(err, errlen, "shm stream floor: %s", strerror(errno));
+    return -1;
+  }
+  pid_t parent = getpid();
+  fflush(NULL);
+  pid_t child = fork();
+  if (child < 0) {
+    snprintf(err, errlen, "shm stream floor: fork: %s", strerror(errno));
+    munmap(s, len);
+    return -1;
+  }
+  if (child == 0) {
+    pin(cpu_b);
+    _exit(stream_produce(s, ring, size, parent) == 0 ? 0 : 1);
+  }
+  cpu_set_t saved;
+  int restore = cpu_a >= 0 && sched_getaffinity(0, sizeof saved, &saved) == 0;
+  pin(cpu_a);
+  int rc = stream_consume(s, ring, size, secs, child, gbps);
+  atomic_store_explicit(&s->stop, 1, memory_order_relaxed);
+  if (rc < 0) {
+    snprintf(err, errlen, "shm stream floor: the producer stalled or died");
+    kill(child, SIGKILL);
+  }
+  int status;
+  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {}
+  if (rc == 0 && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+    snprintf(err, errlen, "shm stream floor: child failed");
+    rc = -1;
+  }
+  if (restore) sched_setaffinity(0, sizeof saved, &saved);
+  munmap(s, len);
+  return rc;
+}

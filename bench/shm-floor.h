@@ -26,4 +26,20 @@ struct shm_floor_opts {
 int shm_floor_run(const struct shm_floor_opts *o, struct lat_stats *st,
                   char *err, size_t errlen);
 
+/* The raw shared-memory stream: a forked child copies `size`-byte messages
+ * into a ring of `ring` bytes in an anonymous MAP_SHARED mapping (in
+ * quarters of the ring where larger), the caller copies them out (two
+ * copies per byte, as any shm socket makes), both spinning on the other's
+ * index.  Measures for `secs` after a warm-up, and
+ * returns 0 with the caller's received bytes per second in *gbps (1e9 B/s),
+ * or -1 with a message in err.  cpu_a: the caller's CPU, cpu_b: the
+ * child's (-1: no pinning). */
+int shm_floor_stream(size_t size, size_t ring, double secs, int cpu_a, int cpu_b, double *gbps,
+                     char *err, size_t errlen);
+
+/* The ring the stream floor uses for a message size: as libfabsock's shm
+ * ring for a connection whose largest call is that size (32x, 256 KiB to
+ * 4 MiB: fabric/shm/shm.h). */
+size_t shm_floor_stream_ring(size_t size);
+
 #endif
