@@ -56,7 +56,7 @@ static void usage(FILE *f) {
 "  --rounds N          rounds per side, median reported (default 3)\n"
 "  --busy              preloaded side(s): FABSOCK_SPIN_US=busy (busy polling)\n"
 "  --spin US           preloaded side(s): FABSOCK_SPIN_US=US\n"
-"  --no-shm            skip the raw shared-memory floor\n"
+"  --no-shm            skip the raw shared-memory floors (ping-pong and stream)\n"
 "  --floor-all         the raw floor at every ping-pong size up to 1m\n"
 "                      (default: the first size only)\n"
 "  --cpus S,C          run every server on CPU S, every client on CPU C\n"
