@@ -114,16 +114,18 @@ size_t fs_ring_put_data(struct fs_ring *r, const struct iovec *iov, int iovcnt, 
 static ssize_t fs_ring_read_file(int fd, off_t off, uint8_t *dst, size_t n)
 {
   size_t got = 0;
+  int saved = errno; /* the application's, unless this fails */
   while (got < n) {
     ssize_t r = off < 0 ? FS_REAL(read)(fd, dst + got, n - got) : pread(fd, dst + got, n - got, off + (off_t)got);
     if (r < 0 && errno == EINTR)
       continue;
-    if (r < 0)
-      return got ? (ssize_t)got : -errno;
-    if (r == 0)
+    if (r < 0 && !got)
+      return -errno;
+    if (r <= 0)
       break;
     got += (size_t)r;
   }
+  errno = saved;
   return (ssize_t)got;
 }
 
