@@ -70,18 +70,30 @@ size_t fs_ring_space_for(struct fs_ring *r, size_t want)
   return (free - FS_RING_RESERVE - FS_RING_HDR) & ~(size_t)7;
 }
 
-size_t fs_ring_put_data(struct fs_ring *r, const struct iovec *iov, int iovcnt, size_t skip, size_t len)
+/* The bytes of the DATA record a producer may append now: len, cut to the
+ * room there is and to what a record's length field holds. */
+static size_t fs_ring_data_room(struct fs_ring *r, size_t len)
 {
   size_t room = fs_ring_space_for(r, len);
   if (len > room)
     len = room;
-  if (len > 0xffffffu - 8)
-    len = 0xffffffu - 8;
+  return len > 0xffffffu - 8 ? 0xffffffu - 8 : len;
+}
+
+/* The record's header, then the tail (release): its n bytes are written. */
+static void fs_ring_publish_data(struct fs_ring *r, uint64_t tail, size_t n)
+{
+  uint32_t hdr[2] = { FS_REC_DATA, (uint32_t)n };
+  fs_ring_write_at(r, tail, hdr, sizeof hdr);
+  __atomic_store_n(&r->ctl->tail, tail + FS_RING_HDR + FS_ALIGN8(n), __ATOMIC_RELEASE);
+}
+
+size_t fs_ring_put_data(struct fs_ring *r, const struct iovec *iov, int iovcnt, size_t skip, size_t len)
+{
+  len = fs_ring_data_room(r, len);
   if (len == 0)
     return 0;
   uint64_t tail = __atomic_load_n(&r->ctl->tail, __ATOMIC_RELAXED);
-  uint32_t hdr[2] = { FS_REC_DATA, (uint32_t)len };
-  fs_ring_write_at(r, tail, hdr, sizeof hdr);
   uint64_t pos = tail + FS_RING_HDR;
   size_t left = len;
   for (int i = 0; i < iovcnt && left > 0; i++) {
@@ -101,11 +113,7 @@ size_t fs_ring_put_data(struct fs_ring *r, const struct iovec *iov, int iovcnt, 
   len -= left; /* iov shorter than len: record what was really gathered */
   if (len == 0)
     return 0;
-  if (left) {
-    hdr[1] = (uint32_t)len;
-    fs_ring_write_at(r, tail, hdr, sizeof hdr);
-  }
-  __atomic_store_n(&r->ctl->tail, tail + FS_RING_HDR + FS_ALIGN8(len), __ATOMIC_RELEASE);
+  fs_ring_publish_data(r, tail, len);
   return len;
 }
 
@@ -131,16 +139,11 @@ static ssize_t fs_ring_read_file(int fd, off_t off, uint8_t *dst, size_t n)
 
 ssize_t fs_ring_put_file(struct fs_ring *r, int fd, off_t off, size_t len, bool *end)
 {
-  size_t room = fs_ring_space_for(r, len);
-  if (len > room)
-    len = room;
-  if (len > 0xffffffu - 8)
-    len = 0xffffffu - 8;
+  len = fs_ring_data_room(r, len);
   if (len == 0)
     return 0;
   uint64_t tail = __atomic_load_n(&r->ctl->tail, __ATOMIC_RELAXED);
-  uint64_t pos = tail + FS_RING_HDR;
-  uint32_t at = fs_ring_off(r, pos);
+  uint32_t at = fs_ring_off(r, tail + FS_RING_HDR);
   size_t first = r->size - at < len ? r->size - at : len;
   ssize_t n = fs_ring_read_file(fd, off, r->data + at, first);
   if (n == (ssize_t)first && first < len) { /* wrapped: the rest at the ring's start */
@@ -153,9 +156,7 @@ ssize_t fs_ring_put_file(struct fs_ring *r, int fd, off_t off, size_t len, bool 
     return n;
   }
   *end = (size_t)n < len;
-  uint32_t hdr[2] = { FS_REC_DATA, (uint32_t)n };
-  fs_ring_write_at(r, tail, hdr, sizeof hdr);
-  __atomic_store_n(&r->ctl->tail, tail + FS_RING_HDR + FS_ALIGN8((size_t)n), __ATOMIC_RELEASE);
+  fs_ring_publish_data(r, tail, (size_t)n);
   return n;
 }
 
