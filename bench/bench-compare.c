@@ -361,30 +361,21 @@ int bench_compare(const struct bench_opts *o, char **argv) {
     char sz[32];
     double t_item = now_s();
     /* A stream floor runs its rounds between those of the stream after it
-     * (its speed is compared with that stream's, and this machine's drifts). */
+     * (its speed is compared with that stream's, and this machine's drifts);
+     * that stream has then nothing left to run. */
     struct bench_item *with = it->test == T_SHM_STREAM && i + 1 < n && items[i + 1].test == T_STREAM &&
                                       items[i + 1].size == it->size ? &items[i + 1] : NULL;
-    if (with) {
-      for (int round = 0; round < o->rounds; round++) {
+    int ran = i > 0 && items[i - 1].test == T_SHM_STREAM && it->test == T_STREAM && items[i - 1].size == it->size;
+    struct bench_item *net = with ? with : is_shm ? NULL : it;
+    for (int round = 0; round < o->rounds && !ran; round++) {
+      if (is_shm) {
         shm_round(o, it->test, it->size, &it->r[0][round]);
         if (o->verbose) verbose_round(&it->r[0][round], 0, round);
-        for (int k = 0; k < 2; k++) {
-          int side = (round % 2) ? 1 - k : k;
-          net_round(o, with->test, with->size, side, &with->r[side][round]);
-          if (o->verbose) verbose_round(&with->r[side][round], side, round);
-        }
       }
-    }
-    for (int round = 0; round < o->rounds && !(it->test == T_STREAM && i > 0 && items[i - 1].test == T_SHM_STREAM &&
-                                               items[i - 1].size == it->size);
-         round++) {
-      if (with) break;
-      for (int k = 0; k < 2; k++) {
+      for (int k = 0; net && k < 2; k++) {
         int side = (round % 2) ? 1 - k : k; /* ABBA: plain first on even rounds */
-        if (is_shm && side == 1) continue;
-        struct bench_result *r = &it->r[side][round];
-        if (is_shm) shm_round(o, it->test, it->size, r);
-        else net_round(o, it->test, it->size, side, r);
+        struct bench_result *r = &net->r[side][round];
+        net_round(o, net->test, net->size, side, r);
         if (o->verbose) verbose_round(r, side, round);
       }
     }

@@ -283,13 +283,10 @@ static int stream_produce(struct shm_st *s, size_t ring, size_t size, pid_t pare
 }
 
 static int stream_consume(struct shm_st *s, size_t ring, size_t size, double secs, pid_t child,
-                          double *gbps) {
-  unsigned char *dst = malloc(size);
-  if (!dst) return -1;
+                          unsigned char *dst, double *gbps) {
   uint64_t head = 0, t_begin = bench_now_ns(), t_measure = 0, counted = 0;
   uint64_t warm = 200000000u, span = (uint64_t)(secs * 1e9);
   size_t unit = stream_unit(size, ring);
-  int rc = 0;
   for (unsigned i = 0;; i++) {
     if ((i & 63) == 0) {
       uint64_t now = bench_now_ns();
@@ -307,8 +304,7 @@ static int stream_consume(struct shm_st *s, size_t ring, size_t size, double sec
     atomic_store_explicit(&s->head, head, memory_order_release);
     counted += unit;
   }
-  free(dst);
-  return rc;
+  return 0;
 }
 
 int shm_floor_stream(size_t size, size_t ring, double secs, int cpu_a, int cpu_b, double *gbps,
@@ -319,9 +315,12 @@ int shm_floor_stream(size_t size, size_t ring, double secs, int cpu_a, int cpu_b
     return -1;
   }
   size_t len = sizeof(struct shm_st) + ring;
+  unsigned char *dst = malloc(size);
   struct shm_st *s = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (s == MAP_FAILED) {
-    snprintf(err, errlen, "shm stream floor: %s", strerror(errno));
+  if (!dst || s == MAP_FAILED) {
+    snprintf(err, errlen, "shm stream floor: out of memory");
+    free(dst);
+    if (s != MAP_FAILED) munmap(s, len);
     return -1;
   }
   pid_t parent = getpid();
@@ -329,6 +328,7 @@ int shm_floor_stream(size_t size, size_t ring, double secs, int cpu_a, int cpu_b
   pid_t child = fork();
   if (child < 0) {
     snprintf(err, errlen, "shm stream floor: fork: %s", strerror(errno));
+    free(dst);
     munmap(s, len);
     return -1;
   }
@@ -339,7 +339,7 @@ int shm_floor_stream(size_t size, size_t ring, double secs, int cpu_a, int cpu_b
   cpu_set_t saved;
   int restore = cpu_a >= 0 && sched_getaffinity(0, sizeof saved, &saved) == 0;
   pin(cpu_a);
-  int rc = stream_consume(s, ring, size, secs, child, gbps);
+  int rc = stream_consume(s, ring, size, secs, child, dst, gbps);
   atomic_store_explicit(&s->stop, 1, memory_order_relaxed);
   if (rc < 0) {
     snprintf(err, errlen, "shm stream floor: the producer stalled or died");
@@ -352,6 +352,7 @@ int shm_floor_stream(size_t size, size_t ring, double secs, int cpu_a, int cpu_b
     rc = -1;
   }
   if (restore) sched_setaffinity(0, sizeof saved, &saved);
+  free(dst);
   munmap(s, len);
   return rc;
 }
