@@ -91,14 +91,19 @@ void fs_sockopt_set(struct fs_conn *c, int fd, int level, int name, const void *
  * still goes to a corked kernel: bytes sent on TCP before the SWITCH may
  * wait under it.  The tx lock is only tried: a send asleep holding it lets
  * this call through to the kernel, as without us. */
+/* Sends go over a live fabric: TCP carries none of them, corked or not. */
+static bool fs_sockopt_tx_on_fabric(struct fs_conn *c)
+{
+  return c->tx_flow == FS_FLOW_FABRIC && __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE) && !c->reverted;
+}
+
 bool fs_sockopt_set_here(struct fs_conn *c, int level, int name, const void *val, socklen_t len)
 {
   if (level != IPPROTO_TCP || name != TCP_CORK || val == NULL || len < (socklen_t)sizeof(int) ||
       c->tx_flow != FS_FLOW_FABRIC || !fs_lock_try(&c->txlock))
     return false;
   bool on = *(const int *)val != 0, here = false;
-  if (c->tx_flow == FS_FLOW_FABRIC && __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE) && !c->reverted &&
-      (on || !c->cork_kernel)) {
+  if (fs_sockopt_tx_on_fabric(c) && (on || !c->cork_kernel)) {
     c->cork_app = on;
     here = true;
   }
@@ -115,7 +120,7 @@ void fs_sockopt_get(struct fs_conn *c, int level, int name, void *val, const soc
 
 void fs_sockopt_cork_sync(struct fs_conn *c, int fd)
 {
-  if (c->tx_flow == FS_FLOW_FABRIC && __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE) && !c->reverted)
+  if (fs_sockopt_tx_on_fabric(c))
     return;
   int saved = errno, v = c->cork_app;
   (void)FS_REAL(setsockopt)(fd, IPPROTO_TCP, TCP_CORK, &v, sizeof v);
