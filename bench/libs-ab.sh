@@ -5,6 +5,8 @@
 # alternating rounds, so that builds (not only plain vs one build) compare
 # within one run on this noisy machine.  Both ends of every connection run
 # under the same LIB.  Per round and LIB: wrk -t2 -c50 and -c400 (requests/s),
+# wrk -t2 -c8 with "Connection: close" (a connection per request, as ab
+# without keep-alive; requests/s),
 # pgbench -S -c 8 -j 2 (tps) and the same with -C, a connection per
 # transaction (tps); then the median per LIB, its ratio to the first LIB's
 # median, and the median of the per-round ratios to the first LIB (each
@@ -52,6 +54,9 @@ for r in $(seq "$rounds"); do
       echo "${v:-nan}" >>"$tmp/wrk.$i"; line="$line wrk-c50 ${v:-?}/s"
       v=$($(pre "$lib") wrk -t2 -c400 -d${secs}s http://127.0.0.1:$NGINX_PORT/f4k 2>/dev/null | awk '/Requests\/sec/ {print $2}')
       echo "${v:-nan}" >>"$tmp/wrk400.$i"; line="$line wrk-c400 ${v:-?}/s"
+      v=$($(pre "$lib") wrk -t2 -c8 -d${secs}s -H 'Connection: close' http://127.0.0.1:$NGINX_PORT/f4k 2>/dev/null |
+        awk '/Requests\/sec/ {print $2}')
+      echo "${v:-nan}" >>"$tmp/wrkclose.$i"; line="$line wrk-close ${v:-?}/s"
       kill "$(cat "$tmp/nginx.pid")"; sleep 0.5
     fi
     if [ $have_pg = 1 ] && pg_start "$lib"; then
@@ -70,7 +75,7 @@ done
 printf '\n%-10s %-40s %14s %8s %8s\n' workload lib median "vs first" "paired"
 json="{\"rounds\": $rounds, \"seconds\": $secs, \"results\": ["
 sep=
-for w in wrk wrk400 pgbench pgbenchC; do
+for w in wrk wrk400 wrkclose pgbench pgbenchC; do
   [ -e "$tmp/$w.0" ] || continue
   first=$(median <"$tmp/$w.0")
   for i in "${!libs[@]}"; do

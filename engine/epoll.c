@@ -13,9 +13,11 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 
 #include "base/clock.h"
+#include "base/fdreg.h"
 #include "engine/cutover.h"
 #include "engine/ready.h"
 #include "engine/wait.h"
@@ -271,6 +273,8 @@ struct fs_ep *fs_ep_get(int epfd, bool create)
   if (!ep)
     return NULL;
   pthread_mutex_init(&ep->lock, NULL);
+  pthread_mutex_init(&ep->pend_lock, NULL);
+  ep->bell = -1;
   ep->epfd = epfd;
   ep->spin_us = 50;
   ep->ns_look = 500;
@@ -280,6 +284,96 @@ struct fs_ep *fs_ep_get(int epfd, bool create)
     ep = expect;
   }
   return ep;
+}
+
+/* The set's bell, made on first need (ep->lock held): 0, or -errno (the
+ * caller then makes the connection's wake fd at once, as before). */
+int fs_ep_bell(struct fs_ep *ep)
+{
+  if (ep->bell >= 0)
+    return 0;
+  int saved = errno, rc = 0;
+  struct fs_ep_ent *b = ep->bell_ent ? ep->bell_ent : fs_ep_ent_new();
+  int fd = b ? eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC) : -1;
+  if (fd < 0) {
+    rc = b ? -errno : -ENOMEM;
+  } else {
+    b->magic = FS_EP_MAGIC;
+    b->ep = ep;
+    b->is_bell = b->alive = true;
+    struct epoll_event kev = { .events = EPOLLIN | EPOLLET, .data.u64 = (uint64_t)(uintptr_t)b };
+    if (FS_REAL(epoll_ctl)(ep->epfd, EPOLL_CTL_ADD, fd, &kev) < 0) {
+      rc = -errno;
+      FS_REAL(close)(fd);
+    } else {
+      fs_fdreg_set(fd, true);
+      ep->bell = fd;
+    }
+  }
+  if (b && !ep->bell_ent && rc == 0)
+    ep->bell_ent = b;
+  else if (b && !ep->bell_ent)
+    fs_ep_ent_free(b);
+  errno = saved;
+  return rc;
+}
+
+void fs_ready_epoll_wake_made(struct fs_conn *c)
+{
+  pthread_mutex_lock(&c->lock);
+  for (struct fs_ep_ent *e = c->ep_ents; e; e = e->cnext) {
+    struct fs_ep *ep = e->ep; /* never freed; e stays in c's list while we hold c->lock */
+    int bell = __atomic_load_n(&ep->bell, __ATOMIC_ACQUIRE);
+    if (bell < 0)
+      continue; /* its entries registered the wake fd themselves */
+    pthread_mutex_lock(&ep->pend_lock);
+    if (ep->npend == ep->pend_cap) {
+      int cap = ep->pend_cap ? 2 * ep->pend_cap : 16;
+      struct fs_conn **p = realloc(ep->pend, (size_t)cap * sizeof *p);
+      if (p) {
+        ep->pend = p;
+        ep->pend_cap = cap;
+      }
+    }
+    if (ep->npend < ep->pend_cap) {
+      fs_conn_get(c);
+      ep->pend[ep->npend] = c;
+      __atomic_store_n(&ep->npend, ep->npend + 1, __ATOMIC_RELEASE);
+    } /* else (no memory): the 20 ms safety net is all that is left */
+    pthread_mutex_unlock(&ep->pend_lock);
+    fs_chan_efd_write(bell);
+  }
+  pthread_mutex_unlock(&c->lock);
+}
+
+/* Register the wake fds of the connections queued on ep's bell in the
+ * kernel set, and look at their entries (ep->lock held). */
+void fs_ep_pend_run(struct fs_ep *ep)
+{
+  if (__atomic_load_n(&ep->npend, __ATOMIC_ACQUIRE) == 0)
+    return;
+  pthread_mutex_lock(&ep->pend_lock);
+  struct fs_conn **pend = ep->pend;
+  int n = ep->npend;
+  ep->pend = NULL;
+  ep->npend = ep->pend_cap = 0;
+  pthread_mutex_unlock(&ep->pend_lock);
+  for (int i = 0; i < n; i++) {
+    struct fs_conn *c = pend[i];
+    pthread_mutex_lock(&c->lock);
+    int wfd = c->wake_fd;
+    for (struct fs_ep_ent *e = c->ep_ents; e; e = e->cnext) {
+      if (e->ep != ep || !e->alive || e->parked || e->wake_reg || wfd < 0)
+        continue;
+      e->wake_reg = fs_ep_add_wake(ep->epfd, wfd, e) == 0;
+      if (e->wake_reg)
+        ep->any_fabric = true;
+      fs_ep_recheck_add(ep, e);
+    }
+    pthread_mutex_unlock(&c->lock);
+    fs_conn_put(c);
+  }
+  free(pend);
 }
 
 /* Kernel event mask for the TCP fd: a fabric tx is never asked of TCP. */
@@ -406,8 +500,12 @@ int fs_ready_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
       fs_ep_ent_free(e);
       break;
     }
-    /* An event loop sleeps on its wake fd: made now if none yet (engine/wake.h). */
-    fs_wake_for_epoll(c);
+    /* A connection that may upgrade gets its wake fd at its rendezvous,
+     * which rings the set's bell (fs_ready_epoll_wake_made).  Without a
+     * bell, it is made now, as an event loop sleeps on it. */
+    bool may = !c->no_upgrade && fs_conn_state(c) != FS_STATE_LISTEN;
+    if (may && c->wake_fd < 0 && fs_ep_bell(ep) < 0)
+      fs_wake_for_epoll(c);
     if (c->wake_fd >= 0) {
       e->wake_reg = fs_ep_add_wake(epfd, c->wake_fd, e) == 0;
       ep->any_fabric = true; /* it may move to a fabric: the safety net applies */
@@ -417,8 +515,9 @@ int fs_ready_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
     ep->nents++;
     fs_ep_recheck_add(ep, e);
     /* A listener never becomes a connection: left to the setup pass, it
-     * would have each epoll_wait walk every entry (nginx: all of them). */
-    if (!e->wake_reg && !c->no_upgrade && fs_conn_state(c) != FS_STATE_LISTEN) {
+     * would have each epoll_wait walk every entry (nginx: all of them).
+     * A connection still connecting waits there for its end of connect. */
+    if (!e->wake_reg && may && (c->connecting || !c->dir || ep->bell < 0)) {
       e->needs_setup = true;
       ep->nsetup++;
     }
@@ -426,6 +525,12 @@ int fs_ready_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
     e->cnext = c->ep_ents;
     c->ep_ents = e;
     pthread_mutex_unlock(&c->lock);
+    /* A wake fd made since the look above rang the bell only for sets
+     * already in c's list (both go through c->lock). */
+    if (!e->wake_reg && __atomic_load_n(&c->wake_fd, __ATOMIC_ACQUIRE) >= 0) {
+      e->wake_reg = fs_ep_add_wake(epfd, c->wake_fd, e) == 0;
+      ep->any_fabric = true;
+    }
     break;
   }
   case EPOLL_CTL_MOD:
@@ -504,7 +609,19 @@ void fs_ready_epoll_close(int epfd)
       e->wait_fd = -1;
       fs_ep_unlink(e);
     }
+  if (ep->bell >= 0) {
+    fs_fdreg_close(ep->bell);
+    ep->bell = -1;
+  }
   pthread_mutex_unlock(&ep->lock);
+  /* No entry is left to queue a connection: drop what is queued. */
+  pthread_mutex_lock(&ep->pend_lock);
+  for (int i = 0; i < ep->npend; i++)
+    fs_conn_put(ep->pend[i]);
+  free(ep->pend);
+  ep->pend = NULL;
+  ep->npend = ep->pend_cap = 0;
+  pthread_mutex_unlock(&ep->pend_lock);
   /* ep itself is not freed: a thread may still be in epoll_wait on it. */
 }
 

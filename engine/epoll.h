@@ -20,6 +20,7 @@ struct fs_ep_ent {
   uint32_t magic;
   bool alive, oneshot_fired, edge_pending, out_masked, wake_reg;
   bool parked;               /* DELeted, wake fds kept in the kernel set (ep->parked) */
+  bool is_bell;              /* not an fd's entry: the tag of ep->bell */
   bool tcp_parked;           /* parked with its TCP fd still in the kernel set */
   struct fs_ep *ep;
   int fd;
@@ -75,6 +76,20 @@ struct fs_ep {
    * its fd or of the epoll fd, or when its fd number comes back as another
    * connection. */
   struct fs_ep_ent *parked;
+  /* The set's bell (an eventfd, edge-triggered, tagged bell_ent; -1 until
+   * an entry may upgrade).  A connection makes its wake fd only at its
+   * rendezvous, not when a set takes it: most short connections never
+   * upgrade, and the wake fd cost each one an eventfd(), two epoll_ctl()
+   * and a close() (nginx: 7 system calls per connection more than plain).
+   * fs_ready_epoll_wake_made queues the connection in `pend` and rings the
+   * bell; whoever waits on the set registers its wake fd (fs_ep_pend_run),
+   * before or after the attach's wake: either way it looks at the entry.
+   * pend_lock is a leaf lock (taken under a connection's). */
+  int bell;
+  struct fs_ep_ent *bell_ent;
+  pthread_mutex_t pend_lock;
+  struct fs_conn **pend;     /* referenced */
+  int npend, pend_cap;       /* npend: atomic reads outside pend_lock */
 };
 
 #define FS_EP_IDLE_MAX 64
@@ -88,6 +103,8 @@ extern char *fs_ep_arena;
 #define FS_EP_STALE ((struct fs_ep_ent *)&fs_ep_arena)
 int fs_ep_add_wake(int epfd, int fd, struct fs_ep_ent *e);
 struct fs_ep *fs_ep_get(int epfd, bool create);
+int fs_ep_bell(struct fs_ep *ep);
+void fs_ep_pend_run(struct fs_ep *ep);
 void fs_ep_idle_del(struct fs_ep *ep, struct fs_ep_ent *e);
 uint32_t fs_ep_kernel_events(struct fs_ep_ent *e);
 int fs_ep_kmod(int epfd, struct fs_ep_ent *e, uint32_t events);

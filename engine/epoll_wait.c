@@ -190,12 +190,17 @@ static void fs_ep_setup(struct fs_ep *ep, int epfd)
       continue;
     if (e->c->connecting)
       fs_sock_check_connected(e->c, e->fd);
-    fs_wake_for_epoll(e->c); /* connected now: its wake fd */
+    /* Connected now: its wake fd comes with its rendezvous (the bell), or
+     * now where the set has no bell. */
+    bool up = e->c->dir && !e->c->connecting;
+    if (up && ep->bell < 0 && fs_ep_bell(ep) < 0)
+      fs_wake_for_epoll(e->c);
     if (e->c->wake_fd >= 0) {
       e->wake_reg = fs_ep_add_wake(epfd, e->c->wake_fd, e) == 0;
       ep->any_fabric = true;
     }
-    if (e->wake_reg || (e->c->no_upgrade && !e->c->connecting) || fs_conn_state(e->c) == FS_STATE_LISTEN) {
+    if (e->wake_reg || (up && ep->bell >= 0) || (e->c->no_upgrade && !e->c->connecting) ||
+        fs_conn_state(e->c) == FS_STATE_LISTEN) {
       e->needs_setup = false;
       ep->nsetup--;
       fs_ep_recheck_add(ep, e);
@@ -300,6 +305,7 @@ int fs_ready_epoll_wait(int epfd, struct epoll_event *out, int max, const struct
     int n = 0;
     /* 1. Entries to look at again (reported last time, new, modified). */
     pthread_mutex_lock(&ep->lock);
+    fs_ep_pend_run(ep);
     if (ep->nsetup > 0)
       fs_ep_setup(ep, epfd);
     struct fs_ep_ent *list = ep->recheck;
@@ -427,6 +433,10 @@ int fs_ready_epoll_wait(int epfd, struct epoll_event *out, int max, const struct
       }
       if (e == FS_EP_STALE)
         continue;
+      if (e->is_bell) { /* wake fds to register: their entries are looked at next */
+        fs_ep_pend_run(ep); /* edge-triggered: never drained, each ring is an edge */
+        continue;
+      }
       if (e->parked) { /* news for an fd nobody waits on here: forget it */
         fs_ep_list_del(&ep->parked, e);
         fs_ep_unlink(e);

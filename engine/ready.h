@@ -34,6 +34,9 @@ void fs_ready_epoll_close(int epfd);
 /* A connection's last fd is closing: take it out of every epoll set. */
 struct fs_conn;
 void fs_ready_epoll_forget_conn(struct fs_conn *c);
+/* c's wake fd was just made (its rendezvous): every epoll set holding c
+ * registers it, woken by its bell if a thread sleeps there. */
+void fs_ready_epoll_wake_made(struct fs_conn *c);
 /* fd of c is about to be closed (c lives on in another fd): registrations
  * of that fd the library kept in kernel epoll sets go first. */
 void fs_ready_epoll_fd_closing(struct fs_conn *c, int fd);

@@ -6,6 +6,7 @@
 
 #include "base/fdreg.h"
 #include "fabric/chan.h"
+#include "engine/ready.h"
 #include "engine/wake.h"
 
 /* Acceleration costs two extra fds per upgraded connection (its wake
@@ -29,6 +30,7 @@ int fs_wake_get(struct fs_conn *c)
   if (__atomic_load_n(&c->wake_fd, __ATOMIC_ACQUIRE) >= 0)
     return 0;
   int reason = 0, saved = errno; /* the application's, whatever happens here */
+  bool made = false;
   pthread_mutex_lock(&c->lock);
   if (c->wake_fd < 0) {
     int efd = -1;
@@ -36,6 +38,7 @@ int fs_wake_get(struct fs_conn *c)
       fs_fdreg_set(efd, true);
       /* Before any channel: whoever sees the channel sees this too. */
       __atomic_store_n(&c->wake_fd, efd, __ATOMIC_RELEASE);
+      made = true;
     } else {
       reason = FS_REASON_RESOURCES;
       c->no_upgrade = true;
@@ -44,6 +47,10 @@ int fs_wake_get(struct fs_conn *c)
     }
   }
   pthread_mutex_unlock(&c->lock);
+  /* Before the channel: an epoll set that hears of it registers it before
+   * the attach's wake, or looks at the entry after it. */
+  if (made && __atomic_load_n(&c->ep_ents, __ATOMIC_ACQUIRE))
+    fs_ready_epoll_wake_made(c);
   errno = saved;
   return reason;
 }

@@ -6,8 +6,10 @@
  * came.  Made at establish, it cost every connection an eventfd() and a
  * close() (2.5 us here: a short connection's largest cost) and an fd,
  * though most short connections never upgrade.  So it is made when it is
- * first needed: the rendezvous (its fd goes to the peer) or an epoll set
- * (its kernel registration).
+ * first needed: the rendezvous (its fd goes to the peer).  An epoll set
+ * taking the connection makes none: the set has one bell for all its
+ * entries, which the rendezvous rings so that the set registers the new
+ * wake fd (engine/epoll.h); only a set without a bell makes it at once.
  *
  * A thread that sleeps on the TCP socket alone (a blocking receive, or a
  * poll, on a connection with no wake fd yet: "blind") would never hear of a
@@ -27,8 +29,9 @@
  * fd budget or eventfd() said no: c then stays on TCP for good). */
 int fs_wake_get(struct fs_conn *c);
 
-/* An epoll set takes c, or finishes setting it up: make its wake fd if c
- * is connected and may still upgrade (an event loop sleeps on it). */
+/* An epoll set without a bell takes c, or finishes setting it up: make
+ * its wake fd if c is connected and may still upgrade (an event loop
+ * sleeps on it). */
 static inline void fs_wake_for_epoll(struct fs_conn *c)
 {
   if (c->dir && !c->connecting && !c->no_upgrade)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What connections cost in descriptors: fdcost.py server PORTFILE N [WANT] | client PORT N [WANT].
+"""What connections cost in descriptors: fdcost.py server|eserver PORTFILE N [WANT] | client PORT N [WANT].
 
 Each end holds N connections open at once after 64 bytes each way (plain
 blocking sockets: the server accepts and receives, the client connects and
@@ -9,8 +9,11 @@ process before its first connection, 0.2 s after the last exchange (or, with
 WANT, once it holds WANT eventfds more, up to 10 s: upgrades finish on the
 library's own thread).  The client closes everything after
 counting; the server counts, then waits for the client's EOF on each.
+eserver is the server as an event loop: each connection stays in an epoll
+set (made before the first count), and is read when epoll says so.
 """
 import os
+import select
 import socket
 import sys
 import time
@@ -42,7 +45,8 @@ def main():
     role, arg, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
     want = int(sys.argv[4]) if len(sys.argv) > 4 else None
     conns = []
-    if role == 'server':
+    if role in ('server', 'eserver'):
+        ep = select.epoll() if role == 'eserver' else None
         ls = socket.socket()
         ls.bind(('127.0.0.1', 0))
         ls.listen(n)
@@ -52,6 +56,10 @@ def main():
         os.rename(arg + '.tmp', arg)
         for _ in range(n):
             c, _ = ls.accept()
+            if ep:
+                ep.register(c.fileno(), select.EPOLLIN)
+                while not any(fd == c.fileno() for fd, _ in ep.poll(10)):
+                    pass
             c.sendall(recv64(c))
             conns.append(c)
     else:
@@ -69,7 +77,7 @@ def main():
         time.sleep(0.1)
         t1, e1 = count()
     print('extra %d eventfds %d' % (t1 - t0 - n, e1 - e0), flush=True)
-    if role == 'server':
+    if role != 'client':
         for c in conns:
             c.recv(1)
     for c in conns:

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -177,6 +178,61 @@ START_TEST(t_last_of_two_sets_it)
 }
 END_TEST
 
+/* An event loop's set takes a connection that may upgrade: no wake fd for
+ * it then (most short connections never upgrade).  Made later, at the
+ * rendezvous, while a thread sleeps in the set with no timeout: the set's
+ * bell has that thread put it in the kernel set before it sleeps again. */
+struct ewait {
+  int epfd, n;
+  struct epoll_event ev[4];
+};
+
+static void *epoll_waiter(void *arg)
+{
+  struct ewait *w = arg;
+  w->n = fs_ready_epoll_wait(w->epfd, w->ev, 4, NULL, NULL);
+  return NULL;
+}
+
+static bool in_kernel_set(int epfd, int fd)
+{
+  struct epoll_event ev = { .events = EPOLLIN };
+  if (epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) == 0) {
+    epoll_ctl(epfd, EPOLL_CTL_DEL, fd, NULL);
+    return false;
+  }
+  return errno == EEXIST;
+}
+
+START_TEST(t_epoll_set_hears_of_a_wake_fd_made_while_it_sleeps)
+{
+  struct pend p;
+  pend_new(&p);
+  struct ewait w = { epoll_create1(EPOLL_CLOEXEC), -2, { { 0 } } };
+  ck_assert_int_ge(w.epfd, 0);
+  struct epoll_event ev = { .events = EPOLLIN, .data.u64 = 42 };
+  ck_assert_int_eq(fs_ready_epoll_ctl(w.epfd, EPOLL_CTL_ADD, p.sv[0], &ev), 0);
+  ck_assert_int_eq(p.c->wake_fd, -1); /* the ADD made none */
+  pthread_t t;
+  ck_assert_int_eq(pthread_create(&t, NULL, epoll_waiter, &w), 0);
+  usleep(50000); /* into the kernel, no timeout */
+  ck_assert_int_eq(pend_attach(&p), 0);
+  ck_assert_int_ge(p.c->wake_fd, 0);
+  /* A bound against a hang, not a timing: it is there at once. */
+  int i = 0;
+  while (i++ < 5000 && !in_kernel_set(w.epfd, p.c->wake_fd))
+    usleep(1000);
+  ck_assert(in_kernel_set(w.epfd, p.c->wake_fd));
+  ck_assert_int_eq(__atomic_load_n(&w.n, __ATOMIC_ACQUIRE), -2); /* nothing to report yet */
+  ck_assert_int_eq(write(p.sv[1], "x", 1), 1);
+  pthread_join(t, NULL);
+  ck_assert_int_eq(w.n, 1);
+  ck_assert_uint_eq(w.ev[0].data.u64, 42);
+  fs_ready_epoll_close(w.epfd);
+  close(w.epfd);
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("wake");
@@ -187,6 +243,7 @@ int main(void)
   tcase_add_test(tc, t_attach_waits_for_blocked_reader);
   tcase_add_test(tc, t_attach_waits_for_poll);
   tcase_add_test(tc, t_last_of_two_sets_it);
+  tcase_add_test(tc, t_epoll_set_hears_of_a_wake_fd_made_while_it_sleeps);
   suite_add_tcase(s, tc);
   return run_suite(s, true);
 }
