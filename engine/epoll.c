@@ -78,6 +78,18 @@ int fs_ep_add_wake(int epfd, int fd, struct fs_ep_ent *e)
   return rc;
 }
 
+/* e's wake fd into ep's kernel set, counted (ep->lock held).  A failure
+ * leaves the safety net on for good: the entry may still reach a fabric. */
+bool fs_ep_reg_wake(struct fs_ep *ep, struct fs_ep_ent *e, int wfd)
+{
+  if (fs_ep_add_wake(ep->epfd, wfd, e) == 0) {
+    e->wake_reg = true;
+    ep->nwake++;
+  } else {
+    ep->any_fabric = true;
+  }
+  return e->wake_reg;
+}
 
 static struct fs_ep *fs_ep_tab[FS_FDTAB_SIZE];
 static pthread_mutex_t fs_ep_alloc_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -144,8 +156,11 @@ void fs_ep_unlink(struct fs_ep_ent *e)
       break;
     }
   pthread_mutex_unlock(&c->lock);
-  if (e->wake_reg && c->wake_fd >= 0)
-    FS_REAL(epoll_ctl)(e->ep->epfd, EPOLL_CTL_DEL, c->wake_fd, NULL);
+  if (e->wake_reg) {
+    e->ep->nwake--;
+    if (c->wake_fd >= 0)
+      FS_REAL(epoll_ctl)(e->ep->epfd, EPOLL_CTL_DEL, c->wake_fd, NULL);
+  }
   if (e->wait_fd >= 0)
     FS_REAL(epoll_ctl)(e->ep->epfd, EPOLL_CTL_DEL, e->wait_fd, NULL);
   if (e->tcp_parked)
@@ -365,9 +380,7 @@ void fs_ep_pend_run(struct fs_ep *ep)
     for (struct fs_ep_ent *e = c->ep_ents; e; e = e->cnext) {
       if (e->ep != ep || !e->alive || e->parked || e->wake_reg || wfd < 0)
         continue;
-      e->wake_reg = fs_ep_add_wake(ep->epfd, wfd, e) == 0;
-      if (e->wake_reg)
-        ep->any_fabric = true;
+      fs_ep_reg_wake(ep, e, wfd);
       fs_ep_recheck_add(ep, e);
     }
     pthread_mutex_unlock(&c->lock);
@@ -506,10 +519,8 @@ int fs_ready_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
     bool may = !c->no_upgrade && fs_conn_state(c) != FS_STATE_LISTEN;
     if (may && c->wake_fd < 0 && fs_ep_bell(ep) < 0)
       fs_wake_for_epoll(c);
-    if (c->wake_fd >= 0) {
-      e->wake_reg = fs_ep_add_wake(epfd, c->wake_fd, e) == 0;
-      ep->any_fabric = true; /* it may move to a fabric: the safety net applies */
-    }
+    if (c->wake_fd >= 0)
+      fs_ep_reg_wake(ep, e, c->wake_fd); /* it may move to a fabric: the safety net applies */
     e->alive = true;
     fs_ep_list_push(&ep->ents, e);
     ep->nents++;
@@ -527,10 +538,8 @@ int fs_ready_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
     pthread_mutex_unlock(&c->lock);
     /* A wake fd made since the look above rang the bell only for sets
      * already in c's list (both go through c->lock). */
-    if (!e->wake_reg && __atomic_load_n(&c->wake_fd, __ATOMIC_ACQUIRE) >= 0) {
-      e->wake_reg = fs_ep_add_wake(epfd, c->wake_fd, e) == 0;
-      ep->any_fabric = true;
-    }
+    if (!e->wake_reg && __atomic_load_n(&c->wake_fd, __ATOMIC_ACQUIRE) >= 0)
+      fs_ep_reg_wake(ep, e, c->wake_fd);
     break;
   }
   case EPOLL_CTL_MOD:
@@ -605,6 +614,8 @@ void fs_ready_epoll_close(int epfd)
   for (int l = 0; l < 2; l++)
     for (struct fs_ep_ent *e = lists[l], *n; e; e = n) {
       n = e->next;
+      if (e->wake_reg)
+        ep->nwake--;
       e->wake_reg = e->tcp_parked = false; /* the kernel set dies with the fd */
       e->wait_fd = -1;
       fs_ep_unlink(e);

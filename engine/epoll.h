@@ -51,7 +51,8 @@ struct fs_ep {
   uint32_t ns_look;          /* what one look of that spin takes (learnt); atomic */
   int nents, nsetup;         /* entries; entries with needs_setup */
   int nidle, sleepers;       /* entries in idle; threads asleep in the kernel */
-  bool any_fabric;           /* some entry is or may become a fabric one */
+  int nwake;                 /* entries with their wake fd in the kernel set */
+  bool any_fabric;           /* an entry on a fabric without it there (sticky) */
   bool had_chan;             /* some entry has been on a fabric (spinning pays) */
   uint64_t swept_ns;         /* last safety-net look after a short timeout; atomic */
   uint32_t empty_polls;      /* zero-timeout calls that found nothing; atomic */
@@ -102,6 +103,16 @@ extern char *fs_ep_arena;
  * kernel kept past its entry): never the application's, so dropped. */
 #define FS_EP_STALE ((struct fs_ep_ent *)&fs_ep_arena)
 int fs_ep_add_wake(int epfd, int fd, struct fs_ep_ent *e);
+bool fs_ep_reg_wake(struct fs_ep *ep, struct fs_ep_ent *e, int wfd);
+
+/* Some entry is (or may become) a fabric one: sleeps are cut into slices
+ * (the safety net).  Counted, not sticky: an event loop whose upgraded
+ * connections have all gone sleeps as long as it asked again, where it
+ * woke 50 times a second for ever. */
+static inline bool fs_ep_fabric(const struct fs_ep *ep)
+{
+  return ep->nwake > 0 || ep->any_fabric;
+}
 struct fs_ep *fs_ep_get(int epfd, bool create);
 int fs_ep_bell(struct fs_ep *ep);
 void fs_ep_pend_run(struct fs_ep *ep);

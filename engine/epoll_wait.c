@@ -195,10 +195,8 @@ static void fs_ep_setup(struct fs_ep *ep, int epfd)
     bool up = e->c->dir && !e->c->connecting;
     if (up && ep->bell < 0 && fs_ep_bell(ep) < 0)
       fs_wake_for_epoll(e->c);
-    if (e->c->wake_fd >= 0) {
-      e->wake_reg = fs_ep_add_wake(epfd, e->c->wake_fd, e) == 0;
-      ep->any_fabric = true;
-    }
+    if (e->c->wake_fd >= 0)
+      fs_ep_reg_wake(ep, e, e->c->wake_fd);
     if (e->wake_reg || (up && ep->bell >= 0) || (e->c->no_upgrade && !e->c->connecting) ||
         fs_conn_state(e->c) == FS_STATE_LISTEN) {
       e->needs_setup = false;
@@ -234,7 +232,11 @@ static int fs_ep_report(struct fs_ep *ep, int epfd, struct fs_ep_ent *e, uint32_
   struct fs_conn *c = e->c;
   bool masked = false;
   if (fs_cutover_chan(c)) {
-    ep->any_fabric = ep->had_chan = true;
+    ep->had_chan = true;
+    /* Its bell may not have been heard yet: register it now. */
+    int wfd = __atomic_load_n(&c->wake_fd, __ATOMIC_ACQUIRE);
+    if (!e->wake_reg && !e->parked && (wfd < 0 || !fs_ep_reg_wake(ep, e, wfd)))
+      ep->any_fabric = true; /* only the safety net hears of it */
     masked = c->tx_flow == FS_FLOW_FABRIC;
     if (e->wait_fd < 0)
       fs_ep_reg_wait(ep, e);
@@ -358,7 +360,7 @@ int fs_ready_epoll_wait(int epfd, struct epoll_event *out, int max, const struct
      * milliseconds, never a hang (see fs_wait_sleep). */
     struct timespec slice = { 0, 20 * 1000000L };
     bool sliced = false;
-    if (k < 0 && ep->any_fabric && (!t || t->tv_sec > 0 || t->tv_nsec > slice.tv_nsec)) {
+    if (k < 0 && fs_ep_fabric(ep) && (!t || t->tv_sec > 0 || t->tv_nsec > slice.tv_nsec)) {
       t = &slice;
       sliced = true;
     }
@@ -387,7 +389,7 @@ int fs_ready_epoll_wait(int epfd, struct epoll_event *out, int max, const struct
       pthread_mutex_unlock(&ep->lock);
       errno = saved;
     }
-    if (k == 0 && !sliced && n == 0 && ep->any_fabric) {
+    if (k == 0 && !sliced && n == 0 && fs_ep_fabric(ep)) {
       /* The application's own timeout, shorter than a slice (or zero: a
        * loop that polls), ran out: the safety net still looks at every
        * fabric entry, in the next call, once a slice (or once in 1024
