@@ -102,6 +102,23 @@ bool fs_addr_is_any(const struct sockaddr *a)
   return k.family != 0 && memcmp(k.ip, zero, k.family == AF_INET ? 4 : 16) == 0;
 }
 
+bool fs_addr_take(struct sockaddr_storage *dst, const struct sockaddr *src, socklen_t len)
+{
+  if (!src || len < sizeof(sa_family_t))
+    return false;
+  sa_family_t f = fs_addr_family(src);
+  if ((f != AF_INET && f != AF_INET6) || len < fs_addr_len(src) || len > sizeof *dst)
+    return false;
+  struct fs_addr_ip k;
+  fs_addr_ip_of(src, &k);
+  static const uint8_t zero[16];
+  if (memcmp(k.ip, zero, k.family == AF_INET ? 4 : 16) == 0)
+    return false; /* any wildcard, ::ffff:0.0.0.0 too */
+  memset(dst, 0, sizeof *dst);
+  memcpy(dst, src, fs_addr_len(src));
+  return true;
+}
+
 bool fs_addr_is_loopback(const struct sockaddr *a)
 {
   static const uint8_t one[16] = { [15] = 1 };

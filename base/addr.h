@@ -49,6 +49,13 @@ const struct sockaddr *fs_addr_unmap(const struct sockaddr *a, struct sockaddr_s
 /* True for 0.0.0.0 / :: */
 bool fs_addr_is_any(const struct sockaddr *a);
 
+/* A connection's peer as accept() wrote it or connect() was given it,
+ * len bytes at src: copied into dst (the rest zeroed) and true if it is an
+ * IPv4 or IPv6 address the kernel would report as is; false (dst left
+ * alone) where only getpeername can tell: another family, a short len, or
+ * a wildcard (connect(0.0.0.0) reaches the host by another address). */
+bool fs_addr_take(struct sockaddr_storage *dst, const struct sockaddr *src, socklen_t len);
+
 /* True for 127.0.0.0/8, ::1 and ::ffff:127.0.0.0/104: no other host
  * reaches such an address. */
 bool fs_addr_is_loopback(const struct sockaddr *a);

@@ -54,6 +54,7 @@ struct fs_conn {
   uint8_t tx_flow, rx_flow;   /* enum fs_flow (fabric/chan.h) per direction */
   bool nonblock;              /* O_NONBLOCK as last set through us */
   bool connecting;            /* non-blocking connect in progress */
+  bool peer_known;            /* peer already holds what getpeername would say */
   bool no_upgrade;            /* never try (again) */
   bool upgrade_queued;        /* a rendezvous is queued or running */
   bool shut_wr, shut_rd;      /* shutdown() seen */

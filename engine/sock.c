@@ -169,7 +169,7 @@ static void fs_sock_establish(struct fs_conn *c, int fd, int dir)
 {
   socklen_t ll = sizeof c->local, pl = sizeof c->peer;
   if (getsockname(fd, (struct sockaddr *)&c->local, &ll) < 0 ||
-      getpeername(fd, (struct sockaddr *)&c->peer, &pl) < 0) {
+      (!c->peer_known && getpeername(fd, (struct sockaddr *)&c->peer, &pl) < 0)) {
     c->no_upgrade = true;
     fs_conn_set_state(c, FS_STATE_TCP, FS_REASON_ERROR);
     return;
@@ -279,11 +279,12 @@ void fs_sock_maybe_upgrade(struct fs_conn *c)
   fs_agent_upgrade(c);
 }
 
-void fs_sock_accepted(struct fs_conn *lc, int nfd, int flags)
+void fs_sock_accepted(struct fs_conn *lc, int nfd, int flags, const struct sockaddr *peer, socklen_t plen)
 {
   struct fs_conn *c = fs_conn_new(nfd, lc->family);
   if (!c)
     return;
+  c->peer_known = fs_addr_take(&c->peer, peer, plen); /* one getpeername less */
   c->nonblock = (flags & SOCK_NONBLOCK) != 0;
   /* An accepted socket inherits the listener's buffer sizes. */
   c->sndbuf = __atomic_load_n(&lc->sndbuf, __ATOMIC_RELAXED);
@@ -298,15 +299,17 @@ void fs_sock_accepted(struct fs_conn *lc, int nfd, int flags)
   fs_agent_accepted();
 }
 
-void fs_sock_connect_done(struct fs_conn *c, int fd, int rc)
+void fs_sock_connect_done(struct fs_conn *c, int fd, int rc, const struct sockaddr *addr, socklen_t len)
 {
   if (rc == 0) {
     /* A second connect() of a non-blocking socket returns 0 once it is
      * connected (APR, select loops): set up once, whoever saw it first
      * (a wait may have), or the first wake fd leaks. */
     pthread_mutex_lock(&c->lock);
-    if (c->connecting || fs_conn_state(c) == FS_STATE_UNCONNECTED)
+    if (c->connecting || fs_conn_state(c) == FS_STATE_UNCONNECTED) {
+      c->peer_known = fs_addr_take(&c->peer, addr, len);
       fs_sock_established(c, fd, FS_DIR_CONNECT);
+    }
     pthread_mutex_unlock(&c->lock);
   } else if (rc == -EINPROGRESS || rc == -EALREADY || rc == -EINTR) {
     c->connecting = true;
@@ -320,8 +323,10 @@ void fs_sock_check_connected(struct fs_conn *c, int fd)
   int saved = errno;
   if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0) {
     pthread_mutex_lock(&c->lock);
-    if (c->connecting)
+    if (c->connecting) {
+      c->peer_known = fs_addr_take(&c->peer, (struct sockaddr *)&ss, sl);
       fs_sock_established(c, fd, FS_DIR_CONNECT);
+    }
     pthread_mutex_unlock(&c->lock);
   }
   errno = saved;

@@ -61,16 +61,24 @@ FS_EXPORT int listen(int fd, int backlog)
   return rc;
 }
 
+/* The peer's address comes back from accept itself, into the caller's
+ * buffer or, given none, into ours: the library then needs no
+ * getpeername.  A truncated one (a short buffer) is not used. */
 static int fs_accept_common(int fd, struct sockaddr *addr, socklen_t *len, int flags, bool four)
 {
-  int nfd = four ? FS_REAL(accept4)(fd, addr, len, flags) : FS_REAL(accept)(fd, addr, len);
+  struct sockaddr_storage ss;
+  socklen_t sl = sizeof ss;
+  struct sockaddr *a = addr ? addr : (struct sockaddr *)&ss;
+  socklen_t *l = addr ? len : &sl, asked = addr && len ? *len : sl;
+  int nfd = four ? FS_REAL(accept4)(fd, a, l, flags) : FS_REAL(accept)(fd, a, l);
   if (nfd >= 0) {
     int saved = errno;
     struct fs_conn *lc = fs_fdtab_get(fd);
     if (!lc)
       lc = fs_inherit_listener(fd); /* handed over (socket activation)? */
     if (lc) {
-      fs_sock_accepted(lc, nfd, four ? flags : 0);
+      bool whole = l && *l <= asked;
+      fs_sock_accepted(lc, nfd, four ? flags : 0, whole ? a : NULL, whole ? *l : 0);
       fs_conn_put(lc);
     }
     errno = saved;
@@ -94,7 +102,7 @@ FS_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
   struct fs_conn *c = fs_fdtab_get(fd);
   if (c) {
     int saved = errno;
-    fs_sock_connect_done(c, fd, rc < 0 ? -saved : 0);
+    fs_sock_connect_done(c, fd, rc < 0 ? -saved : 0, addr, len);
     fs_conn_put(c);
     errno = saved;
   }

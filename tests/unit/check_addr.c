@@ -6,6 +6,7 @@
  * differ", which kept every Java connection off the fabric. */
 #include <arpa/inet.h>
 #include <check.h>
+#include <sys/un.h>
 #include <netinet/in.h>
 #include <string.h>
 
@@ -132,6 +133,36 @@ START_TEST(t_loopback)
 }
 END_TEST
 
+/* The peer accept wrote or connect was given stands for getpeername's
+ * answer, except where the kernel's could differ. */
+START_TEST(t_take)
+{
+  struct sockaddr_storage src, dst, keep;
+  memset(&keep, 0x5a, sizeof keep);
+  const char *yes[] = { "127.0.0.1", "10.1.2.3", "::1", "::ffff:127.0.0.1", "fe80::1" };
+  for (unsigned i = 0; i < sizeof yes / sizeof *yes; i++) {
+    const struct sockaddr *a = mk(&src, yes[i], 4242);
+    memcpy(&dst, &keep, sizeof dst);
+    ck_assert(fs_addr_take(&dst, a, (socklen_t)fs_addr_len(a)));
+    ck_assert(fs_addr_eq((struct sockaddr *)&dst, a));
+    ck_assert_uint_eq(fs_addr_port((struct sockaddr *)&dst), 4242);
+    ck_assert_uint_eq(((unsigned char *)&dst)[sizeof dst - 1], 0); /* the rest zeroed */
+    ck_assert(!fs_addr_take(&dst, a, (socklen_t)fs_addr_len(a) - 1)); /* short */
+  }
+  /* Wildcards: connect(0.0.0.0) reaches the host by another address. */
+  const char *no[] = { "0.0.0.0", "::", "::ffff:0.0.0.0" };
+  for (unsigned i = 0; i < sizeof no / sizeof *no; i++) {
+    const struct sockaddr *a = mk(&src, no[i], 4242);
+    memcpy(&dst, &keep, sizeof dst);
+    ck_assert(!fs_addr_take(&dst, a, (socklen_t)fs_addr_len(a)));
+    ck_assert_int_eq(memcmp(&dst, &keep, sizeof dst), 0); /* left alone */
+  }
+  struct sockaddr_un un = { .sun_family = AF_UNIX };
+  ck_assert(!fs_addr_take(&dst, (struct sockaddr *)&un, sizeof un));
+  ck_assert(!fs_addr_take(&dst, NULL, 0));
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("addr");
@@ -142,6 +173,7 @@ int main(void)
   tcase_add_test(tc, t_ip_of);
   tcase_add_test(tc, t_port_any_str);
   tcase_add_test(tc, t_loopback);
+  tcase_add_test(tc, t_take);
   suite_add_tcase(s, tc);
   return run_suite(s, false);
 }
