@@ -55,6 +55,7 @@ struct fs_conn {
   bool nonblock;              /* O_NONBLOCK as last set through us */
   bool connecting;            /* non-blocking connect in progress */
   bool peer_known;            /* peer already holds what getpeername would say */
+  bool local_known;           /* local already holds what getsockname would say */
   bool no_upgrade;            /* never try (again) */
   bool upgrade_queued;        /* a rendezvous is queued or running */
   bool shut_wr, shut_rd;      /* shutdown() seen */

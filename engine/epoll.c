@@ -322,6 +322,7 @@ int fs_ep_bell(struct fs_ep *ep)
       FS_REAL(close)(fd);
     } else {
       fs_fdreg_set(fd, true);
+      fs_wake_on_made(fs_ready_epoll_wake_made); /* before any entry waits for it */
       ep->bell = fd;
     }
   }

@@ -168,7 +168,7 @@ void fs_sock_created(int fd, int domain, int type, int protocol)
 static void fs_sock_establish(struct fs_conn *c, int fd, int dir)
 {
   socklen_t ll = sizeof c->local, pl = sizeof c->peer;
-  if (getsockname(fd, (struct sockaddr *)&c->local, &ll) < 0 ||
+  if ((!c->local_known && getsockname(fd, (struct sockaddr *)&c->local, &ll) < 0) ||
       (!c->peer_known && getpeername(fd, (struct sockaddr *)&c->peer, &pl) < 0)) {
     c->no_upgrade = true;
     fs_conn_set_state(c, FS_STATE_TCP, FS_REASON_ERROR);
@@ -285,6 +285,8 @@ void fs_sock_accepted(struct fs_conn *lc, int nfd, int flags, const struct socka
   if (!c)
     return;
   c->peer_known = fs_addr_take(&c->peer, peer, plen); /* one getpeername less */
+  /* A listener bound to one address: ours is its (one getsockname less). */
+  c->local_known = fs_addr_take(&c->local, (const struct sockaddr *)&lc->local, sizeof lc->local);
   c->nonblock = (flags & SOCK_NONBLOCK) != 0;
   /* An accepted socket inherits the listener's buffer sizes. */
   c->sndbuf = __atomic_load_n(&lc->sndbuf, __ATOMIC_RELAXED);
@@ -784,15 +786,4 @@ void fs_sock_downgrade(struct fs_conn *c, int fd, int reason)
   fs_unlock(&c->rxlock);
   ch->ops->wake_peer(ch);
   fs_log(FS_LOG_INFO, "fd %d back to tcp (%s)", fd, fs_reason_name(reason));
-}
-
-int fs_sock_fionread(struct fs_conn *c, int fd, int *out)
-{
-  (void)fd;
-  struct fs_chan *ch = fs_cutover_chan(c);
-  if (!ch || c->rx_flow != FS_FLOW_FABRIC)
-    return -ENOTSUP;
-  size_t n = fs_ring_readable(&ch->rx);
-  *out = n > 0x7fffffff ? 0x7fffffff : (int)n;
-  return 0;
 }

@@ -42,9 +42,6 @@ int fs_sock_shutdown(struct fs_conn *c, int fd, int how);
 /* close() of fd whose entry was taken from the table (c has that ref). */
 void fs_sock_close(struct fs_conn *c, int fd);
 
-/* FIONREAD on a fabric connection; -ENOTSUP means ask the kernel. */
-int fs_sock_fionread(struct fs_conn *c, int fd, int *out);
-
 /* O_NONBLOCK changed through fcntl/ioctl/accept4/socket. */
 void fs_sock_set_nonblock(struct fs_conn *c, bool on);
 

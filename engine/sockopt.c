@@ -9,6 +9,7 @@
 #include "base/lock.h"
 #include "base/real.h"
 #include "base/reason.h"
+#include "engine/cutover.h"
 #include "engine/sockopt.h"
 #include "fabric/chan.h"
 
@@ -126,4 +127,14 @@ void fs_sockopt_cork_sync(struct fs_conn *c, int fd)
   (void)FS_REAL(setsockopt)(fd, IPPROTO_TCP, TCP_CORK, &v, sizeof v);
   c->cork_kernel = c->cork_app; /* once: a socket that refuses it refuses it again */
   errno = saved;
+}
+
+int fs_sockopt_fionread(struct fs_conn *c, int *out)
+{
+  struct fs_chan *ch = fs_cutover_chan(c);
+  if (!ch || c->rx_flow != FS_FLOW_FABRIC)
+    return -ENOTSUP;
+  size_t n = fs_ring_readable(&ch->rx);
+  *out = n > 0x7fffffff ? 0x7fffffff : (int)n;
+  return 0;
 }

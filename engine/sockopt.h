@@ -2,7 +2,8 @@
  * abort), SO_OOBINLINE (stays on TCP), SO_SNDBUF / SO_RCVBUF (the tx ring
  * buffers no more than kernel TCP would), SO_RCVLOWAT (readiness and reads
  * wait for that many bytes, engine/sockio.c); and TCP_CORK, which a fabric
- * has no use for (kept, not passed on, while tx is on one). */
+ * has no use for (kept, not passed on, while tx is on one).  And the
+ * FIONREAD ioctl, which a fabric answers from its ring. */
 #ifndef FS_ENGINE_SOCKOPT_H
 #define FS_ENGINE_SOCKOPT_H
 
@@ -31,5 +32,8 @@ void fs_sockopt_buf_cap(struct fs_conn *c, struct fs_chan *ch);
 
 /* ch is being put on c: publish our SO_RCVBUF to the peer, cap our tx. */
 void fs_sockopt_attach(struct fs_conn *c, struct fs_chan *ch);
+
+/* FIONREAD on a fabric connection; -ENOTSUP means ask the kernel. */
+int fs_sockopt_fionread(struct fs_conn *c, int *out);
 
 #endif

@@ -6,7 +6,6 @@
 
 #include "base/fdreg.h"
 #include "fabric/chan.h"
-#include "engine/ready.h"
 #include "engine/wake.h"
 
 /* Acceleration costs two extra fds per upgraded connection (its wake
@@ -23,6 +22,15 @@ bool fs_wake_fd_budget_ok(int fd)
     __atomic_store_n(&cached, lim, __ATOMIC_RELAXED);
   }
   return (unsigned long)fd < lim / 4 * 3;
+}
+
+/* Set by the epoll module with its first bell (engine/epoll.h): before
+ * that no connection is in a set that waits for one. */
+static void (*fs_wake_made_hook)(struct fs_conn *c);
+
+void fs_wake_on_made(void (*fn)(struct fs_conn *c))
+{
+  __atomic_store_n(&fs_wake_made_hook, fn, __ATOMIC_RELEASE);
 }
 
 int fs_wake_get(struct fs_conn *c)
@@ -49,8 +57,9 @@ int fs_wake_get(struct fs_conn *c)
   pthread_mutex_unlock(&c->lock);
   /* Before the channel: an epoll set that hears of it registers it before
    * the attach's wake, or looks at the entry after it. */
-  if (made && __atomic_load_n(&c->ep_ents, __ATOMIC_ACQUIRE))
-    fs_ready_epoll_wake_made(c);
+  void (*hook)(struct fs_conn *) = __atomic_load_n(&fs_wake_made_hook, __ATOMIC_ACQUIRE);
+  if (made && hook && __atomic_load_n(&c->ep_ents, __ATOMIC_ACQUIRE))
+    hook(c);
   errno = saved;
   return reason;
 }

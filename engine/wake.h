@@ -29,6 +29,11 @@
  * fd budget or eventfd() said no: c then stays on TCP for good). */
 int fs_wake_get(struct fs_conn *c);
 
+/* fn runs after fs_wake_get made a wake fd for a connection some epoll set
+ * holds (fs_ready_epoll_wake_made; a hook, so that this module need not
+ * know the readiness one, which knows it). */
+void fs_wake_on_made(void (*fn)(struct fs_conn *c));
+
 /* An epoll set without a bell takes c, or finishes setting it up: make
  * its wake fd if c is connected and may still upgrade (an event loop
  * sleeps on it). */
