@@ -14,6 +14,9 @@
 # intact (sendfile from a file: the kernel's own while tx is on TCP, a
 # peer without libfabsock included; through the ring once on a fabric,
 # with nginx's tcp_nopush corking around it).
+# In [both], a keep-alive connection upgraded and then left idle: the worker
+# holding it makes no system call but its epoll sleeps for 1 s (strace -c;
+# it read /proc/loadavg and spun after every 20 ms safety-net slice).
 # Requests/s are measured by bench/servers.sh, not here.
 . "$(dirname "$0")/lib.sh"
 require_cmd nginx wrk
@@ -90,6 +93,41 @@ CONF
     else
       tap_ok "nginx sendfile 3 MiB twice, one connection [$MODE]" "sha256 equal"
     fi
+  fi
+  # An idle worker holding an upgraded keep-alive connection sleeps in the
+  # 20 ms safety-net slices and nothing else: it also read /proc/loadavg
+  # and spun 50 us after every slice (5 system calls per slice).
+  name="nginx worker idle with an upgraded connection: only its epoll sleeps"
+  if [ "$MODE" = both ] && command -v strace >/dev/null; then
+    pre_for client
+    real_python
+    "${PRE[@]}" "$IT_PYTHON" -c '
+import socket, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+for _ in range(3):
+    s.sendall(b"GET /f4k HTTP/1.1\r\nHost: x\r\n\r\n")
+    got = b""
+    while len(got) < 4096:
+        b = s.recv(65536)
+        if not b: sys.exit("early EOF")
+        got += b
+open(sys.argv[2], "w").write("1")
+time.sleep(4)
+' "$port" "$IT_TMP/idle.ready" >"$IT_TMP/idle.$MODE" 2>&1 &
+    ipid=$!
+    if wait_file "$IT_TMP/idle.ready" "$ipid" 10 && expect_fabric "$port" "$(fabric_expected)"; then
+      sleep 0.5
+      wpids=$(pgrep -f "nginx: worker" -P "$nginx_pid" | sed 's/^/-p /' | tr '\n' ' ')
+      timeout -s INT 1 strace -f -c -o "$IT_TMP/idle.strace" $wpids >/dev/null 2>&1
+      other=$(awk '$NF ~ /^[a-z_0-9]+$/ && $NF !~ /^(epoll_wait|epoll_pwait|epoll_pwait2|total|syscall)$/ && $4 ~ /^[0-9]+$/ { n += $4 } END { print n + 0 }' "$IT_TMP/idle.strace")
+      if [ "$other" -le 5 ]; then tap_ok "$name [$MODE]" "$other other system calls in 1 s"
+      else tap_not_ok "$name [$MODE]" "$other other system calls in 1 s: $(grep -v total "$IT_TMP/idle.strace" | sort -k4 -n -r | head -n 3 | awk '{print $NF "=" $4}' | tr '\n' ' ')"; fi
+    else
+      tap_not_ok "$name [$MODE]" "the idle connection did not reach $(fabric_expected): ${FABRIC_DETAIL:-} $(head -c 200 "$IT_TMP/idle.$MODE")"
+    fi
+    kill "$ipid" 2>/dev/null; wait "$ipid" 2>/dev/null
+  elif [ "$MODE" = both ]; then
+    tap_skip "$name [$MODE]" "no strace"
   fi
   [ -n "$nginx_pid" ] && kill -TERM "$nginx_pid" 2>/dev/null
   for i in $(seq 50); do kill -0 "$nginx_pid" 2>/dev/null || break; sleep 0.1; done
