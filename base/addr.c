@@ -92,14 +92,20 @@ size_t fs_addr_len(const struct sockaddr *a)
   return fs_addr_family(a) == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
 }
 
-bool fs_addr_is_any(const struct sockaddr *a)
+/* k's address is all zeros (0.0.0.0, ::, or ::ffff:0.0.0.0 unmapped). */
+static bool fs_addr_ip_zero(const struct fs_addr_ip *k)
 {
   static const uint8_t zero[16];
+  return k->family != 0 && memcmp(k->ip, zero, k->family == AF_INET ? 4 : 16) == 0;
+}
+
+bool fs_addr_is_any(const struct sockaddr *a)
+{
   struct fs_addr_ip k;
   fs_addr_ip_of(a, &k);
   if (k.family == AF_INET && fs_addr_family(a) == AF_INET6)
     return false; /* ::ffff:0.0.0.0 is not the IPv6 wildcard */
-  return k.family != 0 && memcmp(k.ip, zero, k.family == AF_INET ? 4 : 16) == 0;
+  return fs_addr_ip_zero(&k);
 }
 
 bool fs_addr_take(struct sockaddr_storage *dst, const struct sockaddr *src, socklen_t len)
@@ -111,8 +117,7 @@ bool fs_addr_take(struct sockaddr_storage *dst, const struct sockaddr *src, sock
     return false;
   struct fs_addr_ip k;
   fs_addr_ip_of(src, &k);
-  static const uint8_t zero[16];
-  if (memcmp(k.ip, zero, k.family == AF_INET ? 4 : 16) == 0)
+  if (fs_addr_ip_zero(&k))
     return false; /* any wildcard, ::ffff:0.0.0.0 too */
   memset(dst, 0, sizeof *dst);
   memcpy(dst, src, fs_addr_len(src));

@@ -308,7 +308,7 @@ int fs_ep_bell(struct fs_ep *ep)
   if (ep->bell >= 0)
     return 0;
   int saved = errno, rc = 0;
-  struct fs_ep_ent *b = ep->bell_ent ? ep->bell_ent : fs_ep_ent_new();
+  struct fs_ep_ent *b = fs_ep_ent_new();
   int fd = b ? eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC) : -1;
   if (fd < 0) {
     rc = b ? -errno : -ENOMEM;
@@ -324,11 +324,10 @@ int fs_ep_bell(struct fs_ep *ep)
       fs_fdreg_set(fd, true);
       fs_wake_on_made(fs_ready_epoll_wake_made); /* before any entry waits for it */
       ep->bell = fd;
+      ep->bell_ent = b;
     }
   }
-  if (b && !ep->bell_ent && rc == 0)
-    ep->bell_ent = b;
-  else if (b && !ep->bell_ent)
+  if (rc < 0 && b)
     fs_ep_ent_free(b);
   errno = saved;
   return rc;
@@ -520,12 +519,21 @@ int fs_ready_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
     bool may = !c->no_upgrade && fs_conn_state(c) != FS_STATE_LISTEN;
     if (may && c->wake_fd < 0 && fs_ep_bell(ep) < 0)
       fs_wake_for_epoll(c);
-    if (c->wake_fd >= 0)
-      fs_ep_reg_wake(ep, e, c->wake_fd); /* it may move to a fabric: the safety net applies */
     e->alive = true;
     fs_ep_list_push(&ep->ents, e);
     ep->nents++;
     fs_ep_recheck_add(ep, e);
+    pthread_mutex_lock(&c->lock);
+    e->cnext = c->ep_ents;
+    c->ep_ents = e;
+    pthread_mutex_unlock(&c->lock);
+    /* Its wake fd, if it has one: looked for once e is in c's list, since
+     * one made meanwhile rang the bell only for the sets already there
+     * (both go through c->lock).  It may move to a fabric: the safety net
+     * applies. */
+    int wfd = __atomic_load_n(&c->wake_fd, __ATOMIC_ACQUIRE);
+    if (wfd >= 0)
+      fs_ep_reg_wake(ep, e, wfd);
     /* A listener never becomes a connection: left to the setup pass, it
      * would have each epoll_wait walk every entry (nginx: all of them).
      * A connection still connecting waits there for its end of connect. */
@@ -533,14 +541,6 @@ int fs_ready_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
       e->needs_setup = true;
       ep->nsetup++;
     }
-    pthread_mutex_lock(&c->lock);
-    e->cnext = c->ep_ents;
-    c->ep_ents = e;
-    pthread_mutex_unlock(&c->lock);
-    /* A wake fd made since the look above rang the bell only for sets
-     * already in c's list (both go through c->lock). */
-    if (!e->wake_reg && __atomic_load_n(&c->wake_fd, __ATOMIC_ACQUIRE) >= 0)
-      fs_ep_reg_wake(ep, e, c->wake_fd);
     break;
   }
   case EPOLL_CTL_MOD:
@@ -624,6 +624,8 @@ void fs_ready_epoll_close(int epfd)
   if (ep->bell >= 0) {
     fs_fdreg_close(ep->bell);
     ep->bell = -1;
+    fs_ep_ent_free(ep->bell_ent); /* its tag reads as stale from now on */
+    ep->bell_ent = NULL;
   }
   pthread_mutex_unlock(&ep->lock);
   /* No entry is left to queue a connection: drop what is queued. */

@@ -183,7 +183,7 @@ static void fs_ep_recheck_fabric(struct fs_ep *ep)
 
 /* Entries whose wake fd could not be registered at ADD (the connection was
  * not up yet): finish their set-up (ep->lock held). */
-static void fs_ep_setup(struct fs_ep *ep, int epfd)
+static void fs_ep_setup(struct fs_ep *ep)
 {
   for (struct fs_ep_ent *e = ep->ents; e && ep->nsetup > 0; e = e->next) {
     if (!e->needs_setup)
@@ -235,8 +235,12 @@ static int fs_ep_report(struct fs_ep *ep, int epfd, struct fs_ep_ent *e, uint32_
     ep->had_chan = true;
     /* Its bell may not have been heard yet: register it now. */
     int wfd = __atomic_load_n(&c->wake_fd, __ATOMIC_ACQUIRE);
-    if (!e->wake_reg && !e->parked && (wfd < 0 || !fs_ep_reg_wake(ep, e, wfd)))
-      ep->any_fabric = true; /* only the safety net hears of it */
+    if (!e->wake_reg && !e->parked) {
+      if (wfd >= 0)
+        fs_ep_reg_wake(ep, e, wfd); /* on failure the safety net stays on */
+      else
+        ep->any_fabric = true; /* only the safety net hears of it */
+    }
     masked = c->tx_flow == FS_FLOW_FABRIC;
     if (e->wait_fd < 0)
       fs_ep_reg_wait(ep, e);
@@ -309,7 +313,7 @@ int fs_ready_epoll_wait(int epfd, struct epoll_event *out, int max, const struct
     pthread_mutex_lock(&ep->lock);
     fs_ep_pend_run(ep);
     if (ep->nsetup > 0)
-      fs_ep_setup(ep, epfd);
+      fs_ep_setup(ep);
     struct fs_ep_ent *list = ep->recheck;
     ep->recheck = NULL;
     while (list) {
