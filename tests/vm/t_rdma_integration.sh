@@ -18,7 +18,7 @@
 # Emulated rdma is slow (tens of MB/s): the per-program timeout is raised, not the work cut.
 #
 # Environment: FABSOCK_LIB, FABSOCK_BIN (make check-vm); FABSOCK_VM_IT_TESTS (default above).
-# vm-timeout: 900
+# vm-timeout: 1200
 . "$(dirname "$0")/lib.sh"
 
 if ! have_fabsock; then
