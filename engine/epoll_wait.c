@@ -107,6 +107,8 @@ static void fs_ep_adapt(struct fs_ep *ep, uint64_t w)
 static uint32_t fs_ep_eval(struct fs_ep_ent *e, uint32_t kernel, bool arm)
 {
   struct fs_conn *c = e->c;
+  if (__builtin_expect(c->connecting, 0) && (kernel & EPOLLOUT) && !(kernel & (EPOLLERR | EPOLLHUP)))
+    fs_sock_check_connected(c, e->fd, true);
   struct fs_chan *ch = fs_cutover_chan(c);
   if (!ch)
     return kernel & (e->events | EPOLLERR | EPOLLHUP);
@@ -188,8 +190,10 @@ static void fs_ep_setup(struct fs_ep *ep)
   for (struct fs_ep_ent *e = ep->ents; e && ep->nsetup > 0; e = e->next) {
     if (!e->needs_setup)
       continue;
-    if (e->c->connecting)
-      fs_sock_check_connected(e->c, e->fd);
+    /* Connected shows as EPOLLOUT, which fs_ep_eval sees when the
+     * application asked for it: no getpeername at every pass till then. */
+    if (e->c->connecting && !(e->events & EPOLLOUT))
+      fs_sock_check_connected(e->c, e->fd, false);
     /* Connected now: its wake fd comes with its rendezvous (the bell), or
      * now where the set has no bell. */
     bool up = e->c->dir && !e->c->connecting;

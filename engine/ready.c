@@ -76,7 +76,7 @@ int fs_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const
     if (!c)
       continue;
     if (c->connecting)
-      fs_sock_check_connected(c, fds[i].fd);
+      fs_sock_check_connected(c, fds[i].fd, false);
     struct fs_chan *ch = fs_cutover_chan(c);
     /* No wake fd yet to sleep on: the attach of a channel that comes
      * meanwhile waits for us (engine/wake.h). */

@@ -314,19 +314,23 @@ void fs_sock_connect_done(struct fs_conn *c, int fd, int rc, const struct sockad
     }
     pthread_mutex_unlock(&c->lock);
   } else if (rc == -EINPROGRESS || rc == -EALREADY || rc == -EINTR) {
+    if (!c->connecting) /* the peer, should the kernel say connected later */
+      c->peer_known = fs_addr_take(&c->peer, addr, len);
     c->connecting = true;
   }
 }
 
-void fs_sock_check_connected(struct fs_conn *c, int fd)
+void fs_sock_check_connected(struct fs_conn *c, int fd, bool out_seen)
 {
   struct sockaddr_storage ss;
   socklen_t sl = sizeof ss;
   int saved = errno;
-  if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0) {
+  bool known = out_seen && c->peer_known;
+  if (known || getpeername(fd, (struct sockaddr *)&ss, &sl) == 0) {
     pthread_mutex_lock(&c->lock);
     if (c->connecting) {
-      c->peer_known = fs_addr_take(&c->peer, (struct sockaddr *)&ss, sl);
+      if (!known)
+        c->peer_known = fs_addr_take(&c->peer, (struct sockaddr *)&ss, sl);
       fs_sock_established(c, fd, FS_DIR_CONNECT);
     }
     pthread_mutex_unlock(&c->lock);

@@ -81,8 +81,11 @@ bool fs_sock_enabled(void);
  * end) or give up on a silent peer (accepting end). */
 void fs_sock_maybe_upgrade(struct fs_conn *c);
 
-/* A non-blocking connect may have completed: set the connection up. */
-void fs_sock_check_connected(struct fs_conn *c, int fd);
+/* A non-blocking connect may have completed: set the connection up.
+ * out_seen: the kernel reported the socket writable without an error or
+ * hang-up (epoll), which only a connected socket is; connect()'s address is
+ * then its peer, and no getpeername is needed to find out. */
+void fs_sock_check_connected(struct fs_conn *c, int fd, bool out_seen);
 
 /* ---- for the fabrics, through the host table (fabric/fabric.h) ---- */
 struct fs_chan;

@@ -357,7 +357,7 @@ static ssize_t fs_sockio_fabric_send(struct fs_conn *c, int fd, struct fs_chan *
 ssize_t fs_sock_send(struct fs_conn *c, int fd, struct fs_io *io)
 {
   if (c->connecting)
-    fs_sock_check_connected(c, fd);
+    fs_sock_check_connected(c, fd, false);
   if (c->hook_closed)
     return -ECONNABORTED;
   if (__builtin_expect(c->cork_app != c->cork_kernel, 0))
@@ -670,7 +670,7 @@ static ssize_t fs_sockio_fabric_recv(struct fs_conn *c, int fd, struct fs_io *io
 ssize_t fs_sock_recv(struct fs_conn *c, int fd, struct fs_io *io)
 {
   if (c->connecting)
-    fs_sock_check_connected(c, fd);
+    fs_sock_check_connected(c, fd, false);
   if (c->hook_closed)
     return -ECONNABORTED;
   if (__builtin_expect(fs_gpuio_device(io), 0))

@@ -17,6 +17,8 @@
 # In [both], a keep-alive connection upgraded and then left idle: the worker
 # holding it makes no system call but its epoll sleeps for 1 s (strace -c;
 # it read /proc/loadavg and spun after every 20 ms safety-net slice).
+# In [client] and [both], wrk with a connection per request under strace:
+# no getpeername for a connect that epoll reported done.
 # Requests/s are measured by bench/servers.sh, not here.
 . "$(dirname "$0")/lib.sh"
 require_cmd nginx wrk
@@ -93,6 +95,28 @@ CONF
     else
       tap_ok "nginx sendfile 3 MiB twice, one connection [$MODE]" "sha256 equal"
     fi
+  fi
+  # A client's non-blocking connect that epoll reported done (EPOLLOUT, no
+  # error) needs no getpeername: it took one per connection, and one per
+  # epoll_wait pass until the connect was done.
+  name="wrk, a connection per request: no getpeername once epoll said connected"
+  if { [ "$MODE" = client ] || [ "$MODE" = both ]; } && command -v strace >/dev/null; then
+    pre_for client
+    out=$IT_TMP/wrkc.$MODE
+    timeout 60 strace -f -c -e trace=connect,getpeername -o "$IT_TMP/wrkc.strace" \
+      "${PRE[@]}" wrk -t1 -c4 -d1s -H 'Connection: close' "http://127.0.0.1:$port/f4k" >"$out" 2>&1
+    nconn=$(awk '$NF == "connect" && $4 ~ /^[0-9]+$/ { print $4 }' "$IT_TMP/wrkc.strace")
+    npeer=$(awk '$NF == "getpeername" && $4 ~ /^[0-9]+$/ { print $4 }' "$IT_TMP/wrkc.strace")
+    nconn=${nconn:-0} npeer=${npeer:-0}
+    if ! grep -q 'Requests/sec' "$out" || [ "$nconn" -lt 20 ]; then
+      tap_not_ok "$name [$MODE]" "wrk under strace: $nconn connects; $(tail -n 2 "$out" | tr '\n' ' ')"
+    elif [ $((npeer * 10)) -lt "$nconn" ]; then
+      tap_ok "$name [$MODE]" "$npeer getpeername for $nconn connects"
+    else
+      tap_not_ok "$name [$MODE]" "$npeer getpeername for $nconn connects"
+    fi
+  elif [ "$MODE" = client ] || [ "$MODE" = both ]; then
+    tap_skip "$name [$MODE]" "no strace"
   fi
   # An idle worker holding an upgraded keep-alive connection sleeps in the
   # 20 ms safety-net slices and nothing else: it also read /proc/loadavg
