@@ -107,7 +107,7 @@ for r in $(seq "$rounds"); do
       put pgbench $n "${v:-nan}"; line="$line pgbench ${v:-?}"
       if [ $have_psql = 1 ]; then
         t0=$EPOCHREALTIME ok=0
-        for i in $(seq 100); do
+        for _ in $(seq 100); do
           $(pre "$s") "$PGBIN/psql" -h 127.0.0.1 -p $PG_PORT -U postgres -Atc 'select 1' postgres 2>/dev/null |
             grep -qx 1 && ok=$((ok + 1))
         done
@@ -137,7 +137,7 @@ if [ $have_bench = 1 ]; then
   echo "fabsock-bench compare: stream 4k,64k,1m,4m, ping-pong 1m ($rounds rounds)"
   # Servers on CPU 0, clients on CPU 1 where there are two: unpinned, a
   # round whose two ends shared a CPU ran at a third of the others.
-  cpus=(); [ "$(nproc)" -ge 2 ] && cpus=(--cpus 0,1)
+  cpus=(); [ "$(nproc)" -ge 2 ] && cpus=(--cpus "0,1")
   "$bench" compare --lib "$lib" --tests stream,pingpong --msg 4k,64k,1m,4m --sizes 1m --time 2 --rounds "$rounds" \
     --no-shm "${cpus[@]}" --json "$tmp/compare.json" >/dev/null 2>&1 || rm -f "$tmp/compare.json"
 fi
