@@ -92,7 +92,7 @@ for r in $(seq "$rounds"); do
       v=$($(pre "$s") wrk -t2 -c50 -d"${secs}"s http://127.0.0.1:$NGINX_PORT/f4k 2>/dev/null | awk '/Requests\/sec/ {print $2}')
       put wrkc50 $n "${v:-nan}"; line="$line wrk-c50 ${v:-?}"
       if [ $have_curl = 1 ]; then
-        v=$(for i in 1 2 3 4 5; do $(pre "$s") curl -s -o /dev/null -w '%{speed_download}\n' \
+        v=$(for _ in 1 2 3 4 5; do $(pre "$s") curl -s -o /dev/null -w '%{speed_download}\n' \
           http://127.0.0.1:$NGINX_PORT/f20m; done | median)
         put sendfile $n "${v:-nan}"; line="$line sendfile ${v:-?}B/s"
       fi
