@@ -103,8 +103,11 @@ CONF
   if { [ "$MODE" = client ] || [ "$MODE" = both ]; } && command -v strace >/dev/null; then
     pre_for client
     out=$IT_TMP/wrkc.$MODE
+    # No upgrade: a rendezvous asks getpeername of its own (upgrade-point
+    # runs start one at every connect).
     timeout 60 strace -f -c -e trace=connect,getpeername -o "$IT_TMP/wrkc.strace" \
-      "${PRE[@]}" wrk -t1 -c4 -d1s -H 'Connection: close' "http://127.0.0.1:$port/f4k" >"$out" 2>&1
+      env FABSOCK_UPGRADE_BYTES=1073741824 "${PRE[@]}" wrk -t1 -c4 -d1s -H 'Connection: close' \
+      "http://127.0.0.1:$port/f4k" >"$out" 2>&1
     nconn=$(awk '$NF == "connect" && $4 ~ /^[0-9]+$/ { print $4 }' "$IT_TMP/wrkc.strace")
     npeer=$(awk '$NF == "getpeername" && $4 ~ /^[0-9]+$/ { print $4 }' "$IT_TMP/wrkc.strace")
     nconn=${nconn:-0} npeer=${npeer:-0}
