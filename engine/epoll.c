@@ -80,7 +80,7 @@ int fs_ep_add_wake(int epfd, int fd, struct fs_ep_ent *e)
 
 /* e's wake fd into ep's kernel set, counted (ep->lock held).  A failure
  * leaves the safety net on for good: the entry may still reach a fabric. */
-bool fs_ep_reg_wake(struct fs_ep *ep, struct fs_ep_ent *e, int wfd)
+void fs_ep_reg_wake(struct fs_ep *ep, struct fs_ep_ent *e, int wfd)
 {
   if (fs_ep_add_wake(ep->epfd, wfd, e) == 0) {
     e->wake_reg = true;
@@ -88,7 +88,6 @@ bool fs_ep_reg_wake(struct fs_ep *ep, struct fs_ep_ent *e, int wfd)
   } else {
     ep->any_fabric = true;
   }
-  return e->wake_reg;
 }
 
 static struct fs_ep *fs_ep_tab[FS_FDTAB_SIZE];

@@ -103,7 +103,7 @@ extern char *fs_ep_arena;
  * kernel kept past its entry): never the application's, so dropped. */
 #define FS_EP_STALE ((struct fs_ep_ent *)&fs_ep_arena)
 int fs_ep_add_wake(int epfd, int fd, struct fs_ep_ent *e);
-bool fs_ep_reg_wake(struct fs_ep *ep, struct fs_ep_ent *e, int wfd);
+void fs_ep_reg_wake(struct fs_ep *ep, struct fs_ep_ent *e, int wfd);
 
 /* Some entry is (or may become) a fabric one: sleeps are cut into slices
  * (the safety net).  Counted, not sticky: an event loop whose upgraded
