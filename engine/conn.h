@@ -70,6 +70,8 @@ struct fs_conn {
   bool cork_app, cork_kernel; /* TCP_CORK as the application set it and as the
                                  kernel has it: they differ only while tx is
                                  on a fabric (engine/sockopt.c) */
+  bool more_tcp;              /* the last send on TCP had MSG_MORE: its tail may
+                                 wait in the kernel, as under a cork */
   bool resend_queued;         /* a re-send for the peer's revert is queued */
   bool shared_hist;           /* accepted end another process held too (fork):
                                  upgrades only once we alone hold it, with byte

@@ -403,8 +403,10 @@ ssize_t fs_sock_send(struct fs_conn *c, int fd, struct fs_io *io)
     }
   } else {
     r = fs_sock_tcp_io(fd, io);
-    if (r > 0)
+    if (r > 0) {
       c->tcp_tx += (uint64_t)r;
+      c->more_tcp = (sflags & MSG_MORE) != 0;
+    }
   }
   hrc = fs_sockio_hooks(c, fd, io, r, true, false);
   fs_sockio_count(c, r, true, false, true);

@@ -129,6 +129,19 @@ void fs_sockopt_cork_sync(struct fs_conn *c, int fd)
   errno = saved;
 }
 
+void fs_sockopt_switch_push(struct fs_conn *c)
+{
+  if (!c->cork_kernel && !c->more_tcp)
+    return;
+  /* An uncork pushes what is queued (tcp_push_pending_frames), corked or
+   * not: one call per upgrade, none for a connection that never corked. */
+  int saved = errno, zero = 0;
+  (void)FS_REAL(setsockopt)(c->fd, IPPROTO_TCP, TCP_CORK, &zero, sizeof zero);
+  c->cork_kernel = false;
+  c->more_tcp = false;
+  errno = saved;
+}
+
 int fs_sockopt_fionread(struct fs_conn *c, int *out)
 {
   struct fs_chan *ch = fs_cutover_chan(c);

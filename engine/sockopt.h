@@ -22,6 +22,13 @@ void fs_sockopt_get(struct fs_conn *c, int level, int name, void *val, const soc
  * application's TCP_CORK first, unless tx is on a fabric. */
 void fs_sockopt_cork_sync(struct fs_conn *c, int fd);
 
+/* tx has just moved onto a fabric (its SWITCH is written, tx lock held):
+ * the last bytes sent on TCP may still wait in the kernel under the
+ * application's cork or a MSG_MORE (up to 200 ms), and the peer reads TCP
+ * up to the SWITCH's count before it reads the ring.  Push them out; the
+ * cork stays the application's (cork_app). */
+void fs_sockopt_switch_push(struct fs_conn *c);
+
 /* After the application's setsockopt succeeded on a tracked socket. */
 void fs_sockopt_set(struct fs_conn *c, int fd, int level, int name, const void *val, socklen_t len);
 

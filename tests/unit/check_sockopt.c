@@ -1,7 +1,8 @@
 /* Unit tests for engine/sockopt's TCP_CORK and the engine's sendfile: a
  * cork set while tx is on a fabric stays out of the kernel (and comes back
- * to it before the next send on TCP); a sendfile on TCP is the kernel's,
- * on a fabric it reads the file into the ring. */
+ * to it before the next send on TCP), and bytes it held back when tx
+ * switches are pushed out; a sendfile on TCP is the kernel's, on a fabric
+ * it reads the file into the ring. */
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -9,7 +10,9 @@
 #include <netinet/tcp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -146,6 +149,64 @@ START_TEST(t_cork_synced_back_on_tcp)
 }
 END_TEST
 
+/* Bytes the kernel queued on fd but has not sent. */
+static int unsent(int fd)
+{
+  int n = -1;
+  ck_assert_int_eq(ioctl(fd, SIOCOUTQNSD, &n), 0);
+  return n;
+}
+
+static ssize_t send_str(struct tcp *t, const char *s, int flags)
+{
+  struct iovec v = { (void *)s, strlen(s) };
+  struct fs_io io = { .op = FS_IO_SEND, .flags = flags, .iov = &v, .iovcnt = 1 };
+  return fs_sock_send(t->c, t->fd, &io);
+}
+
+/* The last bytes sent on TCP before the SWITCH, held by the kernel under
+ * the application's cork (nginx's tcp_nopush) or a MSG_MORE, go out when
+ * tx switches: the peer reads TCP up to the SWITCH's count first, and
+ * waited for them up to 200 ms (the kernel's cork ceiling) each upgrade. */
+static void switch_pushes(bool cork)
+{
+  struct tcp t;
+  tcp_new(&t);
+  t.c->upgrade_queued = true; /* the test attaches the channel, not the agent */
+  int one = 1;
+  if (cork) {
+    ck_assert_int_eq(setsockopt(t.fd, IPPROTO_TCP, TCP_CORK, &one, sizeof one), 0);
+    fs_sockopt_set(t.c, t.fd, IPPROTO_TCP, TCP_CORK, &one, sizeof one);
+  }
+  ck_assert_int_eq(send_str(&t, "held back", cork ? 0 : MSG_MORE), 9);
+  ck_assert_int_eq(unsent(t.fd), 9); /* a partial frame: the kernel waits */
+  /* A channel both ends attached: the next send writes the SWITCH. */
+  tcp_onto_fabric(&t);
+  t.c->tx_flow = FS_FLOW_TCP;
+  __atomic_store_n(&t.a->peer->attached, 1, __ATOMIC_RELEASE);
+  errno = 4321;
+  ck_assert_int_eq(send_str(&t, "ring", 0), 4);
+  ck_assert_int_eq(errno, 4321);
+  ck_assert_int_eq(t.c->tx_flow, FS_FLOW_FABRIC);
+  ck_assert_int_eq(unsent(t.fd), 0);
+  char got[16] = { 0 };
+  ck_assert_int_eq(recv(t.peer, got, sizeof got, MSG_DONTWAIT), 9);
+  ck_assert_str_eq(got, "held back");
+  ck_assert_int_eq(app_cork(&t), cork); /* still the application's */
+}
+
+START_TEST(t_switch_pushes_corked)
+{
+  switch_pushes(true);
+}
+END_TEST
+
+START_TEST(t_switch_pushes_more)
+{
+  switch_pushes(false);
+}
+END_TEST
+
 static int tmpfile_with(const char *data, size_t n)
 {
   char path[] = "/tmp/check_sockopt.XXXXXX";
@@ -227,6 +288,8 @@ int main(void)
   tcase_add_test(tc, t_cork_on_fabric_kept_here);
   tcase_add_test(tc, t_uncork_reaches_corked_kernel);
   tcase_add_test(tc, t_cork_synced_back_on_tcp);
+  tcase_add_test(tc, t_switch_pushes_corked);
+  tcase_add_test(tc, t_switch_pushes_more);
   tcase_add_test(tc, t_sendfile_on_tcp_is_the_kernels);
   tcase_add_test(tc, t_sendfile_on_fabric_fills_the_ring);
   suite_add_tcase(s, tc);
