@@ -30,17 +30,33 @@ bool fs_fdreg_is(int fd)
   return (__atomic_load_n(&fs_fdreg_bits[fd / 64], __ATOMIC_ACQUIRE) >> (fd & 63)) & 1;
 }
 
+/* The top quarter of RLIMIT_NOFILE: where the engine stops accelerating. */
+static unsigned long fs_fdreg_base(void)
+{
+  struct rlimit rl;
+  unsigned long lim = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? (unsigned long)rl.rlim_cur
+                                                                                          : 1024;
+  unsigned long base = lim / 4 * 3;
+  return base > FS_FDREG_MAX * 3ul / 4 ? FS_FDREG_MAX * 3ul / 4 : base;
+}
+
+void fs_fdreg_reserve(int fd)
+{
+  if (fs_aside_here() || fd < 0)
+    return;
+  int saved = errno;
+  int hi = FS_REAL(fcntl)(fd, F_DUPFD_CLOEXEC, (int)fs_fdreg_base());
+  if (hi >= 0)
+    FS_REAL(close)(hi);
+  errno = saved;
+}
+
 int fs_fdreg_high(int fd)
 {
   if (fs_aside_here())
     return fd; /* not the application's table (base/aside.h) */
   int saved = errno;
-  struct rlimit rl;
-  unsigned long lim = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? (unsigned long)rl.rlim_cur
-                                                                                          : 1024;
-  unsigned long base = lim / 4 * 3; /* where the engine stops accelerating */
-  if (base > FS_FDREG_MAX * 3ul / 4)
-    base = FS_FDREG_MAX * 3ul / 4;
+  unsigned long base = fs_fdreg_base();
   if (fd >= 0 && (unsigned long)fd < base) {
     int hi = FS_REAL(fcntl)(fd, F_DUPFD_CLOEXEC, (int)base);
     if (hi >= 0) {

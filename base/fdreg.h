@@ -28,6 +28,13 @@ void fs_fdreg_close(int fd);
  * if there is no room up there, or fd < 0, or on the aside thread, whose
  * table is its own: base/aside.h). */
 int fs_fdreg_high(int fd);
+/* Grow the kernel's fd table to reach fs_fdreg_high's numbers now (a dup
+ * of fd up there, closed at once; errno kept).  The kernel grows a table
+ * more than one thread shares only after an RCU grace period
+ * (expand_fdtable: synchronize_rcu, 8-12 ms here): the first high fd of a
+ * process with the agent running held its first rendezvous that long.
+ * With one thread it takes microseconds.  The table never shrinks. */
+void fs_fdreg_reserve(int fd);
 /* fs_fdreg_high, and the fd is marked ours (one the library keeps: closed
  * with fs_fdreg_close). */
 int fs_fdreg_move_high(int fd);

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/auxv.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/aside.h"
@@ -119,4 +120,13 @@ size_t fs_proc_read(const char *path, char *buf, size_t len)
   }
   buf[n] = '\0';
   return (size_t)n;
+}
+
+int fs_proc_threads(void)
+{
+  struct stat st;
+  int saved = errno;
+  int n = stat("/proc/self/task", &st) == 0 && st.st_nlink > 2 ? (int)(st.st_nlink - 2) : -1;
+  errno = saved;
+  return n;
 }

@@ -13,6 +13,10 @@ const char *fs_proc_name(void);
  * (> 0), or 0 when it cannot be read or is empty.  errno is kept. */
 size_t fs_proc_read(const char *path, char *buf, size_t len);
 
+/* How many threads the process has now (/proc/self/task's link count is
+ * two plus that), or -1 if it cannot be told. */
+int fs_proc_threads(void);
+
 /* Does process pid hold socket inode among its descriptors
  * (/proc/PID/fd/N -> "socket:[inode]")?  1 yes, 0 no (or no such
  * process), -errno when it cannot be told (another user's process). */

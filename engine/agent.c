@@ -9,6 +9,7 @@
 
 #include "base/clock.h"
 #include "base/fdreg.h"
+#include "base/proc.h"
 #include "base/log.h"
 #include "base/real.h"
 #include "engine/agent.h"
@@ -42,6 +43,7 @@ static struct {
   pthread_mutex_t lock;       /* agent state and the fabrics'; held across each batch */
   pthread_mutex_t qlock;      /* job queue */
   bool running;
+  bool reserved;              /* the fd table was grown before the agent ran */
   int epfd, evfd;
   struct fs_agent_watch evwatch;
   struct fs_agent_watch *watches;
@@ -49,7 +51,7 @@ static struct {
   uint64_t wake_at;           /* qlock: the agent runs its jobs by then at the
                                  latest (UINT64_MAX: it sleeps until kicked) */
   uint64_t trim_at;           /* agent: the next idle-ring pass (0: none due) */
-} A = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, false, -1, -1, { 0 }, NULL, NULL, UINT64_MAX, 0 };
+} A = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, false, false, -1, -1, { 0 }, NULL, NULL, UINT64_MAX, 0 };
 
 #define FS_FOREACH_FABRIC(f) for (const struct fs_fabric_ops *const *f = fs_fabrics; *f; f++)
 
@@ -222,6 +224,8 @@ static void *fs_agent_main(void *arg)
 {
   (void)arg;
   struct epoll_event ev[16];
+  if (!A.reserved)
+    fs_fdreg_reserve(A.evfd);
   pthread_mutex_lock(&A.lock);
   for (;;) {
     int timeout = fs_agent_next_timeout();
@@ -258,6 +262,13 @@ static int fs_agent_start(void)
   A.evwatch = (struct fs_agent_watch){ A.evfd, fs_agent_evfd, NULL, NULL };
   if (fs_agent_add(&A.evwatch) < 0)
     goto fail;
+  /* The agent puts its fds high (base/fdreg.h): grow the table for them
+   * now, while we may be the only thread, or the agent's first rendezvous
+   * waits ~10 ms for the kernel (curl's 20 MiB download was over before
+   * its upgrade began).  With threads already, the agent does it first. */
+  A.reserved = fs_proc_threads() == 1;
+  if (A.reserved)
+    fs_fdreg_reserve(A.evfd);
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);

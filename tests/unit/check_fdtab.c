@@ -1,16 +1,21 @@
 /* Unit tests for engine/fdtab and engine/conn: lookup, dup sharing,
- * replacement of stale entries, and lock-free readers racing closers. */
+ * replacement of stale entries, and lock-free readers racing closers; and
+ * base/fdreg's high fds (with base/proc's thread count, which decides
+ * where the fd table grows for them). */
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "base/fdreg.h"
+#include "base/proc.h"
 #include "engine/conn.h"
 #include "engine/fdtab.h"
 #include "tests/unit/check_run.h"
@@ -161,6 +166,62 @@ START_TEST(t_move_high)
 }
 END_TEST
 
+/* The kernel's fd table size (FDSize in /proc/self/status). */
+static long fd_table_size(void)
+{
+  FILE *f = fopen("/proc/self/status", "r");
+  ck_assert_ptr_nonnull(f);
+  char line[256];
+  long n = -1;
+  while (fgets(line, sizeof line, f))
+    if (strncmp(line, "FDSize:", 7) == 0)
+      n = strtol(line + 7, NULL, 10);
+  fclose(f);
+  return n;
+}
+
+/* The table grows to reach the top quarter now, and nothing stays open up
+ * there; errno is kept. */
+START_TEST(t_reserve)
+{
+  struct rlimit rl;
+  ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+  rl.rlim_cur = 8192; /* the top quarter starts at 6144 */
+  ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+  ck_assert_int_lt(fd_table_size(), 6145); /* a fresh test process */
+  errno = 4321;
+  fs_fdreg_reserve(0);
+  ck_assert_int_eq(errno, 4321);
+  ck_assert_int_ge(fd_table_size(), 6145);
+  ck_assert_int_eq(fcntl(6144, F_GETFD), -1);
+  ck_assert_int_eq(errno, EBADF);
+  fs_fdreg_reserve(-1); /* no fd to copy: nothing */
+  ck_assert_int_eq(errno, EBADF);
+}
+END_TEST
+
+static void *sleeper(void *arg)
+{
+  int *fds = arg;
+  char b;
+  (void)read(fds[0], &b, 1);
+  return NULL;
+}
+
+START_TEST(t_proc_threads)
+{
+  ck_assert_int_eq(fs_proc_threads(), 1); /* each test runs in a forked child */
+  int fds[2];
+  ck_assert_int_eq(pipe(fds), 0);
+  pthread_t t;
+  ck_assert_int_eq(pthread_create(&t, NULL, sleeper, fds), 0);
+  ck_assert_int_eq(fs_proc_threads(), 2);
+  ck_assert_int_eq(write(fds[1], "x", 1), 1);
+  pthread_join(t, NULL);
+  ck_assert_int_eq(fs_proc_threads(), 1);
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("fdtab");
@@ -172,6 +233,8 @@ int main(void)
   tcase_add_test(tc, t_foreach);
   tcase_add_test(tc, t_race_readers_closers);
   tcase_add_test(tc, t_move_high);
+  tcase_add_test(tc, t_reserve);
+  tcase_add_test(tc, t_proc_threads);
   suite_add_tcase(s, tc);
   return run_suite(s, false);
 }
