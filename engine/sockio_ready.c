@@ -11,6 +11,17 @@
 short fs_sockio_ready(struct fs_conn *c, struct fs_chan *ch, short want, short kernel, bool arm)
 {
   short r = 0;
+  /* Our tx still on TCP once the peer attached: switch now, unless a send
+   * holds the lock, and say writable from the ring (armed below as such).
+   * Else a sender waiting for the kernel's room (nginx, its sendfile having
+   * filled the socket buffer) switched only once the kernel had drained a
+   * third of it: a 20 MiB download's SWITCH came 0.5-4 ms after the
+   * channel was up. */
+  if (c->tx_flow == FS_FLOW_TCP && (want & POLLOUT) && __atomic_load_n(&ch->peer->attached, __ATOMIC_ACQUIRE) &&
+      fs_lock_try(&c->txlock)) {
+    fs_cutover_switch_tx(c, ch);
+    fs_unlock(&c->txlock);
+  }
   /* Arm first, then look: whatever the peer publishes after our look
    * finds the flag set and wakes us (Dekker with fs_chan_kick_*). */
   if (arm) {

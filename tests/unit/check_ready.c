@@ -1,6 +1,7 @@
 /* Unit tests for engine/ready: a poll's interest in a connection's rings
  * (the flags that make the peer write our wake eventfd) ends with the call,
- * unless another waiter of this process may own it. */
+ * unless another waiter of this process may own it; and a look that wants
+ * POLLOUT moves tx onto the ring once the peer attached. */
 #include <check.h>
 #include <poll.h>
 #include <stdint.h>
@@ -9,7 +10,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "base/lock.h"
 #include "engine/conn.h"
+#include "engine/cutover.h"
 #include "engine/epoll.h"
 #include "engine/fdtab.h"
 #include "engine/ready.h"
@@ -251,6 +254,58 @@ START_TEST(t_epollet_bytes_landing_during_a_look)
 }
 END_TEST
 
+/* tx still on TCP (123 bytes sent there), the peer attached: a look that
+ * wants POLLOUT writes the SWITCH and answers from the ring, unless a send
+ * holds the tx lock, the peer has not attached, or only POLLIN is asked
+ * (nginx waited for the kernel to drain a third of its socket buffer). */
+static bool switched(struct pair *p, uint64_t at)
+{
+  uint64_t n = 0;
+  return p->c->tx_flow == FS_FLOW_FABRIC && fs_cutover_switch_head(p->b, &n) == 1 && n == at;
+}
+
+START_TEST(t_look_switches_tx)
+{
+  struct pair p;
+  pair_new(&p);
+  p.c->tx_flow = FS_FLOW_TCP;
+  p.c->tcp_tx = 123;
+  struct pollfd f = { p.sv[0], POLLOUT, 0 };
+  ck_assert_int_eq(fs_ready_poll(&f, 1, &(struct timespec){ 0, 0 }, NULL), 1); /* the kernel's room */
+  ck_assert_int_eq(p.c->tx_flow, FS_FLOW_TCP);                                /* not attached yet */
+  __atomic_store_n(&p.a->peer->attached, 1, __ATOMIC_RELEASE);
+  f.events = POLLIN;
+  ck_assert_int_eq(fs_ready_poll(&f, 1, &(struct timespec){ 0, 0 }, NULL), 0);
+  ck_assert_int_eq(p.c->tx_flow, FS_FLOW_TCP);
+  fs_lock(&p.c->txlock); /* a send inside: it switches itself */
+  f.events = POLLOUT;
+  ck_assert_int_eq(fs_ready_poll(&f, 1, &(struct timespec){ 0, 0 }, NULL), 1);
+  ck_assert_int_eq(p.c->tx_flow, FS_FLOW_TCP);
+  fs_unlock(&p.c->txlock);
+  ck_assert_int_eq(fs_ready_poll(&f, 1, &(struct timespec){ 0, 0 }, NULL), 1);
+  ck_assert(f.revents & POLLOUT);
+  ck_assert(switched(&p, 123));
+}
+END_TEST
+
+START_TEST(t_epollet_look_switches_tx)
+{
+  struct pair p;
+  pair_new(&p);
+  p.c->tx_flow = FS_FLOW_TCP;
+  p.c->tcp_tx = 77;
+  __atomic_store_n(&p.a->peer->attached, 1, __ATOMIC_RELEASE);
+  int epfd = epoll_create1(EPOLL_CLOEXEC);
+  ck_assert_int_ge(epfd, 0);
+  struct epoll_event ev = { .events = EPOLLIN | EPOLLOUT | EPOLLET, .data.u64 = 5 }, out[4];
+  ck_assert_int_eq(fs_ready_epoll_ctl(epfd, EPOLL_CTL_ADD, p.sv[0], &ev), 0);
+  ck_assert_int_eq(epoll_ms(epfd, out, 0), 1);
+  ck_assert(out[0].events & EPOLLOUT);
+  ck_assert(switched(&p, 77));
+  close(epfd);
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("ready");
@@ -262,6 +317,8 @@ int main(void)
   tcase_add_test(tc, t_epoll_entry_stays_armed);
   tcase_add_test(tc, t_listener_needs_no_setup);
   tcase_add_test(tc, t_epollet_bytes_landing_during_a_look);
+  tcase_add_test(tc, t_look_switches_tx);
+  tcase_add_test(tc, t_epollet_look_switches_tx);
   suite_add_tcase(s, tc);
   return run_suite(s, true);
 }
