@@ -43,7 +43,6 @@ static struct {
   pthread_mutex_t lock;       /* agent state and the fabrics'; held across each batch */
   pthread_mutex_t qlock;      /* job queue */
   bool running;
-  bool reserved;              /* the fd table was grown before the agent ran */
   int epfd, evfd;
   struct fs_agent_watch evwatch;
   struct fs_agent_watch *watches;
@@ -51,7 +50,7 @@ static struct {
   uint64_t wake_at;           /* qlock: the agent runs its jobs by then at the
                                  latest (UINT64_MAX: it sleeps until kicked) */
   uint64_t trim_at;           /* agent: the next idle-ring pass (0: none due) */
-} A = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, false, false, -1, -1, { 0 }, NULL, NULL, UINT64_MAX, 0 };
+} A = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, false, -1, -1, { 0 }, NULL, NULL, UINT64_MAX, 0 };
 
 #define FS_FOREACH_FABRIC(f) for (const struct fs_fabric_ops *const *f = fs_fabrics; *f; f++)
 
@@ -220,11 +219,11 @@ static void fs_agent_trim(void)
     A.trim_at = now + (uint64_t)FS_TRIM_PERIOD_MS * 1000000u;
 }
 
+/* arg: non-NULL if fs_agent_start grew the fd table already. */
 static void *fs_agent_main(void *arg)
 {
-  (void)arg;
   struct epoll_event ev[16];
-  if (!A.reserved)
+  if (!arg)
     fs_fdreg_reserve(A.evfd);
   pthread_mutex_lock(&A.lock);
   for (;;) {
@@ -266,8 +265,8 @@ static int fs_agent_start(void)
    * now, while we may be the only thread, or the agent's first rendezvous
    * waits ~10 ms for the kernel (curl's 20 MiB download was over before
    * its upgrade began).  With threads already, the agent does it first. */
-  A.reserved = fs_proc_threads() == 1;
-  if (A.reserved)
+  bool reserved = fs_proc_threads() == 1;
+  if (reserved)
     fs_fdreg_reserve(A.evfd);
   sigset_t all, old;
   sigfillset(&all);
@@ -277,7 +276,7 @@ static int fs_agent_start(void)
   pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
   pthread_attr_setstacksize(&at, 256 * 1024);
   pthread_t tid;
-  int rc = pthread_create(&tid, &at, fs_agent_main, NULL);
+  int rc = pthread_create(&tid, &at, fs_agent_main, reserved ? &A : NULL);
   pthread_attr_destroy(&at);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   if (rc != 0)
