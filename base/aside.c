@@ -9,6 +9,7 @@
 
 #include "base/aside.h"
 #include "base/log.h"
+#include "base/proc.h"
 
 #ifndef CLOSE_RANGE_UNSHARE
 #define CLOSE_RANGE_UNSHARE (1U << 1)
@@ -108,6 +109,7 @@ int fs_aside_run(int (*job)(void *arg), void *arg)
   int saved = errno, cancel, r;
   fs_aside_busy = true;
   pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel); /* the waits are cancellation points */
+  fs_proc_fork_work_add(FS_FORK_ASIDE);
   pthread_mutex_lock(&X.caller);
   pthread_mutex_lock(&X.m);
   bool aside = fs_aside_ready();
@@ -146,6 +148,8 @@ bool fs_aside_here(void)
 
 void fs_aside_atfork_child(void)
 {
+  if (!fs_proc_fork_work_has(FS_FORK_ASIDE))
+    return;
   struct fs_aside fresh = FS_ASIDE_INIT;
   fresh.forbid = X.forbid;
   X = fresh;
@@ -153,6 +157,7 @@ void fs_aside_atfork_child(void)
 
 void fs_aside_forbid(void)
 {
+  fs_proc_fork_work_add(FS_FORK_ASIDE);
   pthread_mutex_lock(&X.m);
   X.forbid = true;
   pthread_mutex_unlock(&X.m);

@@ -26,6 +26,8 @@
 
 extern char *program_invocation_short_name;
 
+uint32_t fs_proc_fork_work;
+
 static char fs_proc_buf[64];
 static pthread_once_t fs_proc_once = PTHREAD_ONCE_INIT;
 

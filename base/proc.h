@@ -3,6 +3,10 @@
 #ifndef FS_BASE_PROC_H
 #define FS_BASE_PROC_H
 
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
 /* The base name of the path the process was executed by (the auxiliary
  * vector's AT_EXECFN: "redis-server" for the /usr/bin/redis-server symlink
  * to redis-check-rdb, "nginx" whatever nginx later writes over its argv).
@@ -21,5 +25,34 @@ int fs_proc_threads(void);
  * (/proc/PID/fd/N -> "socket:[inode]")?  1 yes, 0 no (or no such
  * process), -errno when it cannot be told (another user's process). */
 int fs_proc_holds_socket(int pid, unsigned long inode);
+
+/* What a child must redo after fork, one bit per module that made state a
+ * child cannot keep as it is (a lock another thread may hold, a thread, a
+ * table, an fd of the parent's).  A module sets its bit before it first
+ * makes such state; a child skips every module whose bit is clear without
+ * looking at its state.  After fork a page is present in the child only if
+ * the parent touched it, and the first touch of any other, read or write,
+ * is a fault: a shell that forks and execs, and never made a socket, paid
+ * a dozen of them for modules it never used.  The parent reads this word
+ * before it forks (fs_proc_fork_work_has), so that its own page is present
+ * in the child. */
+enum {
+  FS_FORK_STAT = 1u << 0,   /* base/stat: its lock was taken, maybe a table */
+  FS_FORK_ASIDE = 1u << 1,  /* base/aside: its locks, maybe its thread */
+  FS_FORK_AGENT = 1u << 2,  /* engine/agent: started, or jobs or watches queued */
+  FS_FORK_FABRIC = 1u << 3, /* a fabric's rendezvous or device state */
+};
+extern uint32_t fs_proc_fork_work;
+
+static inline void fs_proc_fork_work_add(uint32_t bits)
+{
+  if ((__atomic_load_n(&fs_proc_fork_work, __ATOMIC_RELAXED) & bits) != bits)
+    __atomic_fetch_or(&fs_proc_fork_work, bits, __ATOMIC_RELAXED);
+}
+
+static inline bool fs_proc_fork_work_has(uint32_t bits)
+{
+  return (__atomic_load_n(&fs_proc_fork_work, __ATOMIC_RELAXED) & bits) != 0;
+}
 
 #endif

@@ -24,6 +24,7 @@
 
 #include "base/aside.h"
 #include "base/fdreg.h"
+#include "base/lock.h"
 #include "base/log.h"
 #include "base/proc.h"
 #include "base/stat.h"
@@ -41,6 +42,14 @@ static struct fs_stat_header *fs_stat_hdr;   /* the mapping; stays mapped once m
 static char fs_stat_path[PATH_MAX];          /* our file; "" when there is none */
 static uint64_t fs_stat_busy[FS_STAT_WORDS]; /* slot i taken: bit i%64 of word i/64 */
 static uint32_t fs_stat_hint;                /* every slot below this is taken */
+static uint32_t fs_stat_top;                 /* no slot at or above this was ever
+                                                taken (the header's hi_water, kept
+                                                here too: a child after fork reads
+                                                its own pages, not the file's) */
+/* FABSOCK_STATDIR as it was when the table was made, for a child's table:
+ * the environment is looked up once, not in every child. */
+static char fs_stat_dirc[256];
+static size_t fs_stat_dirc_len;
 static bool fs_stat_logged, fs_stat_full_logged;
 
 static struct fs_stat_conn *fs_stat_slots(void)
@@ -111,12 +120,43 @@ static const char *fs_stat_dir(void)
   return dir == NULL || *dir == '\0' ? "/dev/shm" : dir;
 }
 
+/* "<dir>/fabsock.<pid>.stat" into path, or -ENAMETOOLONG.  Not snprintf:
+ * a forked child names its table, and stdio's formatting is half a dozen
+ * pages of libc code the child would fault in (base/proc.h says why). */
+static int fs_stat_name(char *path, size_t len, const char *dir, size_t dirlen, int pid)
+{
+  char num[12];
+  size_t n = 0;
+  unsigned u = (unsigned)pid;
+  do {
+    num[n++] = (char)('0' + u % 10);
+    u /= 10;
+  } while (u != 0);
+  if (dirlen + sizeof "/fabsock." - 1 + n + sizeof ".stat" > len)
+    return -ENAMETOOLONG;
+  memcpy(path, dir, dirlen);
+  char *p = path + dirlen;
+  memcpy(p, "/fabsock.", sizeof "/fabsock." - 1);
+  p += sizeof "/fabsock." - 1;
+  while (n > 0)
+    *p++ = num[--n];
+  memcpy(p, ".stat", sizeof ".stat");
+  return 0;
+}
+
 static int fs_stat_create(int pid, char *path, size_t len)
 {
-  const char *dir = fs_stat_dir();
-  int n = snprintf(path, len, "%s/fabsock.%d.stat", dir, pid);
-  if (n < 0 || (size_t)n >= len)
-    return -ENAMETOOLONG;
+  if (fs_stat_dirc_len == 0) { /* the first table of this image */
+    const char *dir = fs_stat_dir();
+    size_t dl = strlen(dir);
+    if (dl >= sizeof fs_stat_dirc)
+      return -ENAMETOOLONG;
+    memcpy(fs_stat_dirc, dir, dl + 1);
+    fs_stat_dirc_len = dl;
+  }
+  int rc = fs_stat_name(path, len, fs_stat_dirc, fs_stat_dirc_len, pid);
+  if (rc < 0)
+    return rc;
   int fd = -1;
   for (int attempt = 0; attempt < 2 && fd < 0; attempt++) {
     fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -134,6 +174,42 @@ static int fs_stat_create(int pid, char *path, size_t len)
   return fd;
 }
 
+/* pwrite all of it: 0, or -errno (-ENOSPC for a short write: tmpfs full). */
+static int fs_stat_pwrite(int fd, const void *buf, size_t n, off_t at)
+{
+  ssize_t w = pwrite(fd, buf, n, at);
+  return w == (ssize_t)n ? 0 : w < 0 ? -errno : -ENOSPC;
+}
+
+/* The file's contents: the rows of the slots we hold (none in a new table),
+ * then the header, the magic last: a reader (pread, never a mapping) skips
+ * the file until then.  With pwrite in a new table too, a forked child
+ * binds no function of its own (the library is bound lazily).  0 or
+ * -errno. */
+static int fs_stat_fill_file(int fd, int pid, bool forked)
+{
+  int rc = 0;
+  uint32_t hi = 0;
+  if (fs_stat_hdr != NULL) {
+    const struct fs_stat_conn *from = fs_stat_slots();
+    for (uint32_t w = 0; w < (fs_stat_top + 63) / 64 && rc == 0; w++)
+      for (uint64_t bits = fs_stat_busy[w]; bits != 0 && rc == 0; bits &= bits - 1) {
+        uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(bits);
+        rc = fs_stat_pwrite(fd, &from[i], sizeof from[i], (off_t)(FS_STAT_HDR_LEN + (size_t)i * sizeof from[i]));
+        hi = i + 1;
+      }
+  }
+  struct fs_stat_header nh;
+  memset(&nh, 0, sizeof nh);
+  fs_stat_fill_header(&nh, pid, hi, forked);
+  uint32_t magic = FS_STAT_MAGIC;
+  if (rc == 0)
+    rc = fs_stat_pwrite(fd, &nh, sizeof nh, 0);
+  if (rc == 0)
+    rc = fs_stat_pwrite(fd, &magic, sizeof magic, (off_t)offsetof(struct fs_stat_header, magic));
+  return rc;
+}
+
 /* First allocation: make the file and map it.  Called with the lock held. */
 static void fs_stat_init(void)
 {
@@ -142,26 +218,27 @@ static void fs_stat_init(void)
   if (env != NULL && strcmp(env, "0") == 0)
     return;
   char path[PATH_MAX];
-  int fd = fs_stat_create((int)getpid(), path, sizeof path);
+  int pid = (int)getpid();
+  int fd = fs_stat_create(pid, path, sizeof path);
   if (fd < 0) {
     fs_stat_fail(fd == -ENAMETOOLONG ? "FABSOCK_STATDIR" : path, -fd);
     return;
   }
-  void *map = mmap(NULL, FS_STAT_MAP_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  int err = errno;
+  int err = -fs_stat_fill_file(fd, pid, false);
+  void *map = MAP_FAILED;
+  if (err == 0 && (map = mmap(NULL, FS_STAT_MAP_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED)
+    err = errno;
   FS_REAL(close)(fd);
   if (map == MAP_FAILED) {
     unlink(path);
     fs_stat_fail(path, err);
     return;
   }
-  struct fs_stat_header *h = map;
-  fs_stat_fill_header(h, (int)getpid(), 0, false);
-  __atomic_store_n(&h->magic, FS_STAT_MAGIC, __ATOMIC_RELEASE);
-  __atomic_store_n(&fs_stat_hdr, h, __ATOMIC_RELEASE);
+  __atomic_store_n(&fs_stat_hdr, (struct fs_stat_header *)map, __ATOMIC_RELEASE);
   memcpy(fs_stat_path, path, sizeof path);
   memset(fs_stat_busy, 0, sizeof fs_stat_busy);
   fs_stat_hint = 0;
+  fs_stat_top = 0;
   fs_stat_mode = FS_STAT_ON;
 }
 
@@ -169,6 +246,7 @@ struct fs_stat_conn *fs_stat_slot_alloc(void)
 {
   int saved = errno;
   struct fs_stat_conn *s = NULL;
+  fs_proc_fork_work_add(FS_FORK_STAT);
   pthread_mutex_lock(&fs_stat_lock);
   if (fs_stat_mode == FS_STAT_UNTRIED)
     fs_stat_init();
@@ -179,8 +257,10 @@ struct fs_stat_conn *fs_stat_slot_alloc(void)
       uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(~fs_stat_busy[w]);
       fs_stat_busy[w] |= 1ull << (i % 64);
       fs_stat_hint = i + 1;
-      if (i + 1 > fs_stat_hdr->hi_water)
+      if (i + 1 > fs_stat_top) {
+        fs_stat_top = i + 1;
         __atomic_store_n(&fs_stat_hdr->hi_water, i + 1, __ATOMIC_RELEASE);
+      }
       s = &fs_stat_slots()[i];
       break;
     }
@@ -206,6 +286,7 @@ void fs_stat_slot_free(struct fs_stat_conn *s)
     goto out;
   uint32_t i = (uint32_t)(off / sizeof *s);
   uint64_t bit = 1ull << (i % 64);
+  fs_proc_fork_work_add(FS_FORK_STAT);
   pthread_mutex_lock(&fs_stat_lock);
   if (fs_stat_busy[i / 64] & bit) { /* not allocated: nothing to do */
     /* Unpublish first, so a reader never sees a live slot half zeroed. */
@@ -223,39 +304,15 @@ out:
 /* Give the child its own file with the slots it owns (its copy of the
  * bitmap; the parent may have moved on since fork), then map that file over
  * the old mapping, which is still the parent's file, so slot pointers held by
- * connections stay valid.  The rows and the header go in with pwrite, the
- * magic last: a reader (pread, never a mapping) skips the file until then.
- * No temporary mapping: its mmap, munmap and faults were a third of what a
- * fork cost a process with a table. */
-/* pwrite all of it: 0, or -errno (-ENOSPC for a short write: tmpfs full). */
-static int fs_stat_pwrite(int fd, const void *buf, size_t n, off_t at)
-{
-  ssize_t w = pwrite(fd, buf, n, at);
-  return w == (ssize_t)n ? 0 : w < 0 ? -errno : -ENOSPC;
-}
-
+ * connections stay valid.  No temporary mapping: its mmap, munmap and faults
+ * were a third of what a fork cost a process with a table. */
 static int fs_stat_rehome(char *path, size_t len, bool forked)
 {
-  int fd = fs_stat_create((int)getpid(), path, len);
+  int pid = (int)getpid();
+  int fd = fs_stat_create(pid, path, len);
   if (fd < 0)
     return fd;
-  int rc = 0;
-  const struct fs_stat_conn *from = fs_stat_slots();
-  uint32_t hi = 0;
-  for (uint32_t w = 0; w < FS_STAT_WORDS && rc == 0; w++)
-    for (uint64_t bits = fs_stat_busy[w]; bits != 0 && rc == 0; bits &= bits - 1) {
-      uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(bits);
-      rc = fs_stat_pwrite(fd, &from[i], sizeof from[i], (off_t)(FS_STAT_HDR_LEN + (size_t)i * sizeof from[i]));
-      hi = i + 1;
-    }
-  struct fs_stat_header nh;
-  memset(&nh, 0, sizeof nh);
-  fs_stat_fill_header(&nh, (int)getpid(), hi, forked);
-  uint32_t magic = FS_STAT_MAGIC;
-  if (rc == 0)
-    rc = fs_stat_pwrite(fd, &nh, sizeof nh, 0);
-  if (rc == 0)
-    rc = fs_stat_pwrite(fd, &magic, sizeof magic, (off_t)offsetof(struct fs_stat_header, magic));
+  int rc = fs_stat_fill_file(fd, pid, forked);
   if (rc == 0 &&
       mmap(fs_stat_hdr, FS_STAT_MAP_LEN, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED)
     rc = -errno;
@@ -267,16 +324,17 @@ static int fs_stat_rehome(char *path, size_t len, bool forked)
 
 void fs_stat_atfork_child(void)
 {
+  if (!fs_proc_fork_work_has(FS_FORK_STAT))
+    return;
   int saved = errno;
-  pthread_mutex_init(&fs_stat_lock, NULL);
+  fs_lock_fork_reset_mutex(&fs_stat_lock);
   if (fs_stat_hdr == NULL)
     goto out;
-  char path[PATH_MAX];
-  int rc = fs_stat_mode == FS_STAT_ON ? fs_stat_rehome(path, sizeof path, true) : -ENOENT;
-  if (rc == 0) {
-    memcpy(fs_stat_path, path, sizeof path);
+  /* Named in place: the parent's name is of no use here, and a PATH_MAX
+   * buffer on the stack is one more page to fault in. */
+  int rc = fs_stat_mode == FS_STAT_ON ? fs_stat_rehome(fs_stat_path, sizeof fs_stat_path, true) : -ENOENT;
+  if (rc == 0)
     goto out;
-  }
   /* Never write into the parent's file: park the slots on private memory. */
   if (fs_stat_mode == FS_STAT_ON)
     fs_stat_fail("fork", -rc);
@@ -291,7 +349,7 @@ out:
 
 static bool fs_stat_unlinked; /* by fs_stat_exec, until the exec is known to have failed */
 
-void fs_stat_exec(bool failed)
+void fs_stat_exec_slow(bool failed)
 {
   int saved = errno;
   pthread_mutex_lock(&fs_stat_lock);
@@ -313,6 +371,7 @@ void fs_stat_exec(bool failed)
 void fs_stat_shutdown(void)
 {
   int saved = errno;
+  fs_proc_fork_work_add(FS_FORK_STAT);
   pthread_mutex_lock(&fs_stat_lock);
   if (fs_stat_path[0] != '\0')
     unlink(fs_stat_path);

@@ -22,6 +22,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "base/proc.h"
+
 #define FS_STAT_MAGIC 0x534b5346u /* "FSKS" */
 #define FS_STAT_VERSION 1
 #define FS_STAT_SLOTS 65536
@@ -78,7 +80,14 @@ void fs_stat_atfork_child(void);
 /* The process execs itself (execve, not posix_spawn): its table leaves with
  * this image, or, failed, comes back (fabsock stat must not list a gone
  * image's sockets under a pid that now runs another program). */
-void fs_stat_exec(bool failed);               /* re-home the table under the new pid */
+void fs_stat_exec_slow(bool failed);
+static inline void fs_stat_exec(bool failed)
+{
+  /* A process that never had a table (a shell's child on its way to
+   * exec) runs none of this module's code: no page of it to fault in. */
+  if (fs_proc_fork_work_has(FS_FORK_STAT))
+    fs_stat_exec_slow(failed);
+}
 void fs_stat_shutdown(void);                   /* unlink at exit */
 
 /* Which other processes' tables list a live (not listening, not closed)

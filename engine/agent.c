@@ -9,6 +9,7 @@
 
 #include "base/clock.h"
 #include "base/fdreg.h"
+#include "base/lock.h"
 #include "base/proc.h"
 #include "base/log.h"
 #include "base/real.h"
@@ -76,6 +77,7 @@ int fs_agent_watch(int fd, bool (*fn)(void *arg), void *arg)
     free(w);
     return rc;
   }
+  fs_proc_fork_work_add(FS_FORK_AGENT);
   w->next = A.watches;
   A.watches = w;
   return 0;
@@ -252,6 +254,7 @@ static int fs_agent_start(void)
 {
   if (A.running)
     return 0;
+  fs_proc_fork_work_add(FS_FORK_AGENT);
   A.epfd = FS_REAL(epoll_create1)(EPOLL_CLOEXEC);
   A.evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   fs_fdreg_set(A.epfd, true);
@@ -318,6 +321,7 @@ static void fs_agent_queue(struct fs_conn *c, void (*fn)(struct fs_conn *c))
    * later than one more delay: with a connection a request (ab: 20,000 a
    * second) the agent wakes every 2-4 ms for a batch, not once per
    * connection, and the application pays no eventfd write each time. */
+  fs_proc_fork_work_add(FS_FORK_AGENT);
   pthread_mutex_lock(&A.qlock);
   j->next = A.jobs;
   A.jobs = j;
@@ -438,28 +442,34 @@ void fs_agent_after_fork(bool child)
   /* The child has no agent thread.  It does not serve the parent's
    * rendezvous names (the parent still does) and abandons in-flight
    * handshakes (the parent goes on serving them).  Each fabric closes its
-   * own fds; the watches only go. */
-  FS_FOREACH_FABRIC(f)
-    (*f)->after_fork_child();
-  for (struct fs_agent_watch *w = A.watches, *next; w; w = next) {
-    next = w->next;
-    free(w);
+   * own fds; the watches only go.  Only modules that made such state are
+   * looked at (base/proc.h, fs_proc_fork_work): a process that never
+   * started the agent forks at the cost of this page alone, whose locks
+   * fs_agent_before_fork took. */
+  if (fs_proc_fork_work_has(FS_FORK_FABRIC))
+    FS_FOREACH_FABRIC(f)
+      (*f)->after_fork_child();
+  if (fs_proc_fork_work_has(FS_FORK_AGENT)) {
+    for (struct fs_agent_watch *w = A.watches, *next; w; w = next) {
+      next = w->next;
+      free(w);
+    }
+    for (struct fs_agent_job *j = A.jobs, *next; j; j = next) {
+      next = j->next;
+      fs_conn_put(j->c);
+      free(j);
+    }
+    A.watches = NULL;
+    A.jobs = NULL;
+    if (A.epfd >= 0)
+      fs_fdreg_close(A.epfd);
+    if (A.evfd >= 0)
+      fs_fdreg_close(A.evfd);
+    A.epfd = A.evfd = -1;
+    A.running = false;
+    fs_agent_proc_served = false; /* the name is the parent's: ours comes on demand */
+    fs_agent_proc_failed_ns = 0;
   }
-  for (struct fs_agent_job *j = A.jobs, *next; j; j = next) {
-    next = j->next;
-    fs_conn_put(j->c);
-    free(j);
-  }
-  A.watches = NULL;
-  A.jobs = NULL;
-  if (A.epfd >= 0)
-    fs_fdreg_close(A.epfd);
-  if (A.evfd >= 0)
-    fs_fdreg_close(A.evfd);
-  A.epfd = A.evfd = -1;
-  A.running = false;
-  fs_agent_proc_served = false; /* the name is the parent's: ours comes on demand */
-  fs_agent_proc_failed_ns = 0;
-  pthread_mutex_init(&A.qlock, NULL);
-  pthread_mutex_init(&A.lock, NULL);
+  fs_lock_fork_reset_mutex(&A.qlock);
+  fs_lock_fork_reset_mutex(&A.lock);
 }

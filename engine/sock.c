@@ -101,7 +101,9 @@ static void fs_sock_exit_drain(void)
 __attribute__((destructor)) static void fs_sock_fini(void)
 {
   fs_sock_exit_drain();
-  fs_stat_shutdown();
+  /* No table, nothing to unlink (and none of its pages to fault in). */
+  if (fs_proc_fork_work_has(FS_FORK_STAT))
+    fs_stat_shutdown();
 }
 
 void fs_sock_init(void)
@@ -537,6 +539,8 @@ void fs_sock_close(struct fs_conn *c, int fd)
 
 /* ---- fork / exec / fd passing ---------------------------------------- */
 
+/* Marks a connection visited by the walk before a fork (epoch) and after it
+ * (epoch + 1): no store to this page after the fork (a fault in each). */
 static uint32_t fs_sock_epoch;
 
 static void fs_sock_fork_prep(int fd, struct fs_conn *c, void *arg)
@@ -559,7 +563,10 @@ void fs_sock_before_fork(void)
   /* Agent lock first: no channel can be attached between the count of
    * shared ends below and the fork. */
   fs_agent_before_fork();
-  fs_sock_epoch++;
+  (void)fs_proc_fork_work_has(0); /* its page, present in the child (base/proc.h) */
+  if (__atomic_load_n(&fs_fdtab_hiwater, __ATOMIC_ACQUIRE) == 0)
+    return; /* never a socket: no walk, and no store to the epoch's page */
+  fs_sock_epoch += 2;
   fs_fdtab_foreach(fs_sock_fork_prep, NULL);
 }
 
@@ -598,14 +605,14 @@ static void fs_sock_fork_fix(int fd, struct fs_conn *c, void *arg)
 {
   pid_t pid = *(pid_t *)arg;
   (void)fd;
-  if (c->visit == fs_sock_epoch)
+  if (c->visit == fs_sock_epoch + 1)
     return;
-  c->visit = fs_sock_epoch;
+  c->visit = fs_sock_epoch + 1;
   struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
   if (pid == 0) { /* the threads that held these are gone */
-    pthread_mutex_init(&c->lock, NULL);
-    fs_lock_init(&c->txlock);
-    fs_lock_init(&c->rxlock);
+    fs_lock_fork_reset_mutex(&c->lock);
+    fs_lock_fork_reset(&c->txlock);
+    fs_lock_fork_reset(&c->rxlock);
     fs_sock_stat_refill(c, ch);
   }
   if (ch && !ch->ops->fork_shares(ch)) { /* downgraded before the fork, unless a thread was inside a call */
@@ -620,7 +627,7 @@ static void fs_sock_fork_fix(int fd, struct fs_conn *c, void *arg)
       __atomic_fetch_sub(&ch->me->refs, 1, __ATOMIC_ACQ_REL);
     return;
   }
-  if (fs_conn_state(c) == FS_STATE_LISTEN)
+  if (fs_conn_state(c) == FS_STATE_LISTEN && !c->listener_shared)
     c->listener_shared = true;
   /* Two processes now share the TCP socket: our byte counts no longer see
    * all of it.  An accepted end may still upgrade once one process alone
@@ -640,9 +647,8 @@ static void fs_sock_fork_fix(int fd, struct fs_conn *c, void *arg)
 
 void fs_sock_after_fork(pid_t pid)
 {
-  if (pid == 0)
+  if (pid == 0 && fs_proc_fork_work_has(FS_FORK_STAT)) /* its code is a page the child need not fault in */
     fs_stat_atfork_child();
-  fs_sock_epoch++;
   fs_fdtab_foreach(fs_sock_fork_fix, &pid);
   /* Agent lock last, as it was taken first: until the walk above has marked
    * every connection that forked without a channel no_upgrade, the parent's

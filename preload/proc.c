@@ -25,13 +25,21 @@
 FS_EXPORT pid_t fork(void)
 {
   fs_batch_flush(); /* the child must not hold the parent's wakes */
+  /* What a child calls on its way to exec, resolved here once: resolved in
+   * the child, it was a dlsym in every child of a shell (docs/design.md
+   * 1.6, what a fork costs). */
+  (void)FS_REAL(execve);
+  (void)FS_REAL(execvpe);
+  (void)FS_REAL(dup2);
+  (void)FS_REAL(fcntl);
   fs_sock_before_fork();
   pid_t pid = FS_REAL(fork)();
   int saved = errno;
   if (pid == 0)
     fs_aside_atfork_child(); /* the parent's aside thread is not here */
   fs_sock_after_fork(pid);
-  errno = saved;
+  if (errno != saved) /* a store to an unchanged errno is a page copy, in each process */
+    errno = saved;
   return pid;
 }
 

@@ -9,7 +9,9 @@
 #include <stddef.h>
 #include <string.h>
 #include "base/fdreg.h"
+#include "base/proc.h"
 #include "base/hmac.h"
+#include "base/lock.h"
 #include "base/reason.h"
 #include "fabric/rdma/rdmacm.h"
 #include "fabric/rdma/rdmacm_int.h"
@@ -52,6 +54,7 @@ bool fs_rdmacm_available(void)
 {
   if (M.avail >= 0)
     return M.avail == 1;
+  fs_proc_fork_work_add(FS_FORK_FABRIC); /* the child must forget what this sets up */
   M.avail = 0;
   if (!fs_verbs_device_listed()) {
     fs_log(FS_LOG_DEBUG, "no rdma device in sysfs: rdma-core not loaded; remote peers stay on tcp");
@@ -646,21 +649,26 @@ bool fs_rdmacm_held(void)
 
 void fs_rdmacm_after_fork_child(void)
 {
-  struct fs_cm_item *it = M.items;
-  while (it) {
-    struct fs_cm_item *next = it->next;
-    if (it->c)
-      fs_host->put(it->c);
-    free(it); /* ids, queue pairs and rings are the parent's */
-    it = next;
+  if (M.items) {
+    struct fs_cm_item *it = M.items;
+    while (it) {
+      struct fs_cm_item *next = it->next;
+      if (it->c)
+        fs_host->put(it->c);
+      free(it); /* ids, queue pairs and rings are the parent's */
+      it = next;
+    }
+    M.items = NULL;
   }
-  M.items = NULL;
-  M.nheld = 0;
-  M.nretired = 0;
-  pthread_mutex_init(&M.rlock, NULL);
-  if (M.ec)
+  if (M.nheld)
+    M.nheld = 0;
+  if (M.nretired)
+    M.nretired = 0;
+  fs_lock_fork_reset_mutex(&M.rlock);
+  if (M.ec) {
     fs_fdreg_close(M.ec->fd);
-  M.ec = NULL;
+    M.ec = NULL;
+  }
   /* librdmacm opened the verbs devices in the parent and keeps them in its
    * own globals; the child shares those contexts, whose write() commands
    * the kernel refuses to another process (EACCES: the file's credentials

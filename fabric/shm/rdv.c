@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "base/fdreg.h"
+#include "base/proc.h"
 #include "base/clock.h"
 #include "base/addr.h"
 #include "base/log.h"
@@ -161,6 +162,7 @@ static bool fs_rdv_srv_new(struct fs_rdv_item *l)
   it->shared_listener = l->c ? l->c->listener_shared : false;
   it->deadline = fs_clock_ns() + (uint64_t)FS_RDV_HOLD_MS * 1000000u;
   it->next = A.items;
+  fs_proc_fork_work_add(FS_FORK_FABRIC);
   A.items = it;
   A.npend++;
   if (fs_rdv_watch(it) < 0)
@@ -389,6 +391,7 @@ static struct fs_rdv_item *fs_rdv_cli_item(struct fs_link *c, int kind, uint64_t
   it->c = c;
   it->give_up = give_up;
   it->next = A.items;
+  fs_proc_fork_work_add(FS_FORK_FABRIC);
   A.items = it;
   return it;
 }
@@ -669,6 +672,7 @@ static struct fs_rdv_item *fs_rdv_serve_name(const char *name, int n)
     return NULL;
   }
   it->next = A.items;
+  fs_proc_fork_work_add(FS_FORK_FABRIC);
   A.items = it;
   return it;
 }

@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -20,7 +21,9 @@
 #include <dirent.h>
 
 #include "base/aside.h"
+#include "base/proc.h"
 #include "base/stat.h"
+#include "tests/unit/pagemap.h"
 #include "tests/unit/check_run.h"
 
 #define HDR sizeof(struct fs_stat_header)
@@ -406,10 +409,15 @@ START_TEST(test_fork_fallback)
   pid_t child = fork();
   ck_assert_int_ge(child, 0);
   if (child == 0) {
-    /* The child cannot create its file: stats go off, pointers stay valid
-     * and no longer reach the parent's file. */
-    setenv("FABSOCK_STATDIR", "/nonexistent/fabsock-stat-dir", 1);
+    /* The child cannot create its file (no descriptor left: its place is
+     * the parent's, named once per image): stats go off, pointers stay
+     * valid and no longer reach the parent's file. */
+    struct rlimit rl, none;
+    CHILD_CHECK(5, getrlimit(RLIMIT_NOFILE, &rl) == 0);
+    none = (struct rlimit){ 0, rl.rlim_max };
+    CHILD_CHECK(5, setrlimit(RLIMIT_NOFILE, &none) == 0);
     fs_stat_atfork_child();
+    CHILD_CHECK(6, setrlimit(RLIMIT_NOFILE, &rl) == 0);
     s->tx_bytes = 31337;
     struct fs_stat_conn c;
     CHILD_CHECK(2, read_slot(ppid, 0, &c) == 0 && c.tx_bytes == 0 && c.fd == 10);
@@ -425,6 +433,28 @@ START_TEST(test_fork_fallback)
   ck_assert_int_eq(WEXITSTATUS(status), 0);
   ck_assert_uint_eq(s->tx_bytes, 0);
   ck_assert_uint_eq(s->used, 1);
+}
+END_TEST
+
+/* A child of a process that never made a table resets nothing, and touches
+ * none of the module's pages (base/proc.h: each is a fault in a child). */
+START_TEST(test_fork_without_table_touches_nothing)
+{
+  (void)fs_proc_fork_work_has(0); /* as the library's fork does */
+  pid_t child = fork();
+  ck_assert_int_ge(child, 0);
+  if (child == 0) {
+    struct pm_snap a = { 0 }, b = { 0 };
+    if (pm_take(&b) < 0 || pm_take(&a) < 0)
+      _exit(2);
+    fs_stat_atfork_child();
+    pm_take(&b);
+    _exit(pm_changed(&a, &b, NULL) == 0 ? 0 : 1);
+  }
+  int status;
+  ck_assert_int_eq(waitpid(child, &status, 0), child);
+  ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                "the child touched a page (1) or could not tell (2): status %d", status);
 }
 END_TEST
 
@@ -852,6 +882,7 @@ static Suite *stat_suite(void)
   tcase_add_test(tc, test_threads);
   tcase_add_test(tc, test_fork_rehome);
   tcase_add_test(tc, test_fork_fallback);
+  tcase_add_test(tc, test_fork_without_table_touches_nothing);
   tcase_add_test(tc, test_holders);
   tcase_add_test(tc, test_scan_takes_no_app_number);
   suite_add_tcase(s, tc);
