@@ -2,6 +2,8 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <stdatomic.h>
+#include <stdbool.h>
+#include <string.h>
 
 #include "base/real.h"
 #include "base/log.h"
@@ -47,4 +49,13 @@ void *fs_real_resolve(enum fs_real_id id)
   }
   errno = saved;
   return p;
+}
+
+void fs_real_resolve_all(void)
+{
+#define FS_REAL_X_ALL(ret, name, err, params, args) \
+  if (strncmp(#name, "io_uring", 8) != 0 && __atomic_load_n(&fs_real_tab.name, __ATOMIC_ACQUIRE) == NULL) \
+    (void)fs_real_resolve(FS_REAL_ID_##name);
+  FS_REAL_SYMBOLS(FS_REAL_X_ALL)
+#undef FS_REAL_X_ALL
 }

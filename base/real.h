@@ -110,6 +110,13 @@ extern struct fs_real_table fs_real_tab;
 /* Resolve one symbol (slow path); never returns NULL. */
 void *fs_real_resolve(enum fs_real_id id);
 
+/* Before a process's first fork: resolve every libc entry (liburing's stay
+ * lazy: a process without it would log their absence).  What a child
+ * calls first was a dlsym in every child otherwise: execve in each child
+ * of a shell, send and recv in each PostgreSQL backend.  About 100
+ * lookups, once per process that forks. */
+void fs_real_resolve_all(void);
+
 #define FS_REAL(name) \
   (__extension__({ \
     __typeof__(fs_real_tab.name) p__ = __atomic_load_n(&fs_real_tab.name, __ATOMIC_ACQUIRE); \

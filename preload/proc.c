@@ -24,14 +24,12 @@
 
 FS_EXPORT pid_t fork(void)
 {
+  static bool resolved; /* written once, before a fork: no page copy after it */
   fs_batch_flush(); /* the child must not hold the parent's wakes */
-  /* What a child calls on its way to exec, resolved here once: resolved in
-   * the child, it was a dlsym in every child of a shell (docs/design.md
-   * 1.6, what a fork costs). */
-  (void)FS_REAL(execve);
-  (void)FS_REAL(execvpe);
-  (void)FS_REAL(dup2);
-  (void)FS_REAL(fcntl);
+  if (!resolved) { /* docs/design.md 1.6, what a fork costs */
+    fs_real_resolve_all();
+    resolved = true;
+  }
   fs_sock_before_fork();
   pid_t pid = FS_REAL(fork)();
   int saved = errno;
