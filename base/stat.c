@@ -185,8 +185,8 @@ static int fs_stat_pwrite(int fd, const void *buf, size_t n, off_t at)
  * then the header, the magic last: a reader (pread, never a mapping) skips
  * the file until then.  With pwrite in a new table too, a forked child
  * binds no function of its own (the library is bound lazily).  0 or
- * -errno. */
-static int fs_stat_fill_file(int fd, int pid, bool forked)
+ * -errno; *top: the header's hi_water (one past the last row written). */
+static int fs_stat_fill_file(int fd, int pid, bool forked, uint32_t *top)
 {
   int rc = 0;
   uint32_t hi = 0;
@@ -207,6 +207,7 @@ static int fs_stat_fill_file(int fd, int pid, bool forked)
     rc = fs_stat_pwrite(fd, &nh, sizeof nh, 0);
   if (rc == 0)
     rc = fs_stat_pwrite(fd, &magic, sizeof magic, (off_t)offsetof(struct fs_stat_header, magic));
+  *top = hi;
   return rc;
 }
 
@@ -224,7 +225,8 @@ static void fs_stat_init(void)
     fs_stat_fail(fd == -ENAMETOOLONG ? "FABSOCK_STATDIR" : path, -fd);
     return;
   }
-  int err = -fs_stat_fill_file(fd, pid, false);
+  uint32_t top;
+  int err = -fs_stat_fill_file(fd, pid, false, &top);
   void *map = MAP_FAILED;
   if (err == 0 && (map = mmap(NULL, FS_STAT_MAP_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED)
     err = errno;
@@ -312,13 +314,16 @@ static int fs_stat_rehome(char *path, size_t len, bool forked)
   int fd = fs_stat_create(pid, path, len);
   if (fd < 0)
     return fd;
-  int rc = fs_stat_fill_file(fd, pid, forked);
+  uint32_t top;
+  int rc = fs_stat_fill_file(fd, pid, forked, &top);
   if (rc == 0 &&
       mmap(fs_stat_hdr, FS_STAT_MAP_LEN, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED)
     rc = -errno;
   FS_REAL(close)(fd);
   if (rc < 0)
     unlink(path);
+  else
+    fs_stat_top = top; /* the new file's hi_water: a slot above it raises it */
   return rc;
 }
 

@@ -436,6 +436,38 @@ START_TEST(test_fork_fallback)
 }
 END_TEST
 
+/* The child's table is as high as what it holds; a slot it takes above that
+ * (one its parent had used) raises the header's hi_water, or readers, who
+ * read no further, would miss the row. */
+START_TEST(test_fork_child_slot_above_its_rows)
+{
+  struct fs_stat_conn *s = fs_stat_slot_alloc();
+  ck_assert_ptr_nonnull(s);
+  for (int i = 1; i < 4; i++)
+    ck_assert_ptr_eq(fs_stat_slot_alloc(), s + i);
+  for (int i = 0; i < 4; i++)
+    publish(&s[i], 10 + i);
+  fs_stat_slot_free(&s[3]); /* the parent's file says hi_water 4 */
+  pid_t child = fork();
+  ck_assert_int_ge(child, 0);
+  if (child == 0) {
+    int me = (int)getpid();
+    fs_stat_atfork_child();
+    struct fs_stat_header h;
+    struct fs_stat_conn c;
+    CHILD_CHECK(2, read_header(me, &h) == 0 && h.hi_water == 3);
+    CHILD_CHECK(3, fs_stat_slot_alloc() == &s[3]);
+    publish(&s[3], 20);
+    CHILD_CHECK(4, read_header(me, &h) == 0 && h.hi_water == 4);
+    CHILD_CHECK(5, read_slot(me, 3, &c) == 0 && c.used == 1 && c.fd == 20);
+    _exit(0);
+  }
+  int status;
+  ck_assert_int_eq(waitpid(child, &status, 0), child);
+  ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child check %d failed", WEXITSTATUS(status));
+}
+END_TEST
+
 /* A child of a process that never made a table resets nothing, and touches
  * none of the module's pages (base/proc.h: each is a fault in a child). */
 START_TEST(test_fork_without_table_touches_nothing)
@@ -883,6 +915,7 @@ static Suite *stat_suite(void)
   tcase_add_test(tc, test_fork_rehome);
   tcase_add_test(tc, test_fork_fallback);
   tcase_add_test(tc, test_fork_without_table_touches_nothing);
+  tcase_add_test(tc, test_fork_child_slot_above_its_rows);
   tcase_add_test(tc, test_holders);
   tcase_add_test(tc, test_scan_takes_no_app_number);
   suite_add_tcase(s, tc);
