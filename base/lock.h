@@ -51,22 +51,16 @@ static inline void fs_unlock(fs_lock_t *l)
     fs_lock_wake(l);
 }
 
-/* In a child after fork, a lock some thread of the parent may have held
- * goes back to free.  Each is stored only if it is not free already: after
- * fork every page of ours is shared copy-on-write with the parent, and the
- * first store to one costs its process a fault and a 4 KiB copy (2-3 us
- * here), though most of these locks were free. */
-static inline void fs_lock_fork_reset(fs_lock_t *l)
-{
-  if (__atomic_load_n(&l->v, __ATOMIC_RELAXED) != 0)
-    fs_lock_init(l);
-}
-
-/* The same for a default pthread mutex: an unlocked one holds exactly
- * PTHREAD_MUTEX_INITIALIZER's bytes (glibc clears owner and users at unlock).
- * A store, not pthread_mutex_init: a function the parent never called is
- * bound lazily in every child.  The model is on the stack, not in static
- * data: a page of the library's constants is one more fault in a child. */
+/* In a child after fork, a default pthread mutex some thread of the parent
+ * may have held goes back to free.  It is stored only if it is not free
+ * already: after fork every page of ours is shared copy-on-write with the
+ * parent, and the first store to one costs its process a fault and a 4 KiB
+ * copy (2-3 us here), though most of these locks were free.  An unlocked one
+ * holds exactly PTHREAD_MUTEX_INITIALIZER's bytes (glibc clears owner and
+ * users at unlock).  A store, not pthread_mutex_init: a function the parent
+ * never called is bound lazily in every child.  The model is on the stack,
+ * not in static data: a page of the library's constants is one more fault
+ * in a child. */
 static inline void fs_lock_fork_reset_mutex(pthread_mutex_t *m)
 {
   const pthread_mutex_t init = PTHREAD_MUTEX_INITIALIZER;

@@ -51,11 +51,17 @@ void *fs_real_resolve(enum fs_real_id id)
   return p;
 }
 
+/* Set once all are resolved; then each fork reads only this. */
+static bool fs_real_all;
+
 void fs_real_resolve_all(void)
 {
+  if (__atomic_load_n(&fs_real_all, __ATOMIC_ACQUIRE))
+    return;
 #define FS_REAL_X_ALL(ret, name, err, params, args) \
   if (strncmp(#name, "io_uring", 8) != 0 && __atomic_load_n(&fs_real_tab.name, __ATOMIC_ACQUIRE) == NULL) \
     (void)fs_real_resolve(FS_REAL_ID_##name);
   FS_REAL_SYMBOLS(FS_REAL_X_ALL)
 #undef FS_REAL_X_ALL
+  __atomic_store_n(&fs_real_all, true, __ATOMIC_RELEASE);
 }

@@ -114,7 +114,7 @@ void *fs_real_resolve(enum fs_real_id id);
  * lazy: a process without it would log their absence).  What a child
  * calls first was a dlsym in every child otherwise: execve in each child
  * of a shell, send and recv in each PostgreSQL backend.  About 100
- * lookups, once per process that forks. */
+ * lookups the first time, a load after it. */
 void fs_real_resolve_all(void);
 
 #define FS_REAL(name) \

@@ -327,10 +327,8 @@ static int fs_stat_rehome(char *path, size_t len, bool forked)
   return rc;
 }
 
-void fs_stat_atfork_child(void)
+void fs_stat_atfork_child_slow(void)
 {
-  if (!fs_proc_fork_work_has(FS_FORK_STAT))
-    return;
   int saved = errno;
   fs_lock_fork_reset_mutex(&fs_stat_lock);
   if (fs_stat_hdr == NULL)

@@ -76,7 +76,14 @@ _Static_assert(sizeof(struct fs_stat_conn) == 128, "stat slot size is ABI");
 /* Library side.  All return NULL / -errno and never disturb errno. */
 struct fs_stat_conn *fs_stat_slot_alloc(void); /* NULL when stats are off or full */
 void fs_stat_slot_free(struct fs_stat_conn *s);
-void fs_stat_atfork_child(void);
+void fs_stat_atfork_child_slow(void);
+static inline void fs_stat_atfork_child(void)
+{
+  /* A child of a process that never had a table runs none of this
+   * module's code (base/proc.h). */
+  if (fs_proc_fork_work_has(FS_FORK_STAT))
+    fs_stat_atfork_child_slow();
+}
 /* The process execs itself (execve, not posix_spawn): its table leaves with
  * this image, or, failed, comes back (fabsock stat must not list a gone
  * image's sockets under a pid that now runs another program). */

@@ -611,8 +611,8 @@ static void fs_sock_fork_fix(int fd, struct fs_conn *c, void *arg)
   struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
   if (pid == 0) { /* the threads that held these are gone */
     fs_lock_fork_reset_mutex(&c->lock);
-    fs_lock_fork_reset(&c->txlock);
-    fs_lock_fork_reset(&c->rxlock);
+    fs_lock_init(&c->txlock);
+    fs_lock_init(&c->rxlock);
     fs_sock_stat_refill(c, ch);
   }
   if (ch && !ch->ops->fork_shares(ch)) { /* downgraded before the fork, unless a thread was inside a call */
@@ -627,7 +627,7 @@ static void fs_sock_fork_fix(int fd, struct fs_conn *c, void *arg)
       __atomic_fetch_sub(&ch->me->refs, 1, __ATOMIC_ACQ_REL);
     return;
   }
-  if (fs_conn_state(c) == FS_STATE_LISTEN && !c->listener_shared)
+  if (fs_conn_state(c) == FS_STATE_LISTEN)
     c->listener_shared = true;
   /* Two processes now share the TCP socket: our byte counts no longer see
    * all of it.  An accepted end may still upgrade once one process alone
@@ -647,7 +647,7 @@ static void fs_sock_fork_fix(int fd, struct fs_conn *c, void *arg)
 
 void fs_sock_after_fork(pid_t pid)
 {
-  if (pid == 0 && fs_proc_fork_work_has(FS_FORK_STAT)) /* its code is a page the child need not fault in */
+  if (pid == 0)
     fs_stat_atfork_child();
   fs_fdtab_foreach(fs_sock_fork_fix, &pid);
   /* Agent lock last, as it was taken first: until the walk above has marked

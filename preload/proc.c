@@ -24,12 +24,8 @@
 
 FS_EXPORT pid_t fork(void)
 {
-  static bool resolved; /* written once, before a fork: no page copy after it */
   fs_batch_flush(); /* the child must not hold the parent's wakes */
-  if (!resolved) { /* docs/design.md 1.6, what a fork costs */
-    fs_real_resolve_all();
-    resolved = true;
-  }
+  fs_real_resolve_all(); /* once per process: docs/design.md 1.6, what a fork costs */
   fs_sock_before_fork();
   pid_t pid = FS_REAL(fork)();
   int saved = errno;

@@ -649,26 +649,21 @@ bool fs_rdmacm_held(void)
 
 void fs_rdmacm_after_fork_child(void)
 {
-  if (M.items) {
-    struct fs_cm_item *it = M.items;
-    while (it) {
-      struct fs_cm_item *next = it->next;
-      if (it->c)
-        fs_host->put(it->c);
-      free(it); /* ids, queue pairs and rings are the parent's */
-      it = next;
-    }
-    M.items = NULL;
+  struct fs_cm_item *it = M.items;
+  while (it) {
+    struct fs_cm_item *next = it->next;
+    if (it->c)
+      fs_host->put(it->c);
+    free(it); /* ids, queue pairs and rings are the parent's */
+    it = next;
   }
-  if (M.nheld)
-    M.nheld = 0;
-  if (M.nretired)
-    M.nretired = 0;
+  M.items = NULL;
+  M.nheld = 0;
+  M.nretired = 0;
   fs_lock_fork_reset_mutex(&M.rlock);
-  if (M.ec) {
+  if (M.ec)
     fs_fdreg_close(M.ec->fd);
-    M.ec = NULL;
-  }
+  M.ec = NULL;
   /* librdmacm opened the verbs devices in the parent and keeps them in its
    * own globals; the child shares those contexts, whose write() commands
    * the kernel refuses to another process (EACCES: the file's credentials
