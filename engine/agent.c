@@ -365,7 +365,7 @@ void fs_agent_unlisten(struct fs_conn *c)
   pthread_mutex_unlock(&A.lock);
 }
 
-void fs_agent_accepted(void)
+void fs_agent_retry_held(void)
 {
   FS_FOREACH_FABRIC(f)
     if ((*f)->held()) {

@@ -34,8 +34,10 @@ bool fs_agent_listen(struct fs_conn *c, int fd, int fabric);
 /* A listening socket is closed. */
 void fs_agent_unlisten(struct fs_conn *c);
 
-/* A connection was accepted: held requests may now be answered. */
-void fs_agent_accepted(void);
+/* Held requests may now be answered: a connection was accepted, used for
+ * the first time, or handed to another process (fabric host->hold).  A
+ * load when none is held. */
+void fs_agent_retry_held(void);
 
 /* This process holds connections that a peer cannot reach through a
  * listener this process serves (a listener shared since fork: prefork

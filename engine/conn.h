@@ -78,6 +78,8 @@ struct fs_conn {
                                  counts from the kernel (fs_cutover_resync) */
   bool resync_tx, resync_rx;  /* counts to take from the kernel before the
                                  SWITCH each direction (txlock / rxlock) */
+  bool used;                  /* sent, received or waited on here (atomic): an
+                                 accepted end unused may yet be handed on */
   int resend_fd;              /* the fd to re-send on */
   uint32_t spin_us;           /* adaptive spin budget */
   uint32_t tx_news;           /* the channel's news count at our last send (txlock) */
@@ -104,6 +106,7 @@ struct fs_conn {
   uint64_t trim_tx;           /* agent: fab_tx at its last trim pass (engine/trim.c) */
   bool trimmed;               /* agent: tx ring trimmed since fab_tx last moved */
   uint64_t crossed_ns;        /* accepting end: when the threshold was crossed */
+  uint64_t hold_ns;           /* agent: when a request first waited for its use */
   uint64_t alive_ns;          /* the peer half-closed TCP and was alive then (coarse ns) */
   uint64_t live_ns;           /* rx: when TCP was last asked whether the peer went away */
   bool tcp_news;              /* a poll or sleep saw the TCP socket stir since (atomic) */

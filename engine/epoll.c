@@ -18,6 +18,7 @@
 
 #include "base/clock.h"
 #include "base/fdreg.h"
+#include "engine/hold.h"
 #include "engine/cutover.h"
 #include "engine/ready.h"
 #include "engine/wait.h"
@@ -478,6 +479,8 @@ int fs_ready_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
     int r = FS_REAL(epoll_ctl)(epfd, op, fd, ev);
     return r < 0 ? -errno : 0;
   }
+  if (op != EPOLL_CTL_DEL)
+    fs_hold_use(c);
   pthread_mutex_lock(&ep->lock);
   struct fs_ep_ent *e = fs_ep_find(ep, c, fd, false);
   int rc = 0;

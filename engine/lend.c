@@ -2,6 +2,7 @@
  * adapter from a link to its connection (engine/sock.c decides). */
 #include "engine/agent.h"
 #include "engine/conn.h"
+#include "engine/hold.h"
 #include "engine/lend.h"
 #include "engine/sock.h"
 #include "engine/wake.h"
@@ -25,6 +26,11 @@ static struct fs_link *fs_lend_find(const struct sockaddr *local, const struct s
 static bool fs_lend_may_upgrade(struct fs_link *l)
 {
   return fs_sock_may_upgrade(fs_conn_of(l));
+}
+
+static bool fs_lend_hold(struct fs_link *l)
+{
+  return fs_hold_request(fs_conn_of(l));
 }
 
 static int fs_lend_may_attach(struct fs_link *l, uint32_t uid)
@@ -62,6 +68,7 @@ const struct fs_fabric_host fs_lend_host = {
   .put = fs_lend_put,
   .find = fs_lend_find,
   .may_upgrade = fs_lend_may_upgrade,
+  .hold = fs_lend_hold,
   .may_attach = fs_lend_may_attach,
   .wake = fs_lend_wake,
   .attach = fs_lend_attach,

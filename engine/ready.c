@@ -5,6 +5,7 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "engine/hold.h"
 #include "engine/batch.h"
 #include "engine/cutover.h"
 #include "engine/ready.h"
@@ -75,6 +76,7 @@ int fs_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const
     struct fs_conn *c = cs[i];
     if (!c)
       continue;
+    fs_hold_use(c);
     if (c->connecting)
       fs_sock_check_connected(c, fds[i].fd, false);
     struct fs_chan *ch = fs_cutover_chan(c);

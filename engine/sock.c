@@ -300,7 +300,7 @@ void fs_sock_accepted(struct fs_conn *lc, int nfd, int flags, const struct socka
    * the listener (prefork): it then looks for this one by its own name. */
   if (lc->listener_shared && !c->no_upgrade)
     fs_agent_serve_proc();
-  fs_agent_accepted();
+  fs_agent_retry_held();
 }
 
 void fs_sock_connect_done(struct fs_conn *c, int fd, int rc, const struct sockaddr *addr, socklen_t len)

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "base/clock.h"
+#include "engine/hold.h"
 #include "engine/batch.h"
 #include "engine/cutover.h"
 #include "engine/wait.h"
@@ -356,6 +357,7 @@ static ssize_t fs_sockio_fabric_send(struct fs_conn *c, int fd, struct fs_chan *
 
 ssize_t fs_sock_send(struct fs_conn *c, int fd, struct fs_io *io)
 {
+  fs_hold_use(c);
   if (c->connecting)
     fs_sock_check_connected(c, fd, false);
   if (c->hook_closed)
@@ -671,6 +673,7 @@ static ssize_t fs_sockio_fabric_recv(struct fs_conn *c, int fd, struct fs_io *io
 
 ssize_t fs_sock_recv(struct fs_conn *c, int fd, struct fs_io *io)
 {
+  fs_hold_use(c);
   if (c->connecting)
     fs_sock_check_connected(c, fd, false);
   if (c->hook_closed)

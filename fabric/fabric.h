@@ -30,7 +30,8 @@ struct fs_chan;
   int wake_fd;                  /* eventfd woken on fabric events; -1 until   \
                                    made (host->wake, engine/wake.h) */           \
   bool ready;                   /* set up after connect/accept (atomic): until  \
-                                   then a rendezvous request for it is held */   \
+                                   then a rendezvous request for it is held    \
+                                   (host->hold) */                              \
   bool listener_shared;         /* listening socket shared with another process */ \
   uint32_t io_max;              /* largest send or receive on TCP before the      \
                                    upgrade (atomic): a fabric may size rings by it */ \
@@ -52,6 +53,12 @@ struct fs_fabric_host {
   struct fs_link *(*find)(const struct sockaddr *local, const struct sockaddr *peer);
   /* Connecting end: may l still start a rendezvous (not closed, not given up)? */
   bool (*may_upgrade)(struct fs_link *l);
+  /* Accepting end: true while a peer's request for l must wait (the fabric
+   * asks again at each tick and when the agent is kicked): accept() is
+   * still setting l up, or this process has not used l yet and may be
+   * about to hand it on (node cluster's primary accepts, a worker serves).
+   * Agent. */
+  bool (*hold)(struct fs_link *l);
   /* Accepting end: 0 if l may take a channel from a peer of this uid, else a reason. */
   int (*may_attach)(struct fs_link *l, uint32_t uid);
   /* Make l's wake eventfd (l->wake_fd) if it has none yet: a connection

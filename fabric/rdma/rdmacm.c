@@ -335,8 +335,8 @@ static bool fs_cm_srv_try(struct fs_cm_item *it)
     }
     return false;
   }
-  if (!__atomic_load_n(&c->ready, __ATOMIC_ACQUIRE)) {
-    fs_host->put(c); /* accept() is still setting it up (opening hooks): hold */
+  if (fs_host->hold(c)) {
+    fs_host->put(c); /* not set up yet, or maybe about to be handed on */
     return false;
   }
   if (it->held) {

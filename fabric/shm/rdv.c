@@ -200,8 +200,8 @@ static bool fs_rdv_srv_try(struct fs_rdv_item *it)
     }
     return false; /* hold until accept() or the deadline */
   }
-  if (!__atomic_load_n(&c->ready, __ATOMIC_ACQUIRE)) {
-    fs_host->put(c); /* accept() is still setting it up (opening hooks): hold */
+  if (fs_host->hold(c)) {
+    fs_host->put(c); /* not set up yet, or maybe about to be handed on */
     return false;
   }
   int status = fs_host->may_attach(c, it->uid);

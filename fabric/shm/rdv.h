@@ -24,8 +24,10 @@
  * abandoned it and left the client on TCP for good.
  * Identity: the listener accepts only if the passed socket's local/peer
  * addresses are the reverse of a connection this process accepted (or will
- * accept: a request may be held until accept(), never answered for a socket
- * another process could accept), and the unix peer's uid is allowed.  Only a
+ * accept: a request may be held until accept(), and then until this
+ * process first uses the connection or hands it on (host->hold); never
+ * answered for a socket another process could accept), and the unix peer's
+ * uid is allowed.  Only a
  * holder of the client end can pass it.  The client, before passing
  * anything, checks with NETLINK_SOCK_DIAG that the server end of its TCP
  * connection is a local socket and that its uid is the unix peer's uid, so a

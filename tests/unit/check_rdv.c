@@ -15,6 +15,7 @@
 
 #include "fabric/shm/rdv.h"
 #include "fabric/shm/shm.h"
+#include "engine/adopt.h"
 #include "engine/sock.h"
 #include "engine/fdtab.h"
 #include "base/real.h"
@@ -264,6 +265,118 @@ START_TEST(t_truncated_fds)
 }
 END_TEST
 
+/* A valid request for the accepted sfd, on a rendezvous connection of its
+ * own (u), with the client's side of the channel (ch, mem, efd). */
+struct vreq {
+  int u, mem, efd;
+  struct fs_chan *ch;
+};
+
+static void vreq_send(struct vreq *r)
+{
+  r->efd = eventfd(0, EFD_CLOEXEC);
+  ck_assert_int_eq(fs_shm_create(1u << 20, r->efd, &r->mem, &r->ch), 0);
+  r->u = rdv_connect();
+  struct fs_rdv_req req = { FS_RDV_MAGIC_REQ, FS_RDV_VERSION, FS_FABRIC_SHM, 1u << 20, 0 };
+  int fds[3] = { cfd, r->mem, r->efd };
+  ck_assert_int_eq(send_req(r->u, &req, sizeof req, fds, 3), (int)sizeof req);
+}
+
+static void vreq_free(struct vreq *r)
+{
+  FS_REAL(close)(r->u);
+  r->ch->ops->release(r->ch);
+  FS_REAL(close)(r->mem);
+  FS_REAL(close)(r->efd);
+}
+
+/* No reply on u for a while: the request is held.  (It cannot come sooner
+ * under load: the hold lasts a quarter of the connection's timeout.) */
+static void assert_held(int u)
+{
+  struct pollfd p = { u, POLLIN, 0 };
+  int n = FS_REAL(poll)(&p, 1, 300);
+  ck_assert_msg(n == 0, "the request was answered (poll %d) before the connection was used", n);
+}
+
+static struct fs_chan *sfd_chan(void)
+{
+  struct fs_conn *c = fs_fdtab_get(sfd);
+  ck_assert_ptr_nonnull(c);
+  struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
+  fs_conn_put(c);
+  return ch;
+}
+
+/* pair_setup, with sfd's set-up bound (policy timeout) ms. */
+static void pair_setup_timeout(uint32_t ms)
+{
+  pair_setup();
+  struct fs_conn *c = fs_fdtab_get(sfd);
+  ck_assert_ptr_nonnull(c);
+  c->policy.timeout_ms = ms;
+  fs_conn_put(c);
+}
+
+/* A request for a connection this process accepted but has not used yet is
+ * held until its first use (node cluster's primary accepts and hands each
+ * connection to a worker without touching it: attached there first, it
+ * went back to TCP for good when handed on), then answered at once. */
+START_TEST(t_held_until_first_use)
+{
+  pair_setup_timeout(600000);
+  struct vreq r;
+  vreq_send(&r);
+  assert_held(r.u);
+  ck_assert_ptr_null(sfd_chan());
+  /* The first use: a receive that finds nothing. */
+  char b[4];
+  struct iovec v = { b, sizeof b };
+  struct fs_io io = { .op = FS_IO_RECV, .flags = MSG_DONTWAIT, .iov = &v, .iovcnt = 1 };
+  struct fs_conn *c = fs_fdtab_get(sfd);
+  ck_assert_int_eq(fs_sock_recv(c, sfd, &io), -EAGAIN);
+  fs_conn_put(c);
+  ck_assert_int_eq(reply_status(r.u, 10000), 0);
+  ck_assert_ptr_nonnull(sfd_chan());
+  vreq_free(&r);
+}
+END_TEST
+
+/* Handed on unused (SCM_RIGHTS): the held request is answered not-owner,
+ * so that the client looks for the process it went to. */
+START_TEST(t_held_then_handed_on)
+{
+  pair_setup_timeout(600000);
+  struct vreq r;
+  vreq_send(&r);
+  assert_held(r.u);
+  char cbuf[CMSG_SPACE(sizeof(int))] = { 0 };
+  struct msghdr mh = { .msg_control = cbuf, .msg_controllen = sizeof cbuf };
+  struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+  cm->cmsg_level = SOL_SOCKET;
+  cm->cmsg_type = SCM_RIGHTS;
+  cm->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(cm), &sfd, sizeof sfd);
+  fs_adopt_scm_sent(&mh);
+  ck_assert_int_eq(reply_status(r.u, 10000), FS_REASON_NOT_OWNER);
+  ck_assert_ptr_null(sfd_chan());
+  vreq_free(&r);
+}
+END_TEST
+
+/* Never used: after a quarter of its timeout the connection takes the
+ * channel anyway (a busy server, not a hand-over). */
+START_TEST(t_held_unused_attaches_later)
+{
+  pair_setup_timeout(200);
+  struct vreq r;
+  vreq_send(&r);
+  ck_assert_int_eq(reply_status(r.u, 10000), 0);
+  ck_assert_ptr_nonnull(sfd_chan());
+  vreq_free(&r);
+}
+END_TEST
+
 START_TEST(t_diag)
 {
   pair_setup();
@@ -298,6 +411,9 @@ int main(void)
   tcase_add_test(tc, t_diag);
   tcase_add_test(tc, t_hostile_requests);
   tcase_add_test(tc, t_truncated_fds);
+  tcase_add_test(tc, t_held_until_first_use);
+  tcase_add_test(tc, t_held_then_handed_on);
+  tcase_add_test(tc, t_held_unused_attaches_later);
   suite_add_tcase(s, tc);
   return run_suite(s, false);
 }

@@ -1,0 +1,89 @@
+/* Unit tests for engine/hold: when a peer's rendezvous request for an
+ * accepted connection waits for the connection's first use here.  (The
+ * rendezvous around it, held then answered or handed on: check_rdv.) */
+#include <check.h>
+#include <time.h>
+
+#include "engine/hold.h"
+#include "tests/unit/check_run.h"
+
+static struct fs_conn *accepted(uint32_t timeout_ms)
+{
+  struct fs_conn *c = fs_conn_new(-1, AF_INET);
+  ck_assert_ptr_nonnull(c);
+  c->dir = FS_DIR_ACCEPT;
+  c->policy.timeout_ms = timeout_ms;
+  __atomic_store_n(&c->ready, true, __ATOMIC_RELEASE);
+  return c;
+}
+
+START_TEST(t_held_until_first_use)
+{
+  struct fs_conn *c = accepted(600000);
+  ck_assert(fs_hold_request(c));
+  ck_assert(fs_hold_request(c)); /* asked again at the next tick: still */
+  fs_hold_use(c);
+  ck_assert(c->used);
+  ck_assert(!fs_hold_request(c));
+  fs_conn_put(c);
+}
+END_TEST
+
+START_TEST(t_held_while_accept_sets_up)
+{
+  struct fs_conn *c = accepted(600000);
+  fs_hold_use(c);
+  __atomic_store_n(&c->ready, false, __ATOMIC_RELEASE);
+  ck_assert(fs_hold_request(c));
+  fs_conn_put(c);
+}
+END_TEST
+
+/* Only an end accepted here waits: a connecting end never, one forked with
+ * or handed to us is for fs_sock_may_attach, one on TCP for good (handed
+ * on: fd-passed) is answered at once. */
+START_TEST(t_not_held)
+{
+  struct fs_conn *c = accepted(600000);
+  c->dir = FS_DIR_CONNECT;
+  ck_assert(!fs_hold_request(c));
+  c->dir = FS_DIR_ACCEPT;
+  c->shared_hist = true;
+  ck_assert(!fs_hold_request(c));
+  c->shared_hist = false;
+  c->no_upgrade = true;
+  ck_assert(!fs_hold_request(c));
+  fs_conn_put(c);
+}
+END_TEST
+
+/* Never used: the wait ends after a quarter of the connection's timeout
+ * (here 2 ms), counted from the first time it was asked. */
+START_TEST(t_hold_ends)
+{
+  struct fs_conn *c = accepted(8);
+  ck_assert(fs_hold_request(c));
+  int naps = 0;
+  struct timespec ms = { 0, 1000000 };
+  while (fs_hold_request(c) && naps < 20000) {
+    nanosleep(&ms, NULL);
+    naps++;
+  }
+  ck_assert_msg(!fs_hold_request(c), "still held after %d naps of 1 ms", naps);
+  ck_assert(!c->used);
+  fs_conn_put(c);
+}
+END_TEST
+
+int main(void)
+{
+  Suite *s = suite_create("hold");
+  TCase *tc = tcase_create("core");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, t_held_until_first_use);
+  tcase_add_test(tc, t_held_while_accept_sets_up);
+  tcase_add_test(tc, t_not_held);
+  tcase_add_test(tc, t_hold_ends);
+  suite_add_tcase(s, tc);
+  return run_suite(s, false);
+}
