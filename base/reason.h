@@ -29,7 +29,8 @@
   X(AUTH,        "auth")            /* rdma_key: the peer did not prove the same key */ \
   X(KERNEL_IO,   "kernel-io")       /* splice, tee or copy_file_range hand the socket to the kernel */ \
   X(IO_URING,    "io-uring")        /* the process set up an io_uring: its rings bypass us */ \
-  X(SANDBOX,     "sandbox")         /* the process confined itself (seccomp): only its own calls */
+  X(SANDBOX,     "sandbox")         /* the process confined itself (seccomp): only its own calls */ \
+  X(PEER_TCP,    "peer-tcp")        /* the peer went back to TCP for good (fd-passed, exec, ...) */
 
 enum fs_reason {
 #define FS_REASON_X_ENUM(id, str) FS_REASON_##id,

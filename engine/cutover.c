@@ -270,6 +270,11 @@ void fs_cutover_resend_job(struct fs_conn *c)
     c->tx_flow = was == FS_FLOW_EOF ? FS_FLOW_EOF : FS_FLOW_TCP;
     c->no_upgrade = true;
     __atomic_store_n(&c->peer_revert_done, true, __ATOMIC_RELEASE);
+    /* What stat shows: what the ring still holds for us is read first, the
+     * rest comes on TCP. */
+    fs_conn_set_state(c, FS_STATE_TCP, FS_REASON_PEER_TCP);
+    if (c->stat)
+      c->stat->fabric = FS_FABRIC_TCP;
     fs_log(FS_LOG_INFO, "fd %d: peer went back to tcp", fd);
   }
   fs_unlock(&c->txlock);
