@@ -39,10 +39,12 @@ static inline __attribute__((always_inline)) struct fs_chan *fs_cutover_chan_kno
     return NULL;
   if (progress)
     fs_chan_progress(ch);
-  /* Another process sharing this end since fork downgraded it (it exec'd
-   * or passed the fd on): the stream continues on TCP for us too. */
-  if (__builtin_expect(__atomic_load_n(&ch->me->reverted, __ATOMIC_ACQUIRE), 0)) {
-    fs_cutover_tcp_for_good(c, FS_REASON_EXEC);
+  /* Another process sharing this end since fork downgraded it (it exec'd,
+   * passed the fd on, confined itself): the stream continues on TCP for us
+   * too, and stat says why. */
+  uint32_t why = __atomic_load_n(&ch->me->reverted, __ATOMIC_ACQUIRE);
+  if (__builtin_expect(why != 0, 0)) {
+    fs_cutover_tcp_for_good(c, why < FS_REASON_COUNT ? (int)why : FS_REASON_EXEC);
     return NULL;
   }
   /* The peer gave the channel up without ever attaching it (its attach

@@ -7,8 +7,9 @@ bool fs_hold_request(struct fs_conn *c)
 {
   if (!__atomic_load_n(&c->ready, __ATOMIC_ACQUIRE))
     return true; /* accept() is still setting it up (opening hooks) */
-  /* Forked with or handed to us (shared_hist): fs_sock_may_attach decides. */
-  if (c->dir != FS_DIR_ACCEPT || c->shared_hist || c->no_upgrade || __atomic_load_n(&c->used, __ATOMIC_ACQUIRE))
+  /* Used here, or in the image that forked us with it (then we took over
+   * its flag): fs_sock_may_attach decides, alone with it or not. */
+  if (c->dir != FS_DIR_ACCEPT || c->no_upgrade || __atomic_load_n(&c->used, __ATOMIC_ACQUIRE))
     return false;
   uint64_t now = fs_clock_coarse_ns();
   if (!c->hold_ns)

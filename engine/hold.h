@@ -1,10 +1,12 @@
 /* Hand-over ahead: a peer's rendezvous request for a connection this
- * process accepted waits (fabric host->hold) until the application first
- * sends, receives or waits on it here, hands it on (SCM_RIGHTS: the peer
- * then looks for the process it went to), or a quarter of the set-up bound
- * (policy timeout) has gone by.  Node cluster's primary accepts and hands
- * each connection to a worker without touching it: attached there first,
- * the hand-over took it back to TCP for good (fd-passed). */
+ * process accepted (or was forked with) waits (fabric host->hold) until the
+ * application first sends, receives or waits on it in this image, hands it
+ * on (SCM_RIGHTS: the peer then looks for the process it went to), or a
+ * quarter of the set-up bound (policy timeout) has gone by.  Node cluster's
+ * primary accepts and hands each connection to a worker without touching
+ * it, sshd's child re-execs with the connection it was forked with:
+ * attached there first, the hand-over or the exec took it back to TCP for
+ * good (fd-passed, exec). */
 #ifndef FS_ENGINE_HOLD_H
 #define FS_ENGINE_HOLD_H
 

@@ -788,7 +788,7 @@ void fs_sock_downgrade(struct fs_conn *c, int fd, int reason)
   }
   c->reverted = true;
   c->no_upgrade = true;
-  __atomic_store_n(&ch->me->reverted, 1, __ATOMIC_RELEASE);
+  __atomic_store_n(&ch->me->reverted, (uint32_t)reason, __ATOMIC_RELEASE);
   fs_conn_set_state(c, FS_STATE_TCP, reason);
   if (c->stat)
     c->stat->fabric = FS_FABRIC_TCP;

@@ -41,9 +41,10 @@ struct fs_chan_ep {
                                 Nobody switches its tx before the peer's is set:
                                 until then the peer may read TCP without looking
                                 at the ring, and a TCP EOF would cut the stream. */
-  uint32_t reverted;         /* some holder of this end downgraded it (exec,
-                                fd passing): every process sharing it after
-                                fork goes back to TCP; atomic */
+  uint32_t reverted;         /* some holder of this end downgraded it: why
+                                (enum fs_reason: exec, fd-passed, sandbox...),
+                                0 never; every process sharing it after fork
+                                goes back to TCP; atomic */
   uint32_t rcvbuf;           /* SO_RCVBUF this end's application set (the
                                 kernel's doubled value), 0: never; the peer's
                                 tx ring holds no more than its own SO_SNDBUF

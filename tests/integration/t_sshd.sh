@@ -67,14 +67,16 @@ EOF
   if [ $hrc -eq 0 ] && grep -qx held "$hlog"; then tap_ok "$name [$MODE]";
   else tap_not_ok "$name [$MODE]" "ssh exit $hrc" "$hlog" "$SERVER_LOG"; fi
   # Upgraded at a forced point (make check-upgrade-points), the connection
-  # may reach shm before sshd's re-exec or its session's fork and exec,
-  # which bring it back to TCP for good (reason exec): where it ends depends
-  # on that point, so only the default threshold's is checked.  (The
+  # reaches shm in the re-exec'd monitor (a request waits out the listener's
+  # fork and the child's re-exec: engine/hold.h), before the monitor forks
+  # the pre-authentication child, which confines itself (seccomp, one fd)
+  # and takes the end it shares back to TCP for good (reason sandbox): an
+  # end is not upgraded again, so only the default threshold's is checked.  (The
   # session itself must work at any point: once, at 0 bytes, ssh gave up
   # now and then, its poll told readable by a REVERT alone.)
   if [ -n "${FABSOCK_IT_UPGRADE:-}" ] && [ "$fst" != 0 ] && [ -n "$(fabric_expected)" ]; then
     tap_todo "$name [$MODE] fabric=$(fabric_expected)" \
-      "open bug: upgraded at a forced point, the session may end on TCP (sshd's re-exec or its session's exec brings it back, reason exec)" \
+      "open bug: upgraded at a forced point, the session ends on TCP (the sandboxed pre-authentication child takes the end it shares back, reason sandbox; never upgraded again)" \
       "${FABRIC_DETAIL:-}"
   else
     fabric_report "$name" $fst

@@ -39,19 +39,31 @@ START_TEST(t_held_while_accept_sets_up)
 }
 END_TEST
 
-/* Only an end accepted here waits: a connecting end never, one forked with
- * or handed to us is for fs_sock_may_attach, one on TCP for good (handed
- * on: fd-passed) is answered at once. */
+/* Only an accepted end waits: a connecting end never, one on TCP for good
+ * (handed on: fd-passed) is answered at once. */
 START_TEST(t_not_held)
 {
   struct fs_conn *c = accepted(600000);
   c->dir = FS_DIR_CONNECT;
   ck_assert(!fs_hold_request(c));
   c->dir = FS_DIR_ACCEPT;
-  c->shared_hist = true;
-  ck_assert(!fs_hold_request(c));
-  c->shared_hist = false;
   c->no_upgrade = true;
+  ck_assert(!fs_hold_request(c));
+  fs_conn_put(c);
+}
+END_TEST
+
+/* Forked with (shared_hist), unused: held too, the image that holds it may
+ * be about to exec (sshd's child re-execs with the connection on fd 0; an
+ * end attached before the exec goes back to TCP for good).  Used by the
+ * image that forked it: the child took over the flag, and
+ * fs_sock_may_attach decides. */
+START_TEST(t_forked_unused_held)
+{
+  struct fs_conn *c = accepted(600000);
+  c->shared_hist = true;
+  ck_assert(fs_hold_request(c));
+  c->used = true;
   ck_assert(!fs_hold_request(c));
   fs_conn_put(c);
 }
@@ -83,6 +95,7 @@ int main(void)
   tcase_add_test(tc, t_held_until_first_use);
   tcase_add_test(tc, t_held_while_accept_sets_up);
   tcase_add_test(tc, t_not_held);
+  tcase_add_test(tc, t_forked_unused_held);
   tcase_add_test(tc, t_hold_ends);
   suite_add_tcase(s, tc);
   return run_suite(s, false);
