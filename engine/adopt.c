@@ -43,7 +43,6 @@ static void fs_adopt_leaving(int fd)
   fs_hold_handed_on(); /* a request held for it goes to its new holder */
 }
 
-
 bool fs_adopt_listener(int fd, int dom, bool shared)
 {
   int fl = FS_REAL(fcntl)(fd, F_GETFL, 0);

@@ -271,10 +271,13 @@ void fs_cutover_resend_job(struct fs_conn *c)
     c->no_upgrade = true;
     __atomic_store_n(&c->peer_revert_done, true, __ATOMIC_RELEASE);
     /* What stat shows: what the ring still holds for us is read first, the
-     * rest comes on TCP. */
-    fs_conn_set_state(c, FS_STATE_TCP, FS_REASON_PEER_TCP);
-    if (c->stat)
-      c->stat->fabric = FS_FABRIC_TCP;
+     * rest comes on TCP.  An end that went back itself meanwhile (both ends
+     * spliced) keeps its own reason: txlock orders us after it. */
+    if (!c->reverted) {
+      fs_conn_set_state(c, FS_STATE_TCP, FS_REASON_PEER_TCP);
+      if (c->stat)
+        c->stat->fabric = FS_FABRIC_TCP;
+    }
     fs_log(FS_LOG_INFO, "fd %d: peer went back to tcp", fd);
   }
   fs_unlock(&c->txlock);
