@@ -29,12 +29,26 @@
 #define FS_SOCKIO_HOT static inline __attribute__((always_inline))
 
 
-static size_t fs_iov_total(const struct iovec *iov, int n)
+/* Above any user address (x86-64 with 5-level paging: 2^56; arm64: 2^52). */
+#define FS_IOV_USER_END (1ull << 56)
+
+/* What a ring copy may take from (or give to) iov: where the kernel fails
+ * a copy with EFAULT, ours would kill the process.  The bytes before the
+ * first buffer no process can have mapped (its first page: a NULL pointer
+ * plus a little; past every user address; wrapping), as the kernel's
+ * partial copy; -EFAULT if that is none.  Any other unmapped buffer is not
+ * caught: that would take a system call per send. */
+static ssize_t fs_iov_usable(const struct iovec *iov, int n)
 {
   size_t t = 0;
-  for (int i = 0; i < n; i++)
-    t += iov[i].iov_len;
-  return t;
+  for (int i = 0; i < n; i++) {
+    uintptr_t p = (uintptr_t)iov[i].iov_base;
+    size_t l = iov[i].iov_len;
+    if (l && (p < 4096 || p + l < p || (uint64_t)(p + l) > FS_IOV_USER_END))
+      return t ? (ssize_t)t : -EFAULT;
+    t += l;
+  }
+  return (ssize_t)t;
 }
 
 /* A hook closed the connection, while the application's fd stays open.
@@ -396,7 +410,8 @@ ssize_t fs_sock_send(struct fs_conn *c, int fd, struct fs_io *io)
   if (ch && c->tx_flow == FS_FLOW_TCP)
     fs_cutover_switch_tx(c, ch);
   if (ch && c->tx_flow == FS_FLOW_FABRIC) {
-    r = fs_sockio_fabric_send(c, fd, ch, io, io->op == FS_IO_SENDFILE ? io->count : fs_iov_total(io->iov, io->iovcnt));
+    ssize_t total = io->op == FS_IO_SENDFILE ? (ssize_t)io->count : fs_iov_usable(io->iov, io->iovcnt);
+    r = total < 0 ? total : fs_sockio_fabric_send(c, fd, ch, io, (size_t)total);
     if (r == -EAGAIN && fs_chan_peer_reverted(ch)) {
       /* the peer downgraded while we waited for room: go again, on TCP */
       fs_unlock(&c->txlock);
@@ -585,7 +600,10 @@ static int fs_sockio_rx_gather(struct fs_conn *c, int fd, size_t need, bool peek
 
 static ssize_t fs_sockio_fabric_recv(struct fs_conn *c, int fd, struct fs_io *io, int flags)
 {
-  size_t total = fs_iov_total(io->iov, io->iovcnt);
+  ssize_t usable = fs_iov_usable(io->iov, io->iovcnt);
+  if (usable < 0)
+    return usable;
+  size_t total = (size_t)usable;
   bool peek = flags & MSG_PEEK, waitall = (flags & MSG_WAITALL) && !peek;
   bool nonblock = c->nonblock || (flags & MSG_DONTWAIT);
   size_t got = 0;

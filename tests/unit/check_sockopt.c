@@ -2,7 +2,8 @@
  * cork set while tx is on a fabric stays out of the kernel (and comes back
  * to it before the next send on TCP), and bytes it held back when tx
  * switches are pushed out; a sendfile on TCP is the kernel's, on a fabric
- * it reads the file into the ring. */
+ * it reads the file into the ring.  And the engine's bad buffers: on a
+ * fabric, EFAULT as from the kernel, not a crash. */
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -279,6 +280,43 @@ START_TEST(t_sendfile_on_fabric_fills_the_ring)
 }
 END_TEST
 
+/* A buffer no process can have mapped fails with EFAULT on a fabric, as the
+ * kernel's copy does on TCP (errnos' send((void *)16, 10) killed the
+ * process whenever its connection was on shm by then); one after good
+ * bytes ends the call there, with their count.  Nothing is consumed. */
+START_TEST(t_bad_buffer_on_fabric_is_efault)
+{
+  struct tcp t;
+  tcp_new(&t);
+  tcp_onto_fabric(&t);
+  t.c->nonblock = true;
+  struct iovec bad = { (void *)16, 10 };
+  struct fs_io io = { .op = FS_IO_SEND, .flags = MSG_NOSIGNAL, .iov = &bad, .iovcnt = 1 };
+  ck_assert_int_eq(fs_sock_send(t.c, t.fd, &io), -EFAULT);
+  bad.iov_base = (void *)~(uintptr_t)0x0f;
+  ck_assert_int_eq(fs_sock_send(t.c, t.fd, &io), -EFAULT);
+  struct iovec two[2] = { { "good", 4 }, { (void *)16, 10 } };
+  io = (struct fs_io){ .op = FS_IO_WRITEV, .iov = two, .iovcnt = 2 };
+  ck_assert_int_eq(fs_sock_send(t.c, t.fd, &io), 4);
+  char got[16] = { 0 };
+  struct iovec v = { got, sizeof got };
+  ck_assert_int_eq(fs_ring_get_data(&t.b->rx, &v, 1, 0, sizeof got, false), 4);
+  ck_assert_str_eq(got, "good");
+  /* Receive: the peer's bytes stay in the ring for a good buffer. */
+  t.c->rx_flow = FS_FLOW_FABRIC;
+  struct iovec src = { "hello", 5 };
+  ck_assert_int_eq(fs_ring_put_data(&t.b->tx, &src, 1, 0, 5), 5);
+  t.b->ops->publish(t.b);
+  struct iovec rbad = { (void *)16, 10 };
+  io = (struct fs_io){ .op = FS_IO_RECV, .iov = &rbad, .iovcnt = 1 };
+  ck_assert_int_eq(fs_sock_recv(t.c, t.fd, &io), -EFAULT);
+  memset(got, 0, sizeof got);
+  io = (struct fs_io){ .op = FS_IO_RECV, .iov = &v, .iovcnt = 1 };
+  ck_assert_int_eq(fs_sock_recv(t.c, t.fd, &io), 5);
+  ck_assert_str_eq(got, "hello");
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("sockopt");
@@ -292,6 +330,7 @@ int main(void)
   tcase_add_test(tc, t_switch_pushes_more);
   tcase_add_test(tc, t_sendfile_on_tcp_is_the_kernels);
   tcase_add_test(tc, t_sendfile_on_fabric_fills_the_ring);
+  tcase_add_test(tc, t_bad_buffer_on_fabric_is_efault);
   suite_add_tcase(s, tc);
   return run_suite(s, true);
 }
