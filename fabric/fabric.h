@@ -57,7 +57,7 @@ struct fs_fabric_host {
    * asks again at each tick and when the agent is kicked): accept() is
    * still setting l up, or this process has not used l yet and may be
    * about to hand it on (node cluster's primary accepts, a worker serves).
-   * Agent. */
+   * Agent.  (shm asks; rdma waits for l->ready alone.) */
   bool (*hold)(struct fs_link *l);
   /* Accepting end: 0 if l may take a channel from a peer of this uid, else a reason. */
   int (*may_attach)(struct fs_link *l, uint32_t uid);

@@ -335,8 +335,14 @@ static bool fs_cm_srv_try(struct fs_cm_item *it)
     }
     return false;
   }
-  if (fs_host->hold(c)) {
-    fs_host->put(c); /* not set up yet, or maybe about to be handed on */
+  /* Only until accept() has set it up (opening hooks): not host->hold's
+   * wait for the connection's first use, which shm takes.  An rdma_cm
+   * request held that long and then orphaned by the accepting process's
+   * death left the client's sends hanging (t_rdma_integration's killpeer
+   * upgraded at 0 bytes); a connection handed on after an rdma attach goes
+   * back to TCP. */
+  if (!__atomic_load_n(&c->ready, __ATOMIC_ACQUIRE)) {
+    fs_host->put(c);
     return false;
   }
   if (it->held) {

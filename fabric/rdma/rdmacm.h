@@ -43,8 +43,7 @@
  * (reason: enum fs_reason).  The accepting end matches the request to the
  * one TCP connection it accepted from (client address, client port) on
  * (its address, the listening port); a request for a connection not yet
- * accepted, or not used yet by the process that accepted it (host->hold),
- * waits up to FS_RDMACM_HOLD_MS, then is refused.
+ * accepted waits up to FS_RDMACM_HOLD_MS for accept(), then is refused.
  * Each end attaches when the connection is established and then sends its
  * "attached" flag (fabric/rdma/rdma.h); nobody moves its tx before the peer's
  * flag arrived, so an end that gave up halfway leaves both on TCP. */
