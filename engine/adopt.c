@@ -11,7 +11,7 @@
 #include "base/proc.h"
 #include "base/real.h"
 #include "engine/adopt.h"
-#include "engine/hold.h"
+#include "engine/agent.h"
 #include "engine/fdtab.h"
 #include "engine/sock.h"
 
@@ -40,7 +40,7 @@ static void fs_adopt_leaving(int fd)
   else
     fs_sock_downgrade(c, fd, FS_REASON_FD_PASSED);
   fs_conn_put(c);
-  fs_hold_handed_on(); /* a request held for it goes to its new holder */
+  fs_agent_retry_held(); /* a request held for it (engine/hold.h) goes to its new holder */
 }
 
 bool fs_adopt_listener(int fd, int dom, bool shared)

@@ -25,8 +25,3 @@ void fs_hold_first_use(struct fs_conn *c)
   if (c->dir == FS_DIR_ACCEPT)
     fs_agent_retry_held();
 }
-
-void fs_hold_handed_on(void)
-{
-  fs_agent_retry_held();
-}

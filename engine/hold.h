@@ -27,7 +27,4 @@ static inline void fs_hold_use(struct fs_conn *c)
     fs_hold_first_use(c);
 }
 
-/* Held requests may go on: c was handed to another process. */
-void fs_hold_handed_on(void);
-
 #endif

@@ -27,11 +27,11 @@
  * accept: a request may be held until accept(), and then until this
  * process first uses the connection or hands it on (host->hold); never
  * answered for a socket another process could accept), and the unix peer's
- * uid is allowed.  Only a
- * holder of the client end can pass it.  The client, before passing
- * anything, checks with NETLINK_SOCK_DIAG that the server end of its TCP
- * connection is a local socket and that its uid is the unix peer's uid, so a
- * squatter of the abstract name (another uid) gets nothing.
+ * uid is allowed.  Only a holder of the client end can pass it.  The
+ * client, before passing anything, checks with NETLINK_SOCK_DIAG that the
+ * server end of its TCP connection is a local socket and that its uid is
+ * the unix peer's uid, so a squatter of the abstract name (another uid)
+ * gets nothing.
  *
  * All of it runs on the engine's agent thread (engine/agent.h); the
  * application never waits for a rendezvous. */
