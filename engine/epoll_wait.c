@@ -1,8 +1,8 @@
 /* epoll over tracked sockets: epoll_wait, with the spin on fabric rings
  * before the kernel sleep.  See engine/epoll.h and engine/ready.h. */
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "base/clock.h"
@@ -16,6 +16,34 @@
 #include "engine/sockio.h"
 #include "engine/wait.h"
 #include "engine/wake.h"
+
+/* The kernel wait.  epoll_pwait2 takes the slices' nanosecond timeout, but
+ * kernels before 5.11, seccomp profiles written before it and valgrind
+ * (3.19: "unhandled syscall 441") answer ENOSYS: nginx then saw every
+ * epoll_wait fail and spun for ever.  So the first ENOSYS switches this
+ * process to epoll_pwait, the timeout rounded up to whole milliseconds.
+ * errno is the kernel's on failure and left alone otherwise. */
+static bool fs_ep_no_pwait2;
+
+static int fs_ep_kwait(int epfd, struct epoll_event *ev, int n, const struct timespec *t, const sigset_t *mask)
+{
+  int saved = errno;
+  if (!__atomic_load_n(&fs_ep_no_pwait2, __ATOMIC_RELAXED)) {
+    int k = FS_REAL(epoll_pwait2)(epfd, ev, n, t, mask);
+    if (k >= 0 || errno != ENOSYS)
+      return k;
+    __atomic_store_n(&fs_ep_no_pwait2, true, __ATOMIC_RELAXED);
+  }
+  int ms = -1;
+  if (t) {
+    uint64_t v = (uint64_t)t->tv_sec * 1000u + ((uint64_t)t->tv_nsec + 999999u) / 1000000u;
+    ms = t->tv_sec < 0 ? 0 : v > INT_MAX ? INT_MAX : (int)v;
+  }
+  int k = FS_REAL(epoll_pwait)(epfd, ev, n, ms, mask);
+  if (k >= 0)
+    errno = saved;
+  return k;
+}
 
 /* EPOLLET on a fabric: has a ring moved since e's last report? */
 static bool fs_ep_moved(struct fs_ep_ent *e, struct fs_chan *ch)
@@ -86,7 +114,7 @@ static int fs_ep_spin(struct fs_ep *ep, int epfd, struct epoll_event *kev, int r
     for (int k = 0; k < 8; k++)
       __builtin_ia32_pause();
     if ((i & 63) == 0) {
-      int k = FS_REAL(epoll_pwait2)(epfd, kev, room, &zero, mask);
+      int k = fs_ep_kwait(epfd, kev, room, &zero, mask);
       int e = errno;
       uint64_t spent = fs_clock_spin_check(&first, &npi, i, 64);
       __atomic_store_n(&ep->ns_look, npi, __ATOMIC_RELAXED);
@@ -301,11 +329,16 @@ int fs_ready_epoll_wait(int epfd, struct epoll_event *out, int max, const struct
   struct fs_ep *ep = fs_ep_get(epfd, false);
   if (max <= 0)
     return -EINVAL;
+  /* At most FS_EP_OUT events a call (fewer than asked is epoll's right;
+   * what is left is looked at next call), so that src fits on the stack:
+   * nginx asks 512, and a malloc and free per call were a seventh of the
+   * instructions the library added to a connection-per-request. */
+  enum { FS_EP_OUT = 128 };
+  if (max > FS_EP_OUT)
+    max = FS_EP_OUT;
   struct epoll_event kst[64];
   int kmax = max < 64 ? max : 64;
-  struct fs_ep_ent *sst[64], **src = max <= 64 ? sst : malloc((size_t)max * sizeof *src);
-  if (!src)
-    return -ENOMEM;
+  struct fs_ep_ent *src[FS_EP_OUT];
   int ret;
   /* The deadline is set when the call first sleeps: until then the whole
    * timeout is left (no clock read for a call that finds work). */
@@ -389,7 +422,7 @@ int fs_ready_epoll_wait(int epfd, struct epoll_event *out, int max, const struct
         slept_at = fs_clock_us();
     }
     if (k < 0)
-      k = room > 0 ? FS_REAL(epoll_pwait2)(epfd, kst, room, t, mask) : 0;
+      k = room > 0 ? fs_ep_kwait(epfd, kst, room, t, mask) : 0;
     if (sleeps) {
       int saved = errno;
       pthread_mutex_lock(&ep->lock);
@@ -473,8 +506,6 @@ int fs_ready_epoll_wait(int epfd, struct epoll_event *out, int max, const struct
       break;
     }
   }
-  if (src != sst)
-    free(src);
   fs_batch_begin(ret); /* the loop now answers these: wakes may wait for its next call */
   return ret;
 }

@@ -3,6 +3,13 @@
  * unless another waiter of this process may own it; and a look that wants
  * POLLOUT moves tx onto the ring once the peer attached. */
 #include <check.h>
+#include <errno.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <poll.h>
 #include <stdint.h>
 #include <sys/epoll.h>
@@ -161,6 +168,56 @@ START_TEST(t_epoll_entry_stays_armed)
 }
 END_TEST
 
+/* A kernel, seccomp profile or valgrind without epoll_pwait2 (ENOSYS):
+ * the wait falls back to epoll_pwait, and errno is left alone.  Before,
+ * every epoll_wait of a tracked set failed, and nginx spun for ever. */
+static int no_pwait2_child(void)
+{
+  struct sock_filter f[] = {
+    BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_epoll_pwait2, 0, 1),
+    BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+    BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  struct sock_fprog prog = { sizeof f / sizeof f[0], f };
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
+    return 10;
+  struct timespec z = { 0, 0 };
+  int probe = epoll_create1(EPOLL_CLOEXEC);
+  struct epoll_event out[4];
+  if (syscall(__NR_epoll_pwait2, probe, out, 4, &z, NULL, 0) != -1 || errno != ENOSYS)
+    return 11;
+  struct pair p;
+  pair_new(&p);
+  int epfd = epoll_create1(EPOLL_CLOEXEC);
+  struct epoll_event ev = { .events = EPOLLIN, .data.u64 = 77 };
+  if (fs_ready_epoll_ctl(epfd, EPOLL_CTL_ADD, p.sv[0], &ev) != 0)
+    return 12;
+  errno = 4321;
+  if (epoll_ms(epfd, out, 5) != 0 || errno != 4321)
+    return 13; /* asleep 5 ms, woken by the clock */
+  struct iovec v = { "x", 1 };
+  if (fs_ring_put_data(&p.b->tx, &v, 1, 0, 1) != 1)
+    return 14;
+  fs_chan_shared_publish(p.b);
+  if (epoll_ms(epfd, out, 1000) != 1 || out[0].data.u64 != 77 || !(out[0].events & EPOLLIN) || errno != 4321)
+    return 15;
+  return 0;
+}
+
+START_TEST(t_epoll_without_epoll_pwait2)
+{
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0)
+    _exit(no_pwait2_child());
+  int st;
+  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+  ck_assert(WIFEXITED(st));
+  ck_assert_int_eq(WEXITSTATUS(st), 0);
+}
+END_TEST
+
 START_TEST(t_listener_needs_no_setup)
 {
   /* Entries waiting for a wake fd are looked at in every epoll_wait, by a
@@ -316,6 +373,7 @@ int main(void)
   tcase_add_test(tc, t_ready_data_found);
   tcase_add_test(tc, t_epoll_entry_stays_armed);
   tcase_add_test(tc, t_listener_needs_no_setup);
+  tcase_add_test(tc, t_epoll_without_epoll_pwait2);
   tcase_add_test(tc, t_epollet_bytes_landing_during_a_look);
   tcase_add_test(tc, t_look_switches_tx);
   tcase_add_test(tc, t_epollet_look_switches_tx);
