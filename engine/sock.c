@@ -614,6 +614,7 @@ static void fs_sock_fork_fix(int fd, struct fs_conn *c, void *arg)
     fs_lock_init(&c->txlock);
     fs_lock_init(&c->rxlock);
     fs_sock_stat_refill(c, ch);
+    c->hold_ns = 0; /* a request held here waits its own bound (engine/hold.h) */
   }
   if (ch && !ch->ops->fork_shares(ch)) { /* downgraded before the fork, unless a thread was inside a call */
     if (pid == 0) {

@@ -2,9 +2,14 @@
  * accepted connection waits for the connection's first use here.  (The
  * rendezvous around it, held then answered or handed on: check_rdv.) */
 #include <check.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "engine/fdtab.h"
 #include "engine/hold.h"
+#include "engine/sock.h"
 #include "tests/unit/check_run.h"
 
 static struct fs_conn *accepted(uint32_t timeout_ms)
@@ -87,6 +92,35 @@ START_TEST(t_hold_ends)
 }
 END_TEST
 
+/* The bound restarts in a forked child: the parent's wait (a request it
+ * held for a connection it then forked a server for) is not the child's,
+ * whose own first request must get its whole quarter. */
+START_TEST(t_hold_restarts_in_the_child)
+{
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ck_assert_int_ge(fd, 0);
+  struct fs_conn *c = accepted(600000);
+  c->fd = fd;
+  ck_assert_int_eq(fs_fdtab_install(fd, c), 0);
+  ck_assert(fs_hold_request(c));
+  ck_assert_uint_ne(c->hold_ns, 0);
+  fs_sock_before_fork();
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    fs_sock_after_fork(0);
+    _exit(c->hold_ns == 0 ? 0 : 1);
+  }
+  fs_sock_after_fork(pid);
+  int st;
+  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+  ck_assert(WIFEXITED(st));
+  ck_assert_msg(WEXITSTATUS(st) == 0, "the child kept the parent's hold start");
+  ck_assert_uint_ne(c->hold_ns, 0); /* the parent's own stays */
+  fs_conn_put(c);
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("hold");
@@ -97,6 +131,7 @@ int main(void)
   tcase_add_test(tc, t_not_held);
   tcase_add_test(tc, t_forked_unused_held);
   tcase_add_test(tc, t_hold_ends);
+  tcase_add_test(tc, t_hold_restarts_in_the_child);
   suite_add_tcase(s, tc);
   return run_suite(s, false);
 }
