@@ -2,8 +2,8 @@
 # t_socat_echo: a socat echo server, forking per connection, two ways:
 #   PIPE          socat itself echoes through a pipe
 #   EXEC:cat,nofork  socat execs cat directly on the accepted socket
-# A socat client sends a 50 MiB random file, half-closes (its stdin ends),
-# and must get every byte back (sha256 equal) before EOF.  Plus a one-line
+# A socat client sends a 50 MiB random file, half-closes (its stdin ends, a
+# second later), and must get every byte back (sha256 equal) before EOF.  Plus a one-line
 # message through the half-close path.
 # The PIPE server reads 4 KiB at a time (-b 4096): socat writes each block to
 # its own pipe, blocking, as soon as select says the pipe is writable (one
@@ -32,8 +32,11 @@ for MODE in $(it_modes); do
     got=$IT_TMP/echo.$how.$MODE
     fabric_watch_start "$port"
     t0=$(ms_now)
-    run_client socat -t 30 -b 65536 - "TCP:127.0.0.1:$port" <"$IT_TMP/data" >"$got" 2>"$got.err"
-    rc=$?
+    # The client's stdin stays open a second after the data (the echo is
+    # back by then), so that fabsock stat sees the connection: 50 MiB took
+    # 96-166 ms here, too short for the watch, whose every sample was a SKIP.
+    { cat "$IT_TMP/data"; sleep 1; } | run_client socat -t 30 -b 65536 - "TCP:127.0.0.1:$port" >"$got" 2>"$got.err"
+    rc=${PIPESTATUS[1]}
     ms=$(($(ms_now) - t0))
     fabric_watch_stop; fst=$?
     if [ $rc -ne 0 ]; then detail="socat client exit $rc: $(head -c 200 "$got.err")"
