@@ -202,6 +202,9 @@ static int fs_stat_fill_file(int fd, int pid, bool forked, uint32_t *top)
   struct fs_stat_header nh;
   memset(&nh, 0, sizeof nh);
   fs_stat_fill_header(&nh, pid, hi, forked);
+  if (!forked && fs_stat_hdr != NULL) /* the same process (a failed exec): its counts go on */
+    for (size_t k = 0; k < sizeof nh.closed / sizeof nh.closed[0]; k++)
+      nh.closed[k] = __atomic_load_n(&fs_stat_hdr->closed[k], __ATOMIC_RELAXED);
   uint32_t magic = FS_STAT_MAGIC;
   if (rc == 0)
     rc = fs_stat_pwrite(fd, &nh, sizeof nh, 0);
@@ -291,6 +294,11 @@ void fs_stat_slot_free(struct fs_stat_conn *s)
   fs_proc_fork_work_add(FS_FORK_STAT);
   pthread_mutex_lock(&fs_stat_lock);
   if (fs_stat_busy[i / 64] & bit) { /* not allocated: nothing to do */
+    if (s->dir != 0 && !s->listening) {
+      unsigned f = s->fabric_used ? s->fabric_used : FS_STAT_FABRIC_TCP;
+      if (f < sizeof h->closed / sizeof h->closed[0])
+        __atomic_fetch_add(&h->closed[f], 1, __ATOMIC_RELAXED);
+    }
     /* Unpublish first, so a reader never sees a live slot half zeroed. */
     __atomic_store_n(&s->used, 0, __ATOMIC_RELEASE);
     memset((char *)s + sizeof s->used, 0, sizeof *s - sizeof s->used);

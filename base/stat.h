@@ -28,6 +28,7 @@
 #define FS_STAT_VERSION 1
 #define FS_STAT_SLOTS 65536
 #define FS_STAT_STATE_CLOSED 7 /* enum fs_conn_state's CLOSED (engine/conn.h asserts it) */
+#define FS_STAT_FABRIC_TCP 3   /* enum fs_fabric's TCP (engine/conn.h asserts it) */
 
 struct fs_stat_header {
   uint32_t magic;
@@ -45,7 +46,14 @@ struct fs_stat_header {
                               that pid whose starttime is later is another
                               one.  A child's table has only this: reading
                               /proc/self/stat cost each fork about 25 us */
-  uint8_t pad[256 - 112];
+  uint64_t closed[4];      /* connections closed (not listeners, not sockets
+                              that never connected), by the fabric that
+                              carried some of their data (a slot's
+                              fabric_used; enum fs_fabric: [1] rdma, [2] shm),
+                              [3] none did (TCP only); [0] unused.  Since this
+                              table was made: a forked child's start at 0.
+                              Relaxed atomics; 0 in older files */
+  uint8_t pad[256 - 144];
 };
 
 struct fs_stat_conn {
@@ -67,11 +75,22 @@ struct fs_stat_conn {
   uint32_t resumes;        /* times the fabric moved the channel onto a new
                               path under the stream (rdma: a new queue pair
                               after a link outage); written by the fabric */
-  uint8_t pad[128 - 112];
+  uint8_t fabric_used;     /* the last fabric other than TCP that carried its
+                              data, 0 none yet (kept after a revert) */
+  uint8_t pad[128 - 113];
 };
 
 _Static_assert(sizeof(struct fs_stat_header) == 256, "stat header size is ABI");
 _Static_assert(sizeof(struct fs_stat_conn) == 128, "stat slot size is ABI");
+
+/* The fabric now carrying slot s's data (fabric_used keeps the last one
+ * besides TCP, for the closed counts). */
+static inline void fs_stat_set_fabric(struct fs_stat_conn *s, uint8_t fabric)
+{
+  s->fabric = fabric;
+  if (fabric != FS_STAT_FABRIC_TCP)
+    s->fabric_used = fabric;
+}
 
 /* Library side.  All return NULL / -errno and never disturb errno. */
 struct fs_stat_conn *fs_stat_slot_alloc(void); /* NULL when stats are off or full */

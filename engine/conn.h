@@ -30,6 +30,7 @@ enum fs_conn_state {
   FS_STATE_CLOSED,
 };
 _Static_assert(FS_STATE_CLOSED == FS_STAT_STATE_CLOSED, "stat file format names CLOSED");
+_Static_assert(FS_FABRIC_TCP == FS_STAT_FABRIC_TCP, "stat file format names TCP");
 
 const char *fs_conn_state_name(int state);
 

@@ -441,7 +441,7 @@ int fs_sock_attach(struct fs_conn *c, struct fs_chan *ch)
   fs_wake_attach_publish(c); /* or held for blind sleepers */
   fs_conn_set_state(c, FS_STATE_FABRIC, FS_REASON_NONE);
   if (c->stat)
-    c->stat->fabric = (uint8_t)ch->ops->fabric;
+    fs_stat_set_fabric(c->stat, (uint8_t)ch->ops->fabric);
   __atomic_store_n(&ch->stat, c->stat, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&c->lock);
   fs_log(FS_LOG_DEBUG, "fd %d on %s", c->fd, ch->ops->name);
@@ -596,7 +596,7 @@ static void fs_sock_stat_refill(struct fs_conn *c, struct fs_chan *ch)
   s->fd = c->fd;
   s->state = (uint8_t)fs_conn_state(c);
   s->reason = c->reason;
-  s->fabric = (uint8_t)(ch ? ch->ops->fabric : FS_FABRIC_TCP);
+  fs_stat_set_fabric(s, (uint8_t)(ch ? ch->ops->fabric : FS_FABRIC_TCP));
   s->listening = fs_conn_state(c) == FS_STATE_LISTEN;
   __atomic_store_n(&s->used, 1, __ATOMIC_RELEASE);
 }

@@ -48,7 +48,9 @@ void fs_tool_stat_usage(FILE *out)
 {
   fputs("fabsock stat [--json] [PID]\n"
         "  List the connections of every process running libfabsock (only PID's if\n"
-        "  given): PID PROGRAM FD STATE FABRIC LOCAL PEER TX RX TXMSG RXMSG REASON.\n"
+        "  given): PID PROGRAM FD STATE FABRIC LOCAL PEER TX RX TXMSG RXMSG REASON,\n"
+        "  then how many connections each process has closed, by the fabric that\n"
+        "  carried some of their data (SHM, RDMA; TCP: none did).\n"
         "  Tables are read from $FABSOCK_STATDIR, default /dev/shm; those of\n"
         "  exited processes are removed when they belong to the caller.\n"
         "  --json          print one JSON object instead of a table\n"
@@ -65,11 +67,20 @@ struct fs_tool_row {
   char local[INET6_ADDRSTRLEN + 10], peer[INET6_ADDRSTRLEN + 10];
 };
 
+/* A process's closed connections (header closed[]), for the table's footer. */
+struct fs_tool_closed {
+  int pid;
+  char program[64];
+  uint64_t n[4];       /* by enum fs_fabric: [1] rdma, [2] shm, [3] tcp */
+};
+
 struct fs_tool_stat {
   bool json;
   int nproc;           /* processes printed so far (JSON commas) */
   struct fs_tool_row *rows;
   size_t nrows, cap;
+  struct fs_tool_closed *closed;
+  size_t nclosed, ccap;
 };
 
 /* The program name is untrusted bytes: keep it printable for the table. */
@@ -189,16 +200,25 @@ static void fs_tool_remove_stale(const char *path, const struct stat *st)
     unlink(path);
 }
 
+/* arr (n elements of size elem in use, *cap allocated) with room for one
+ * more: arr itself, a larger copy (*cap updated), or NULL (arr untouched). */
+static void *fs_tool_room(void *arr, size_t *cap, size_t n, size_t elem)
+{
+  if (n < *cap)
+    return arr;
+  size_t c = *cap ? *cap * 2 : 16;
+  void *p = realloc(arr, c * elem);
+  if (p != NULL)
+    *cap = c;
+  return p;
+}
+
 static int fs_tool_add_row(struct fs_tool_stat *S, const struct fs_tool_row *r)
 {
-  if (S->nrows == S->cap) {
-    size_t cap = S->cap ? S->cap * 2 : 64;
-    struct fs_tool_row *n = realloc(S->rows, cap * sizeof *n);
-    if (n == NULL)
-      return -ENOMEM;
-    S->rows = n;
-    S->cap = cap;
-  }
+  struct fs_tool_row *rows = fs_tool_room(S->rows, &S->cap, S->nrows, sizeof *rows);
+  if (rows == NULL)
+    return -ENOMEM;
+  S->rows = rows;
   S->rows[S->nrows++] = *r;
   return 0;
 }
@@ -237,6 +257,19 @@ static void fs_tool_json_conn(const struct fs_tool_row *r, bool first)
          ",\"rx_msgs\":%" PRIu64 ",\"fabric_tx_bytes\":%" PRIu64 ",\"fabric_rx_bytes\":%" PRIu64
          ",\"resumes\":%u}",
          c->tx_bytes, c->rx_bytes, c->tx_msgs, c->rx_msgs, c->fabric_tx, c->fabric_rx, (unsigned)c->resumes);
+}
+
+static int fs_tool_add_closed(struct fs_tool_stat *S, const struct fs_tool_row *r, const uint64_t n[4])
+{
+  struct fs_tool_closed *all = fs_tool_room(S->closed, &S->ccap, S->nclosed, sizeof *all);
+  if (all == NULL)
+    return -ENOMEM;
+  S->closed = all;
+  struct fs_tool_closed *c = &S->closed[S->nclosed++];
+  c->pid = r->pid;
+  memcpy(c->program, r->program, sizeof c->program);
+  memcpy(c->n, n, sizeof c->n);
+  return 0;
 }
 
 /* Read one table file; prints it (JSON) or collects its rows (table). */
@@ -284,12 +317,19 @@ static int fs_tool_stat_file(struct fs_tool_stat *S, const char *dir, int pid)
   memset(&r, 0, sizeof r);
   r.pid = pid;
   memcpy(r.program, h.program, sizeof r.program - 1);
+  uint64_t closed[4];
+  for (int k = 0; k < 4; k++)
+    closed[k] = __atomic_load_n(&mh->closed[k], __ATOMIC_RELAXED);
   if (S->json) {
     printf("%s{\"pid\":%d,\"program\":", S->nproc ? "," : "", pid);
     fs_tool_json_str(r.program);
-    printf(",\"start_ns\":%" PRIu64 ",\"connections\":[", h.start_ns);
+    printf(",\"start_ns\":%" PRIu64 ",\"closed\":{\"rdma\":%" PRIu64 ",\"shm\":%" PRIu64 ",\"tcp\":%" PRIu64
+           "},\"connections\":[",
+           h.start_ns, closed[1], closed[2], closed[3]);
   }
   fs_tool_sanitize(r.program);
+  if (!S->json && (closed[1] | closed[2] | closed[3]) != 0 && (rc = fs_tool_add_closed(S, &r, closed)) < 0)
+    goto unmap;
   bool first = true;
   for (size_t i = 0; i < n; i++) {
     if (__atomic_load_n(&slots[i].used, __ATOMIC_ACQUIRE) != 1)
@@ -306,6 +346,7 @@ static int fs_tool_stat_file(struct fs_tool_stat *S, const char *dir, int pid)
   if (S->json)
     fputs("]}", stdout);
   S->nproc++;
+unmap:
   munmap(map, len);
 out:
   close(fd);
@@ -366,6 +407,31 @@ static void fs_tool_print_table(const struct fs_tool_stat *S)
       else
         printf(right[k] ? "%*s  " : "%-*s  ", width[k], v);
     }
+}
+
+/* After a blank line, the connections each process has closed, by the
+ * fabric that carried some of their data: a short connection is seldom
+ * there when stat looks, but its process's counts are. */
+static void fs_tool_print_closed(const struct fs_tool_stat *S)
+{
+  if (S->nclosed == 0)
+    return;
+  int wpid = 3, wprog = 7;
+  for (size_t i = 0; i < S->nclosed; i++) {
+    char num[16];
+    int w = snprintf(num, sizeof num, "%d", S->closed[i].pid);
+    if (w > wpid)
+      wpid = w;
+    if ((int)strlen(S->closed[i].program) > wprog)
+      wprog = (int)strlen(S->closed[i].program);
+  }
+  printf("\nclosed connections, by the fabric that carried their data:\n%*s  %-*s  %10s  %10s  %10s\n", wpid, "PID",
+         wprog, "PROGRAM", "SHM", "RDMA", "TCP");
+  for (size_t i = 0; i < S->nclosed; i++) {
+    const struct fs_tool_closed *c = &S->closed[i];
+    printf("%*d  %-*s  %10" PRIu64 "  %10" PRIu64 "  %10" PRIu64 "\n", wpid, c->pid, wprog, c->program, c->n[2], c->n[1],
+           c->n[3]);
+  }
 }
 
 static int fs_tool_cmp_int(const void *a, const void *b)
@@ -462,12 +528,15 @@ int fs_tool_stat_main(int argc, char **argv)
       rc = FS_TOOL_EXIT_FAIL;
       break;
     }
-  if (S.json)
+  if (S.json) {
     fputs("]}\n", stdout);
-  else
+  } else {
     fs_tool_print_table(&S);
+    fs_tool_print_closed(&S);
+  }
   free(pids);
   free(S.rows);
+  free(S.closed);
   if (fflush(stdout) != 0 || ferror(stdout)) {
     fprintf(stderr, "fabsock stat: stdout: %s\n", strerror(errno));
     rc = FS_TOOL_EXIT_FAIL;

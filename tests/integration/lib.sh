@@ -475,17 +475,23 @@ expect_fabric() {
   done
   return 1
 }
-# fabric_watch_start PORT / fabric_watch_stop: for a third-party client that
-# cannot be held open: sample `fabsock stat --json` in the background during
-# the transfer; stop reports whether the expected fabric was seen on PORT.
+# fabric_watch_start PORT [MIN] / fabric_watch_stop: for a third-party client
+# that cannot be held open: sample `fabsock stat --json` in the background
+# during the transfer; stop reports whether the expected fabric was seen on
+# PORT.  When no sample saw a connection on PORT (it was over too soon), the
+# counts of closed connections of the processes listening on PORT, before
+# the client and after it (fabric_closed.py), say where at least MIN
+# (default 1) of them went.
 fabric_watch_start() {
   FABRIC_WATCH_PID=
   fabric_enabled || return 0
   local port=$1 want
   want=$(fabric_expected)
   FABRIC_WATCH_FILE=$IT_TMP/fabric-watch.$MODE.$port
+  FABRIC_WATCH_PORT=$port FABRIC_WATCH_MIN=${2:-1}
   real_python
   : >"$FABRIC_WATCH_FILE"
+  timeout 10 "$FABSOCK_BIN" stat --json >"$FABRIC_WATCH_FILE.before" 2>/dev/null
   (
     while :; do
       timeout 10 "$FABSOCK_BIN" stat --json 2>&1 | "$IT_PYTHON" "$IT_DIR/fabric_check.py" "$port" "$want" >>"$FABRIC_WATCH_FILE" 2>&1
@@ -509,8 +515,15 @@ fabric_watch_stop() {
   fi
   if ! grep -q '^rc=1$' "$FABRIC_WATCH_FILE"; then
     # never a connection on the port in any sample, or only before its
-    # upgrade could finish (rc=3): too short to observe
-    FABRIC_DETAIL="connection not observed by fabsock stat (too short?): $(grep -v '^rc=' "$FABRIC_WATCH_FILE" | tail -n1)"
+    # upgrade could finish (rc=3): too short to observe live; its server
+    # counted it when it closed
+    local out rc
+    timeout 10 "$FABSOCK_BIN" stat --json >"$FABRIC_WATCH_FILE.after" 2>/dev/null
+    out=$("$IT_PYTHON" "$IT_DIR/fabric_closed.py" "$FABRIC_WATCH_FILE.before" "$FABRIC_WATCH_FILE.after" \
+      "$FABRIC_WATCH_PORT" "$(fabric_expected)" "$FABRIC_WATCH_MIN" 2>&1)
+    rc=$?
+    [ $rc -eq 2 ] || { FABRIC_DETAIL=$out; return $rc; }
+    FABRIC_DETAIL="connection not observed by fabsock stat (too short?): $(grep -v '^rc=' "$FABRIC_WATCH_FILE" | tail -n1); $out"
     return 2
   fi
   FABRIC_DETAIL="never saw $(fabric_expected): $(grep -v '^rc=' "$FABRIC_WATCH_FILE" | sort | uniq -c | sort -rn | head -n3 | tr -s ' \n' ' ')"

@@ -6,11 +6,13 @@
 Stores binary values (NULs, CR/LF inside) of several sizes up to 500 KiB,
 reads them back one by one and with a multi-get, exercises add/incr/decr/
 delete, and checks every reply.  Prints "ok ..." and exits 0, or prints the
-first mismatch and exits 1.
+first mismatch and exits 1.  MC_HOLD_SECONDS: how long to stay connected
+before quitting (default 0).
 """
 import os
 import socket
 import sys
+import time
 
 
 class Conn:
@@ -88,6 +90,9 @@ def main():
     expect(c.line(), b"DELETED", "delete")
     expect(c.line(), b"NOT_FOUND", "delete again")
     expect(c.line(), b"END", "get deleted")
+    # MC_HOLD_SECONDS (set when the test checks fabrics): stay connected that
+    # long, so that a fabsock stat sample sees this short connection.
+    time.sleep(float(os.environ.get("MC_HOLD_SECONDS", "0")))
     c.send(b"quit\r\n")
     total = sum(len(v) for v in values.values())
     print("ok %d values, %d bytes, round trips verified" % (len(values), total))

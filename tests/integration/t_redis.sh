@@ -51,7 +51,7 @@ for p in doc.get("processes", []):
   tap_result $rc "$name [$MODE]" "$detail" "$out.err" "$SERVER_LOG"
 
   name="redis-benchmark -n 20000 -c 50 -t get,set"
-  fabric_watch_start "$port"
+  fabric_watch_start "$port" 50 # its 50 clients (and short ones of its own)
   run_client redis-benchmark -p "$port" -n 20000 -c 50 -t get,set --csv >"$out.bench" 2>"$out.bench.err"
   rc=$?
   fabric_watch_stop; fst=$?

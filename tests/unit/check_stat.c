@@ -678,6 +678,85 @@ START_TEST(test_tool_stat)
 }
 END_TEST
 
+/* A closed connection is counted in its table's header by the fabric that
+ * carried some of its data (kept after it went back to TCP), TCP when none
+ * did; listeners and sockets that never connected are not counted; a forked
+ * child's counts start at 0; `fabsock stat` shows them (JSON and table). */
+START_TEST(test_closed_counts)
+{
+  int me = (int)getpid();
+  struct fs_stat_conn *a = fs_stat_slot_alloc(), *b = fs_stat_slot_alloc(), *l = fs_stat_slot_alloc(),
+                      *u = fs_stat_slot_alloc();
+  ck_assert(a && b && l && u);
+  publish(a, 3);
+  a->dir = 1;
+  fs_stat_set_fabric(a, 2);               /* shm */
+  fs_stat_set_fabric(a, FS_STAT_FABRIC_TCP); /* back to TCP (exec, fd passing) */
+  ck_assert_uint_eq(a->fabric, FS_STAT_FABRIC_TCP);
+  ck_assert_uint_eq(a->fabric_used, 2);
+  publish(b, 4);
+  b->dir = 2;
+  fs_stat_set_fabric(b, FS_STAT_FABRIC_TCP);
+  publish(l, 5);
+  l->listening = 1;
+  publish(u, 6); /* socket() and close(), never connected */
+  fs_stat_slot_free(a);
+  fs_stat_slot_free(b);
+  fs_stat_slot_free(l);
+  fs_stat_slot_free(u);
+  struct fs_stat_header h;
+  ck_assert_int_eq(read_header(me, &h), 0);
+  ck_assert_uint_eq(h.closed[1], 0);
+  ck_assert_uint_eq(h.closed[2], 1);
+  ck_assert_uint_eq(h.closed[FS_STAT_FABRIC_TCP], 1);
+  ck_assert_uint_eq(h.closed[0], 0);
+  /* The slot starts clean for the next connection. */
+  struct fs_stat_conn *again = fs_stat_slot_alloc();
+  ck_assert_ptr_eq(again, a);
+  ck_assert_uint_eq(again->fabric_used, 0);
+
+  pid_t child = fork();
+  ck_assert_int_ge(child, 0);
+  if (child == 0) {
+    fs_stat_atfork_child();
+    struct fs_stat_header ch;
+    CHILD_CHECK(2, read_header((int)getpid(), &ch) == 0 && ch.closed[2] == 0 && ch.closed[3] == 0);
+    fs_stat_shutdown();
+    _exit(0);
+  }
+  int st;
+  ck_assert_int_eq(waitpid(child, &st, 0), child);
+  ck_assert(WIFEXITED(st));
+  ck_assert_int_eq(WEXITSTATUS(st), 0);
+
+  const char *bin = fabsock_bin();
+  if (bin == NULL)
+    return;
+  char cmd[PATH_MAX * 2];
+  int rc;
+  snprintf(cmd, sizeof cmd, "'%s' stat --json %d", bin, me);
+  char *out = run_cmd(cmd, &rc);
+  ck_assert_int_eq(rc, 0);
+  ck_assert_msg(strstr(out, "\"closed\":{\"rdma\":0,\"shm\":1,\"tcp\":1}") != NULL, "%s", out);
+  free(out);
+  snprintf(cmd, sizeof cmd, "'%s' stat %d", bin, me);
+  out = run_cmd(cmd, &rc);
+  ck_assert_int_eq(rc, 0);
+  ck_assert_msg(strstr(out, "\nclosed connections, by the fabric that carried their data:\n") != NULL, "%s", out);
+  const char *foot = strstr(out, "carried their data:\n");
+  ck_assert_msg(foot != NULL, "%s", out);
+  foot = strchr(strchr(foot, '\n') + 1, '\n'); /* past the heading (PID PROGRAM SHM RDMA TCP) */
+  ck_assert_ptr_nonnull(foot);
+  int pid = 0;
+  char prog[64];
+  unsigned long shm = 9, rdma = 9, tcp = 9;
+  ck_assert_msg(sscanf(foot + 1, "%d %63s %lu %lu %lu", &pid, prog, &shm, &rdma, &tcp) == 5, "%s", out);
+  ck_assert_int_eq(pid, me);
+  ck_assert_msg(shm == 1 && rdma == 0 && tcp == 1, "%s", out);
+  free(out);
+}
+END_TEST
+
 START_TEST(test_tool_cli)
 {
   const char *bin = fabsock_bin();
@@ -923,6 +1002,7 @@ static Suite *stat_suite(void)
   tcase_add_checked_fixture(tool, setup, teardown);
   tcase_add_test(tool, test_tool_stat);
   tcase_add_test(tool, test_tool_cli);
+  tcase_add_test(tool, test_closed_counts);
   suite_add_tcase(s, tool);
   return s;
 }
