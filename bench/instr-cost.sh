@@ -38,7 +38,7 @@ done
 tmp=$(mktemp -d /tmp/fabsock-instr.XXXXXX) && chmod 755 "$tmp" || exit 1
 port=18296
 cleanup() {
-  [ -s "$tmp/nginx.pid" ] && kill "$(cat "$tmp/nginx.pid")" 2>/dev/null
+  [ -s "$tmp/nginx.pid" ] && kill "$(cat "$tmp/nginx.pid" 2>/dev/null)" 2>/dev/null
   pkill -f "nginx -c $tmp/" 2>/dev/null
   rm -rf "$tmp"
 }
