@@ -323,9 +323,10 @@ static int fs_tool_stat_file(struct fs_tool_stat *S, const char *dir, int pid)
   if (S->json) {
     printf("%s{\"pid\":%d,\"program\":", S->nproc ? "," : "", pid);
     fs_tool_json_str(r.program);
-    printf(",\"start_ns\":%" PRIu64 ",\"closed\":{\"rdma\":%" PRIu64 ",\"shm\":%" PRIu64 ",\"tcp\":%" PRIu64
-           "},\"connections\":[",
-           h.start_ns, closed[1], closed[2], closed[3]);
+    printf(",\"start_ns\":%" PRIu64 ",\"closed\":{", h.start_ns);
+    for (int k = 1; k < 4; k++) /* rdma, shm, tcp */
+      printf("%s\"%s\":%" PRIu64, k > 1 ? "," : "", fs_tool_fabric_name(k), closed[k]);
+    fputs("},\"connections\":[", stdout);
   }
   fs_tool_sanitize(r.program);
   if (!S->json && (closed[1] | closed[2] | closed[3]) != 0 && (rc = fs_tool_add_closed(S, &r, closed)) < 0)

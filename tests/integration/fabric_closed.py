@@ -20,7 +20,7 @@ closed at all, a listener is not there, or a document is not valid JSON.
 import json
 import sys
 
-from stat_json import port_of
+from stat_json import listening, port_of
 
 FABRICS = ("shm", "rdma", "tcp")
 
@@ -47,8 +47,7 @@ def main():
     delta = dict.fromkeys(FABRICS, 0)
     who = []
     for p in after.get("processes", []):
-        if not any((c.get("listening") is True or c.get("state") == "listen") and port_of(c.get("local")) == port
-                   for c in p.get("connections", [])):
+        if not any(listening(c) and port_of(c.get("local")) == port for c in p.get("connections", [])):
             continue
         now, then = p.get("closed") or {}, was.get(p.get("pid"), {})
         d = {f: int(now.get(f, 0)) - int(then.get(f, 0)) for f in FABRICS}

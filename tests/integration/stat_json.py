@@ -25,6 +25,11 @@ def read_doc():
         return None
 
 
+def listening(c):
+    """Is connection entry c a listening socket?"""
+    return c.get("listening") is True or str(c.get("state", "")).lower() in ("listen", "listening")
+
+
 def connections(doc, key):
     """(process, connection) pairs, listening sockets left out, selected by
     KEY: PORT (local or peer port; both ends of a loopback connection when
@@ -39,7 +44,7 @@ def connections(doc, key):
     pid_fd = key.split(":") if ":" in key else None
     for proc in doc.get("processes", []):
         for c in proc.get("connections", []):
-            if c.get("listening") is True or str(c.get("state", "")).lower() in ("listen", "listening"):
+            if listening(c):
                 continue
             if pid_fd:
                 if str(proc.get("pid")) != pid_fd[0] or str(c.get("fd")) != pid_fd[1]:
