@@ -58,7 +58,7 @@ one fabsock/direct 1 direct >>"$tmp/all.json" 2>>"$tmp/err" &
 pid=$!
 : >"$tmp/stat"
 while kill -0 $pid 2>/dev/null; do
-  s=$("$fabsock" stat 2>/dev/null | awk 'NR == 1 || /gpu-stream/')
+  s=$("$fabsock" stat 2>/dev/null | awk 'NF == 0 { exit } NR == 1 || /gpu-stream/') # the connections, not the closed counts below them
   [ "$(printf '%s\n' "$s" | wc -l)" -gt 1 ] && printf '%s\n' "$s" >"$tmp/stat"
   sleep 0.3
 done

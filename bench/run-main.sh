@@ -134,8 +134,9 @@ redis_round() {
       k=$((k + 1))
       if "$BIN" stat >"$OUT/stat.all" 2>&1; then
         ok=1
-        # this pair only (the table lists every process running libfabsock)
-        awk -v a=$pid -v b=$bpid 'NR == 1 || $1 == a || $1 == b' "$OUT/stat.all" >"$OUT/stat.try"
+        # this pair only (the table lists every process running libfabsock),
+        # the connections only (the closed counts follow a blank line)
+        awk -v a=$pid -v b=$bpid 'NF == 0 { exit } NR == 1 || $1 == a || $1 == b' "$OUT/stat.all" >"$OUT/stat.try"
         n=$(wc -l <"$OUT/stat.try")
         [ "$n" -ge "$best" ] && { best=$n; cp "$OUT/stat.try" "$OUT/stat.txt"; }
       else
