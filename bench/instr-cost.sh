@@ -18,19 +18,23 @@
 # Then the library's ten costliest functions (self, per request) on each
 # side, and one JSON line.
 #
-# usage: bench/instr-cost.sh [-n REQUESTS] [-s SECONDS] LIB
+# usage: bench/instr-cost.sh [-n REQUESTS] [-s SECONDS] [-k DIR] LIB
+#   -k DIR  keep the callgrind files there (srv.p, srv.l, cli.p.S, cli.l.2S, ...),
+#           for callgrind_annotate --inclusive=yes or kcachegrind
 # Needs nginx, wrk, valgrind, python3; prints "# SKIP" and exits 77 without.
 set -u
-n=400 secs=3
-while getopts n:s: o; do
+n=400 secs=3 keep=
+while getopts n:s:k: o; do
   case $o in
   n) n=$OPTARG ;;
   s) secs=$OPTARG ;;
-  *) echo "usage: $0 [-n REQUESTS] [-s SECONDS] LIB" >&2; exit 2 ;;
+  k) keep=$OPTARG ;;
+  *) echo "usage: $0 [-n REQUESTS] [-s SECONDS] [-k DIR] LIB" >&2; exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
-[ $# -eq 1 ] && [ -f "$1" ] || { echo "usage: $0 [-n REQUESTS] [-s SECONDS] LIB" >&2; exit 2; }
+[ $# -eq 1 ] && [ -f "$1" ] || { echo "usage: $0 [-n REQUESTS] [-s SECONDS] [-k DIR] LIB" >&2; exit 2; }
+[ -z "$keep" ] || mkdir -p "$keep" || exit 1
 lib=$(readlink -f "$1")
 for p in nginx wrk valgrind callgrind_control callgrind_annotate python3; do
   command -v $p >/dev/null || { echo "# SKIP instr-cost: $p is not installed"; exit 77; }
@@ -40,6 +44,8 @@ port=18296
 cleanup() {
   [ -s "$tmp/nginx.pid" ] && kill "$(cat "$tmp/nginx.pid" 2>/dev/null)" 2>/dev/null
   pkill -f "nginx -c $tmp/" 2>/dev/null
+  [ -z "$keep" ] || find "$tmp" -maxdepth 1 -type f \( -name 'srv.*' -o -name 'cli.*' \) \
+    ! -name '*.log' ! -name '*.out' -exec cp {} "$keep/" \;
   rm -rf "$tmp"
 }
 trap cleanup EXIT
