@@ -115,6 +115,14 @@ struct fs_conn {
   struct fs_hookset *hooks;   /* may be NULL */
   struct fs_chan *chan;       /* atomic pointer; set while on a fabric */
   void *ep_ents;              /* epoll entries naming it (engine/epoll.c); under lock */
+  /* The one epoll set holding an fd of it as the application registered it
+   * (its events and data, no entry of ours: engine/epoll.c, "plain"), until
+   * its wake fd makes that an entry.  ep_plain under lock (and the set's);
+   * the rest under the set's lock. */
+  void *ep_plain;
+  int ep_plain_fd;
+  uint32_t ep_plain_events;
+  uint64_t ep_plain_data;
   struct fs_conn *free_next;  /* free list link */
 };
 

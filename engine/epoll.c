@@ -92,6 +92,7 @@ void fs_ep_reg_wake(struct fs_ep *ep, struct fs_ep_ent *e, int wfd)
 }
 
 static struct fs_ep *fs_ep_tab[FS_FDTAB_SIZE];
+static void fs_ep_plain_convert(struct fs_ep *ep, struct fs_conn *c);
 static pthread_mutex_t fs_ep_alloc_lock = PTHREAD_MUTEX_INITIALIZER;
 char *fs_ep_arena;
 static char *fs_ep_bump;
@@ -222,6 +223,13 @@ static void fs_ep_park(struct fs_ep *ep, struct fs_ep_ent *e)
 
 void fs_ready_epoll_forget_conn(struct fs_conn *c)
 {
+  /* A plain registration goes with the socket, as it would without us (a
+   * socket another process still holds keeps it, as the kernel does). */
+  if (__atomic_load_n(&c->ep_plain, __ATOMIC_ACQUIRE)) {
+    pthread_mutex_lock(&c->lock);
+    c->ep_plain = NULL;
+    pthread_mutex_unlock(&c->lock);
+  }
   for (;;) {
     pthread_mutex_lock(&c->lock);
     struct fs_ep_ent *e = c->ep_ents;
@@ -250,6 +258,15 @@ void fs_ready_epoll_forget_conn(struct fs_conn *c)
 
 void fs_ready_epoll_fd_closing(struct fs_conn *c, int fd)
 {
+  /* The fd of a plain registration closes while a dup keeps the socket: the
+   * kernel keeps the registration, which could no longer be made an entry
+   * by its fd.  Make it one now. */
+  struct fs_ep *pep = __atomic_load_n(&c->ep_plain, __ATOMIC_ACQUIRE);
+  if (pep && c->ep_plain_fd == fd) {
+    pthread_mutex_lock(&pep->lock);
+    fs_ep_plain_convert(pep, c);
+    pthread_mutex_unlock(&pep->lock);
+  }
   /* A parked entry's TCP registration is keyed by (fd, socket): once fd is
    * closed it could neither be found nor removed, and it would outlive fd
    * while a dup keeps the socket open.  Take it out now. */
@@ -333,31 +350,37 @@ int fs_ep_bell(struct fs_ep *ep)
   return rc;
 }
 
+/* Queue c on ep's bell and ring it (c->lock held). */
+static void fs_ep_pend_push(struct fs_ep *ep, struct fs_conn *c)
+{
+  int bell = __atomic_load_n(&ep->bell, __ATOMIC_ACQUIRE);
+  if (bell < 0)
+    return; /* its entries registered the wake fd themselves */
+  pthread_mutex_lock(&ep->pend_lock);
+  if (ep->npend == ep->pend_cap) {
+    int cap = ep->pend_cap ? 2 * ep->pend_cap : 16;
+    struct fs_conn **p = realloc(ep->pend, (size_t)cap * sizeof *p);
+    if (p) {
+      ep->pend = p;
+      ep->pend_cap = cap;
+    }
+  }
+  if (ep->npend < ep->pend_cap) {
+    fs_conn_get(c);
+    ep->pend[ep->npend] = c;
+    __atomic_store_n(&ep->npend, ep->npend + 1, __ATOMIC_RELEASE);
+  } /* else (no memory): the 20 ms safety net is all that is left */
+  pthread_mutex_unlock(&ep->pend_lock);
+  fs_chan_efd_write(bell);
+}
+
 void fs_ready_epoll_wake_made(struct fs_conn *c)
 {
   pthread_mutex_lock(&c->lock);
-  for (struct fs_ep_ent *e = c->ep_ents; e; e = e->cnext) {
-    struct fs_ep *ep = e->ep; /* never freed; e stays in c's list while we hold c->lock */
-    int bell = __atomic_load_n(&ep->bell, __ATOMIC_ACQUIRE);
-    if (bell < 0)
-      continue; /* its entries registered the wake fd themselves */
-    pthread_mutex_lock(&ep->pend_lock);
-    if (ep->npend == ep->pend_cap) {
-      int cap = ep->pend_cap ? 2 * ep->pend_cap : 16;
-      struct fs_conn **p = realloc(ep->pend, (size_t)cap * sizeof *p);
-      if (p) {
-        ep->pend = p;
-        ep->pend_cap = cap;
-      }
-    }
-    if (ep->npend < ep->pend_cap) {
-      fs_conn_get(c);
-      ep->pend[ep->npend] = c;
-      __atomic_store_n(&ep->npend, ep->npend + 1, __ATOMIC_RELEASE);
-    } /* else (no memory): the 20 ms safety net is all that is left */
-    pthread_mutex_unlock(&ep->pend_lock);
-    fs_chan_efd_write(bell);
-  }
+  for (struct fs_ep_ent *e = c->ep_ents; e; e = e->cnext)
+    fs_ep_pend_push(e->ep, c); /* never freed; e stays in c's list while we hold c->lock */
+  if (c->ep_plain) /* a plain registration becomes an entry there */
+    fs_ep_pend_push(c->ep_plain, c);
   pthread_mutex_unlock(&c->lock);
 }
 
@@ -375,6 +398,7 @@ void fs_ep_pend_run(struct fs_ep *ep)
   pthread_mutex_unlock(&ep->pend_lock);
   for (int i = 0; i < n; i++) {
     struct fs_conn *c = pend[i];
+    fs_ep_plain_convert(ep, c);
     pthread_mutex_lock(&c->lock);
     int wfd = c->wake_fd;
     for (struct fs_ep_ent *e = c->ep_ents; e; e = e->cnext) {
@@ -467,6 +491,155 @@ static int fs_ep_revive(struct fs_ep *ep, int epfd, int fd, struct fs_conn *c, s
   return 0;
 }
 
+/* A new entry for (fd, c) with the application's events and data, its TCP
+ * fd put in the kernel set with op (ADD, or MOD of a plain registration)
+ * tagged by it (ep->lock held).  0 or -errno. */
+static int fs_ep_make(struct fs_ep *ep, int epfd, int fd, struct fs_conn *c, uint32_t events, epoll_data_t data,
+                      int op)
+{
+  struct fs_ep_ent *e = fs_ep_ent_new();
+  if (!e)
+    return -ENOMEM;
+  e->magic = FS_EP_MAGIC;
+  e->wait_fd = -1;
+  e->ep = ep;
+  e->fd = fd;
+  e->c = c;
+  fs_conn_get(c);
+  e->events = events;
+  e->data = data;
+  e->edge_pending = true;
+  struct epoll_event kev = { .events = fs_ep_kernel_events(e), .data.u64 = (uint64_t)(uintptr_t)e };
+  e->kmask = kev.events;
+  if (FS_REAL(epoll_ctl)(epfd, op, fd, &kev) < 0) {
+    int rc = -errno;
+    fs_conn_put(c);
+    fs_ep_ent_free(e);
+    return rc;
+  }
+  /* A connection that may upgrade gets its wake fd at its rendezvous,
+   * which rings the set's bell (fs_ready_epoll_wake_made).  Without a
+   * bell, it is made now, as an event loop sleeps on it. */
+  bool may = !c->no_upgrade && fs_conn_state(c) != FS_STATE_LISTEN;
+  if (may && c->wake_fd < 0 && fs_ep_bell(ep) < 0)
+    fs_wake_for_epoll(c);
+  e->alive = true;
+  fs_ep_list_push(&ep->ents, e);
+  ep->nents++;
+  fs_ep_recheck_add(ep, e);
+  pthread_mutex_lock(&c->lock);
+  e->cnext = c->ep_ents;
+  c->ep_ents = e;
+  pthread_mutex_unlock(&c->lock);
+  /* Its wake fd, if it has one: looked for once e is in c's list, since
+   * one made meanwhile rang the bell only for the sets already there
+   * (both go through c->lock).  It may move to a fabric: the safety net
+   * applies. */
+  int wfd = __atomic_load_n(&c->wake_fd, __ATOMIC_ACQUIRE);
+  if (wfd >= 0)
+    fs_ep_reg_wake(ep, e, wfd);
+  /* A listener never becomes a connection: left to the setup pass, it
+   * would have each epoll_wait walk every entry (nginx: all of them).
+   * A connection still connecting waits there for its end of connect. */
+  if (!e->wake_reg && may && (c->connecting || !c->dir || ep->bell < 0)) {
+    e->needs_setup = true;
+    ep->nsetup++;
+  }
+  return 0;
+}
+
+/* ---- plain registrations ------------------------------------------------
+ * A connection without a channel or a wake fd reads as its TCP socket does,
+ * so its fd goes into the kernel set as the application gave it (its events,
+ * its data): epoll_wait hands those events on untouched, and a set holding
+ * no entry at all waits in the kernel alone (fs_ep_simple).  Most
+ * connections never upgrade: an entry, its lists and its translation at
+ * every event were half of what the library added to a connection per
+ * request (bench/instr-cost.sh).  The connection remembers the one set and
+ * fd (ep_plain); its rendezvous rings that set's bell like an entry's
+ * (fs_ready_epoll_wake_made), and the next pass over the set makes the
+ * registration an entry with a kernel MOD (fs_ep_plain_convert) before the
+ * channel can carry a byte.  Not plain: ONESHOT and EXCLUSIVE (their kernel
+ * state cannot be carried over), an fd with dups (a registration outlives
+ * the closed fd it was made with), a second set or fd of one connection,
+ * and a set without its bell.  A listener never gets a channel: it is
+ * passed through with no record at all. */
+
+/* ADD of fd as plain, or -EAGAIN: make an entry (ep->lock held). */
+static int fs_ep_plain_add(struct fs_ep *ep, int epfd, int fd, struct fs_conn *c, struct epoll_event *ev)
+{
+  if (fs_conn_state(c) == FS_STATE_LISTEN && !__atomic_load_n(&c->chan, __ATOMIC_ACQUIRE))
+    return FS_REAL(epoll_ctl)(epfd, EPOLL_CTL_ADD, fd, ev) < 0 ? -errno : 0;
+  if ((ev->events & (EPOLLONESHOT | EPOLLEXCLUSIVE)) || __atomic_load_n(&c->nfds, __ATOMIC_ACQUIRE) != 1 ||
+      fs_ep_bell(ep) < 0)
+    return -EAGAIN;
+  pthread_mutex_lock(&c->lock);
+  bool ok = !c->ep_plain && !__atomic_load_n(&c->chan, __ATOMIC_ACQUIRE) && c->wake_fd < 0;
+  if (ok) {
+    c->ep_plain = ep;
+    c->ep_plain_fd = fd;
+  }
+  pthread_mutex_unlock(&c->lock);
+  if (!ok)
+    return -EAGAIN;
+  c->ep_plain_events = ev->events;
+  c->ep_plain_data = ev->data.u64;
+  if (FS_REAL(epoll_ctl)(epfd, EPOLL_CTL_ADD, fd, ev) == 0)
+    return 0;
+  int rc = -errno;
+  pthread_mutex_lock(&c->lock);
+  c->ep_plain = NULL;
+  pthread_mutex_unlock(&c->lock);
+  return rc;
+}
+
+/* Whether (ep, fd) is c's plain registration (ep->lock held). */
+static bool fs_ep_is_plain(struct fs_ep *ep, struct fs_conn *c, int fd)
+{
+  return __atomic_load_n(&c->ep_plain, __ATOMIC_ACQUIRE) == ep && c->ep_plain_fd == fd;
+}
+
+static void fs_ep_plain_drop(struct fs_conn *c)
+{
+  pthread_mutex_lock(&c->lock);
+  c->ep_plain = NULL;
+  pthread_mutex_unlock(&c->lock);
+}
+
+/* c's plain registration in ep becomes an entry (ep->lock held): it may
+ * carry fabric bytes from now on.  A registration the kernel no longer has
+ * (the fd closed) is dropped. */
+static void fs_ep_plain_convert(struct fs_ep *ep, struct fs_conn *c)
+{
+  if (__atomic_load_n(&c->ep_plain, __ATOMIC_ACQUIRE) != ep)
+    return;
+  int fd = c->ep_plain_fd;
+  uint32_t events = c->ep_plain_events;
+  epoll_data_t data = { .u64 = c->ep_plain_data };
+  fs_ep_plain_drop(c);
+  if (__atomic_load_n(&fs_ep_tab[ep->epfd], __ATOMIC_ACQUIRE) == ep) /* not a closed set */
+    (void)fs_ep_make(ep, ep->epfd, fd, c, events, data, EPOLL_CTL_MOD);
+}
+
+/* MOD or DEL of a plain registration (ep->lock held). */
+static int fs_ep_plain_ctl(struct fs_ep *ep, int epfd, int op, int fd, struct fs_conn *c, struct epoll_event *ev)
+{
+  if (op == EPOLL_CTL_DEL) {
+    int rc = FS_REAL(epoll_ctl)(epfd, EPOLL_CTL_DEL, fd, NULL) < 0 ? -errno : 0;
+    fs_ep_plain_drop(c);
+    return rc;
+  }
+  if (ev->events & (EPOLLONESHOT | EPOLLEXCLUSIVE)) { /* an entry takes them */
+    fs_ep_plain_convert(ep, c);
+    return -EAGAIN;
+  }
+  if (FS_REAL(epoll_ctl)(epfd, EPOLL_CTL_MOD, fd, ev) < 0)
+    return -errno;
+  c->ep_plain_events = ev->events;
+  c->ep_plain_data = ev->data.u64;
+  return 0;
+}
+
 int fs_ready_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 {
   struct fs_conn *c = fs_fdtab_get(fd);
@@ -482,8 +655,17 @@ int fs_ready_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
   if (op != EPOLL_CTL_DEL)
     fs_hold_use(c);
   pthread_mutex_lock(&ep->lock);
-  struct fs_ep_ent *e = fs_ep_find(ep, c, fd, false);
   int rc = 0;
+  if (fs_ep_is_plain(ep, c, fd)) {
+    rc = op == EPOLL_CTL_ADD ? -EEXIST : op == EPOLL_CTL_MOD || op == EPOLL_CTL_DEL ? fs_ep_plain_ctl(ep, epfd, op, fd, c, ev) : -EINVAL;
+    if (rc != -EAGAIN) {
+      pthread_mutex_unlock(&ep->lock);
+      fs_conn_put(c);
+      return rc;
+    }
+    rc = 0; /* made an entry: MOD it as such */
+  }
+  struct fs_ep_ent *e = fs_ep_find(ep, c, fd, false);
   switch (op) {
   case EPOLL_CTL_ADD: {
     if (e) {
@@ -492,62 +674,14 @@ int fs_ready_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
     }
     if (ep->parked && (rc = fs_ep_revive(ep, epfd, fd, c, ev)) != -ENOENT)
       break;
-    rc = 0;
-    e = fs_ep_ent_new();
-    if (!e) {
-      rc = -ENOMEM;
-      break;
-    }
-    e->magic = FS_EP_MAGIC;
-    e->wait_fd = -1;
-    e->ep = ep;
-    e->fd = fd;
-    e->c = c;
-    fs_conn_get(c);
-    e->events = ev->events;
-    e->data = ev->data;
-    e->edge_pending = true;
-    struct epoll_event kev = { .events = fs_ep_kernel_events(e), .data.u64 = (uint64_t)(uintptr_t)e };
-    e->kmask = kev.events;
-    if (FS_REAL(epoll_ctl)(epfd, EPOLL_CTL_ADD, fd, &kev) < 0) {
-      rc = -errno;
-      fs_conn_put(c);
-      fs_ep_ent_free(e);
-      break;
-    }
-    /* A connection that may upgrade gets its wake fd at its rendezvous,
-     * which rings the set's bell (fs_ready_epoll_wake_made).  Without a
-     * bell, it is made now, as an event loop sleeps on it. */
-    bool may = !c->no_upgrade && fs_conn_state(c) != FS_STATE_LISTEN;
-    if (may && c->wake_fd < 0 && fs_ep_bell(ep) < 0)
-      fs_wake_for_epoll(c);
-    e->alive = true;
-    fs_ep_list_push(&ep->ents, e);
-    ep->nents++;
-    fs_ep_recheck_add(ep, e);
-    pthread_mutex_lock(&c->lock);
-    e->cnext = c->ep_ents;
-    c->ep_ents = e;
-    pthread_mutex_unlock(&c->lock);
-    /* Its wake fd, if it has one: looked for once e is in c's list, since
-     * one made meanwhile rang the bell only for the sets already there
-     * (both go through c->lock).  It may move to a fabric: the safety net
-     * applies. */
-    int wfd = __atomic_load_n(&c->wake_fd, __ATOMIC_ACQUIRE);
-    if (wfd >= 0)
-      fs_ep_reg_wake(ep, e, wfd);
-    /* A listener never becomes a connection: left to the setup pass, it
-     * would have each epoll_wait walk every entry (nginx: all of them).
-     * A connection still connecting waits there for its end of connect. */
-    if (!e->wake_reg && may && (c->connecting || !c->dir || ep->bell < 0)) {
-      e->needs_setup = true;
-      ep->nsetup++;
-    }
+    rc = fs_ep_plain_add(ep, epfd, fd, c, ev);
+    if (rc == -EAGAIN)
+      rc = fs_ep_make(ep, epfd, fd, c, ev->events, ev->data, EPOLL_CTL_ADD);
     break;
   }
   case EPOLL_CTL_MOD:
     if (!e) {
-      rc = fs_ep_not_in(ep, c, fd) ? -ENOENT : FS_REAL(epoll_ctl)(epfd, op, fd, ev) < 0 ? -errno : -ENOENT;
+      rc = fs_ep_not_in(ep, c, fd) ? -ENOENT : FS_REAL(epoll_ctl)(epfd, op, fd, ev) < 0 ? -errno : 0;
       break;
     }
   {
@@ -576,7 +710,7 @@ int fs_ready_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
   }
   case EPOLL_CTL_DEL:
     if (!e) {
-      rc = fs_ep_not_in(ep, c, fd) ? -ENOENT : FS_REAL(epoll_ctl)(epfd, op, fd, ev) < 0 ? -errno : -ENOENT;
+      rc = fs_ep_not_in(ep, c, fd) ? -ENOENT : FS_REAL(epoll_ctl)(epfd, op, fd, ev) < 0 ? -errno : 0;
       break;
     }
     fs_ep_list_del(&ep->ents, e);

@@ -323,6 +323,47 @@ static int fs_ep_report(struct fs_ep *ep, int epfd, struct fs_ep_ent *e, uint32_
   return n;
 }
 
+/* The kernel's events: the application's handed on, ours translated
+ * (ep->lock held).  Returns the new count in out. */
+static int fs_ep_results(struct fs_ep *ep, int epfd, const struct epoll_event *kst, int k, struct epoll_event *out,
+                         struct fs_ep_ent **src, int n, int max)
+{
+  for (int i = 0; i < k; i++) {
+    struct fs_ep_ent *e = fs_ep_tag(ep, kst[i].data.u64);
+    if (!e) {
+      src[n] = NULL;
+      out[n++] = kst[i];
+      continue;
+    }
+    if (e == FS_EP_STALE)
+      continue;
+    if (e->is_bell) { /* wake fds to register: their entries are looked at next */
+      fs_ep_pend_run(ep); /* edge-triggered: never drained, each ring is an edge */
+      continue;
+    }
+    if (e->parked) { /* news for an fd nobody waits on here: forget it */
+      fs_ep_list_del(&ep->parked, e);
+      fs_ep_unlink(e);
+      continue;
+    }
+    bool wake = kst[i].data.u64 & 1;
+    n = fs_ep_report(ep, epfd, e, wake ? 0 : kst[i].events, out, src, n, max);
+  }
+  return n;
+}
+
+/* Nothing of ours to look at or arm: no entry (every registration plain,
+ * engine/epoll.c), nothing queued, no fabric.  Read without the lock, as
+ * if the lock had been taken a moment earlier: an entry made meanwhile is
+ * looked at by the next call, as one made after a look under the lock. */
+static bool fs_ep_simple(const struct fs_ep *ep)
+{
+  return __atomic_load_n(&ep->nents, __ATOMIC_RELAXED) == 0 && !__atomic_load_n(&ep->parked, __ATOMIC_RELAXED) &&
+         __atomic_load_n(&ep->npend, __ATOMIC_ACQUIRE) == 0 && !__atomic_load_n(&ep->recheck, __ATOMIC_RELAXED) &&
+         !__atomic_load_n(&ep->idle, __ATOMIC_RELAXED) && !__atomic_load_n(&ep->nwake, __ATOMIC_RELAXED) &&
+         !__atomic_load_n(&ep->any_fabric, __ATOMIC_RELAXED);
+}
+
 int fs_ready_epoll_wait(int epfd, struct epoll_event *out, int max, const struct timespec *ts, const sigset_t *mask)
 {
   fs_batch_flush(); /* the loop's last batch is over */
@@ -345,7 +386,28 @@ int fs_ready_epoll_wait(int epfd, struct epoll_event *out, int max, const struct
   uint64_t deadline = 0;
   bool spun_nothing = false;
   for (;;) {
-    int n = 0;
+    int n = 0, k;
+    if (fs_ep_simple(ep)) {
+      /* One kernel call, its events handed on as they are; one of ours
+       * (the bell: a connection to make an entry of) goes the long way. */
+      struct timespec left;
+      const struct timespec *t = ts && !deadline ? ts : fs_clock_left(ts, deadline, &left);
+      if (ts && !deadline && (ts->tv_sec || ts->tv_nsec))
+        deadline = fs_clock_deadline(ts);
+      k = fs_ep_kwait(epfd, kst, kmax, t, mask);
+      if (k < 0) {
+        ret = -errno;
+        break;
+      }
+      int i = 0;
+      while (i < k && !fs_ep_tag(ep, kst[i].data.u64))
+        i++;
+      if (i < k)
+        goto results;
+      memcpy(out, kst, (size_t)k * sizeof *kst);
+      ret = k;
+      break;
+    }
     /* 1. Entries to look at again (reported last time, new, modified). */
     pthread_mutex_lock(&ep->lock);
     fs_ep_pend_run(ep);
@@ -374,7 +436,7 @@ int fs_ready_epoll_wait(int epfd, struct epoll_event *out, int max, const struct
     struct timespec zero = { 0, 0 }, left;
     const struct timespec *t = n ? &zero : ts && !deadline ? ts : fs_clock_left(ts, deadline, &left);
     int room = max - n < kmax ? max - n : kmax;
-    int k = -1;
+    k = -1;
     bool spun_ready = false, spun = false;
     uint64_t spun_us = 0, slept_at = 0;
     /* Nothing ready and we would sleep: spin on the fabric rings first. */
@@ -471,28 +533,9 @@ int fs_ready_epoll_wait(int epfd, struct epoll_event *out, int max, const struct
       ret = n ? n : -errno;
       break;
     }
+  results:
     pthread_mutex_lock(&ep->lock);
-    for (int i = 0; i < k; i++) {
-      struct fs_ep_ent *e = fs_ep_tag(ep, kst[i].data.u64);
-      if (!e) {
-        src[n] = NULL;
-        out[n++] = kst[i];
-        continue;
-      }
-      if (e == FS_EP_STALE)
-        continue;
-      if (e->is_bell) { /* wake fds to register: their entries are looked at next */
-        fs_ep_pend_run(ep); /* edge-triggered: never drained, each ring is an edge */
-        continue;
-      }
-      if (e->parked) { /* news for an fd nobody waits on here: forget it */
-        fs_ep_list_del(&ep->parked, e);
-        fs_ep_unlink(e);
-        continue;
-      }
-      bool wake = kst[i].data.u64 & 1;
-      n = fs_ep_report(ep, epfd, e, wake ? 0 : kst[i].events, out, src, n, max);
-    }
+    n = fs_ep_results(ep, epfd, kst, k, out, src, n, max);
     pthread_mutex_unlock(&ep->lock);
     if (n > 0 || k == 0) {
       ret = n;

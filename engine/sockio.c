@@ -369,11 +369,28 @@ static ssize_t fs_sockio_fabric_send(struct fs_conn *c, int fd, struct fs_chan *
   return (ssize_t)sent;
 }
 
-ssize_t fs_sock_send(struct fs_conn *c, int fd, struct fs_io *io)
+/* A send or receive (up): on a socket still connecting, maybe before it
+ * is looked at (fs_sock_connecting_first). */
+static ssize_t fs_sock_io(struct fs_conn *c, int fd, struct fs_io *io, fs_io_fn up)
 {
   fs_hold_use(c);
-  if (c->connecting)
-    fs_sock_check_connected(c, fd, false);
+  if (!fs_sock_connecting_first(c, fd))
+    return up(c, fd, io);
+  ssize_t r = up(c, fd, io);
+  if (r > 0 && c->connecting)
+    fs_sock_check_connected(c, fd, true);
+  return r;
+}
+
+static ssize_t fs_sock_send_up(struct fs_conn *c, int fd, struct fs_io *io);
+
+ssize_t fs_sock_send(struct fs_conn *c, int fd, struct fs_io *io)
+{
+  return fs_sock_io(c, fd, io, fs_sock_send_up);
+}
+
+static ssize_t fs_sock_send_up(struct fs_conn *c, int fd, struct fs_io *io)
+{
   if (c->hook_closed)
     return -ECONNABORTED;
   if (__builtin_expect(c->cork_app != c->cork_kernel, 0))
@@ -689,11 +706,15 @@ static ssize_t fs_sockio_fabric_recv(struct fs_conn *c, int fd, struct fs_io *io
   return (ssize_t)got;
 }
 
+static ssize_t fs_sock_recv_up(struct fs_conn *c, int fd, struct fs_io *io);
+
 ssize_t fs_sock_recv(struct fs_conn *c, int fd, struct fs_io *io)
 {
-  fs_hold_use(c);
-  if (c->connecting)
-    fs_sock_check_connected(c, fd, false);
+  return fs_sock_io(c, fd, io, fs_sock_recv_up);
+}
+
+static ssize_t fs_sock_recv_up(struct fs_conn *c, int fd, struct fs_io *io)
+{
   if (c->hook_closed)
     return -ECONNABORTED;
   if (__builtin_expect(fs_gpuio_device(io), 0))

@@ -58,7 +58,7 @@ int fs_wake_get(struct fs_conn *c)
   /* Before the channel: an epoll set that hears of it registers it before
    * the attach's wake, or looks at the entry after it. */
   void (*hook)(struct fs_conn *) = __atomic_load_n(&fs_wake_made_hook, __ATOMIC_ACQUIRE);
-  if (made && hook && __atomic_load_n(&c->ep_ents, __ATOMIC_ACQUIRE))
+  if (made && hook && (__atomic_load_n(&c->ep_ents, __ATOMIC_ACQUIRE) || __atomic_load_n(&c->ep_plain, __ATOMIC_ACQUIRE)))
     hook(c);
   errno = saved;
   return reason;

@@ -560,6 +560,7 @@ static uint32_t fs_policy_ring;  /* FABSOCK_SHM_RING, bytes; 0 = the fabric's de
 static uint32_t fs_policy_drop;  /* FABSOCK_TEST_RDMA_DROP or _WEDGE: test seams, see policy.h */
 static bool fs_policy_wedge;     /* ... it was _WEDGE */
 static struct fs_policy fs_policy_fallback; /* no rules, every match tcp */
+static bool fs_policy_hooks_any;  /* some connection may get inspection hooks */
 
 static const char *fs_policy_getenv(const char *name)
 {
@@ -616,6 +617,10 @@ static void fs_policy_load(void)
     return;
   }
   fs_policy_global = p;
+  bool any = p->defaults.hooks[0] != '\0';
+  for (size_t i = 0; i < p->nrules && !any; i++)
+    any = (p->rules[i].set & (1u << K_HOOKS)) && p->rules[i].hooks && p->rules[i].hooks[0];
+  fs_policy_hooks_any = any;
 }
 
 const struct fs_policy *fs_policy_get(bool *disabled)
@@ -638,6 +643,12 @@ uint32_t fs_policy_test_rdma_drop(void)
 {
   (void)fs_policy_get(NULL);
   return fs_policy_drop;
+}
+
+bool fs_policy_may_hook(void)
+{
+  (void)fs_policy_get(NULL);
+  return fs_policy_hooks_any;
 }
 
 bool fs_policy_test_rdma_wedge(void)

@@ -74,6 +74,11 @@ const struct fs_policy *fs_policy_get(bool *disabled);
 /* FABSOCK_DISABLE is set: the process runs untouched (no socket tracked). */
 bool fs_policy_off(void);
 
+/* Whether any connection of this process may get inspection hooks (the
+ * defaults or a rule name some): where none can, a socket still connecting
+ * may take its first bytes before it is looked at (engine/sockio.c). */
+bool fs_policy_may_hook(void);
+
 /* FABSOCK_SHM_RING in bytes (K/M suffixes), 0 if unset; the fabric checks
  * it against its bounds and uses its default otherwise. */
 uint32_t fs_policy_ring_size(void);

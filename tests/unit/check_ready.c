@@ -222,7 +222,9 @@ START_TEST(t_listener_needs_no_setup)
 {
   /* Entries waiting for a wake fd are looked at in every epoll_wait, by a
    * walk over all entries: a listener, which never gets one, must not wait
-   * (it made nginx's workers walk every connection at every call). */
+   * (it made nginx's workers walk every connection at every call).  Nor
+   * does a socket without a channel, which the set holds plain (the
+   * application's registration, no entry), unless a flag makes it an entry. */
   int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), ufd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   ck_assert_int_ge(lfd, 0);
   ck_assert_int_ge(ufd, 0);
@@ -234,13 +236,25 @@ START_TEST(t_listener_needs_no_setup)
   ck_assert_int_eq(fs_fdtab_install(ufd, u), 0);
   int epfd = epoll_create1(EPOLL_CLOEXEC);
   ck_assert_int_ge(epfd, 0);
-  struct epoll_event ev = { .events = EPOLLIN, .data.u64 = 1 }, out[4];
+  struct epoll_event ev = { .events = EPOLLIN | EPOLLEXCLUSIVE, .data.u64 = 1 }, out[4];
   ck_assert_int_eq(fs_ready_epoll_ctl(epfd, EPOLL_CTL_ADD, lfd, &ev), 0);
   struct fs_ep *ep = fs_ep_get(epfd, false);
   ck_assert_ptr_nonnull(ep);
   ck_assert_int_eq(ep->nsetup, 0);
-  /* Added before listen(): it waits, until a call sees it listening. */
+  ck_assert_int_eq(ep->nents, 0);       /* passed through, even EXCLUSIVE */
+  ck_assert_ptr_null(l->ep_plain);     /* and remembered nowhere: it never upgrades */
+  ev.events = EPOLLIN;
   ck_assert_int_eq(fs_ready_epoll_ctl(epfd, EPOLL_CTL_ADD, ufd, &ev), 0);
+  ck_assert_int_eq(ep->nsetup, 0);
+  ck_assert_int_eq(ep->nents, 0);
+  ck_assert_ptr_eq(u->ep_plain, ep);
+  ck_assert_int_eq(fs_ready_epoll_ctl(epfd, EPOLL_CTL_ADD, ufd, &ev), -EEXIST);
+  /* ONESHOT makes it an entry; added before listen(), it waits, until a
+   * call sees it listening. */
+  ev.events = EPOLLIN | EPOLLONESHOT;
+  ck_assert_int_eq(fs_ready_epoll_ctl(epfd, EPOLL_CTL_MOD, ufd, &ev), 0);
+  ck_assert_ptr_null(u->ep_plain);
+  ck_assert_int_eq(ep->nents, 1);
   ck_assert_int_eq(ep->nsetup, 1);
   u->state = FS_STATE_LISTEN;
   ck_assert_int_ge(epoll_ms(epfd, out, 0), 0); /* (unconnected sockets report HUP) */

@@ -214,6 +214,10 @@ START_TEST(t_epoll_set_hears_of_a_wake_fd_made_while_it_sleeps)
   struct epoll_event ev = { .events = EPOLLIN, .data.u64 = 42 };
   ck_assert_int_eq(fs_ready_epoll_ctl(w.epfd, EPOLL_CTL_ADD, p.sv[0], &ev), 0);
   ck_assert_int_eq(p.c->wake_fd, -1); /* the ADD made none */
+  struct fs_ep *ep = fs_ep_get(w.epfd, false);
+  ck_assert_ptr_nonnull(ep);
+  ck_assert_ptr_eq(p.c->ep_plain, ep); /* nor an entry: the application's registration */
+  ck_assert_int_eq(ep->nents, 0);
   pthread_t t;
   ck_assert_int_eq(pthread_create(&t, NULL, epoll_waiter, &w), 0);
   usleep(50000); /* into the kernel, no timeout */
@@ -225,12 +229,50 @@ START_TEST(t_epoll_set_hears_of_a_wake_fd_made_while_it_sleeps)
     usleep(1000);
   ck_assert(in_kernel_set(w.epfd, p.c->wake_fd));
   ck_assert_int_eq(__atomic_load_n(&w.n, __ATOMIC_ACQUIRE), -2); /* nothing to report yet */
+  ck_assert_ptr_null(p.c->ep_plain); /* an entry now, which hears of the ring */
+  ck_assert_int_eq(ep->nents, 1);
   ck_assert_int_eq(write(p.sv[1], "x", 1), 1);
   pthread_join(t, NULL);
   ck_assert_int_eq(w.n, 1);
   ck_assert_uint_eq(w.ev[0].data.u64, 42);
   fs_ready_epoll_close(w.epfd);
   close(w.epfd);
+}
+END_TEST
+
+/* A plain registration whose fd is closed while a dup keeps the socket: the
+ * kernel keeps it (and reports it, with the application's data), and it can
+ * no longer be named by that fd, so it is made an entry first. */
+START_TEST(t_plain_fd_closed_with_a_dup)
+{
+  struct pend p;
+  pend_new(&p);
+  int epfd = epoll_create1(EPOLL_CLOEXEC);
+  ck_assert_int_ge(epfd, 0);
+  struct epoll_event ev = { .events = EPOLLIN, .data.u64 = 7 }, out[4];
+  ck_assert_int_eq(fs_ready_epoll_ctl(epfd, EPOLL_CTL_ADD, p.sv[0], &ev), 0);
+  struct fs_ep *ep = fs_ep_get(epfd, false);
+  ck_assert_ptr_eq(p.c->ep_plain, ep);
+  int d = dup(p.sv[0]);
+  ck_assert_int_ge(d, 0);
+  ck_assert_int_eq(fs_fdtab_install(d, p.c), 0);
+  /* a second fd: a new registration of it would be an entry */
+  int e2 = epoll_create1(EPOLL_CLOEXEC);
+  ck_assert_int_ge(e2, 0);
+  ck_assert_int_eq(fs_ready_epoll_ctl(e2, EPOLL_CTL_ADD, d, &ev), 0);
+  ck_assert_int_eq(fs_ep_get(e2, false)->nents, 1);
+  fs_ready_epoll_fd_closing(p.c, p.sv[0]); /* close(): before the kernel's */
+  ck_assert_ptr_null(p.c->ep_plain);
+  ck_assert_int_eq(ep->nents, 1);
+  ck_assert_int_eq(close(p.sv[0]), 0);
+  ck_assert_int_eq(write(p.sv[1], "y", 1), 1);
+  struct timespec ts = { 5, 0 };
+  ck_assert_int_eq(fs_ready_epoll_wait(epfd, out, 4, &ts, NULL), 1);
+  ck_assert_uint_eq(out[0].data.u64, 7);
+  fs_ready_epoll_close(e2);
+  close(e2);
+  fs_ready_epoll_close(epfd);
+  close(epfd);
 }
 END_TEST
 
@@ -272,6 +314,7 @@ int main(void)
   tcase_add_test(tc, t_attach_waits_for_poll);
   tcase_add_test(tc, t_last_of_two_sets_it);
   tcase_add_test(tc, t_epoll_set_hears_of_a_wake_fd_made_while_it_sleeps);
+  tcase_add_test(tc, t_plain_fd_closed_with_a_dup);
   tcase_add_test(tc, t_epoll_safety_net_only_while_needed);
   suite_add_tcase(s, tc);
   return run_suite(s, true);
