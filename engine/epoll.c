@@ -565,45 +565,78 @@ static int fs_ep_make(struct fs_ep *ep, int epfd, int fd, struct fs_conn *c, uin
  * and a set without its bell.  A listener never gets a channel: it is
  * passed through with no record at all. */
 
+/* Record (ep, fd) as c's plain registration and ADD it to the kernel
+ * (c->lock held: a conversion reads the record only once the kernel has
+ * it).  0, -errno, or -EAGAIN: not plain, make an entry. */
+static int fs_ep_plain_add_locked(struct fs_ep *ep, int epfd, int fd, struct fs_conn *c, struct epoll_event *ev)
+{
+  if (c->ep_plain || __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE) || c->wake_fd >= 0)
+    return -EAGAIN;
+  if (FS_REAL(epoll_ctl)(epfd, EPOLL_CTL_ADD, fd, ev) < 0)
+    return -errno;
+  c->ep_plain = ep;
+  c->ep_plain_fd = fd;
+  c->ep_plain_events = ev->events;
+  c->ep_plain_data = ev->data.u64;
+  return 0;
+}
+
+/* What a plain registration cannot be (see above); the set's bell is asked
+ * for by the caller. */
+static bool fs_ep_plain_may(struct fs_conn *c, uint32_t events)
+{
+  return !(events & (EPOLLONESHOT | EPOLLEXCLUSIVE)) && __atomic_load_n(&c->nfds, __ATOMIC_ACQUIRE) == 1;
+}
+
+static bool fs_ep_listener(struct fs_conn *c)
+{
+  return fs_conn_state(c) == FS_STATE_LISTEN && !__atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
+}
+
 /* ADD of fd as plain, or -EAGAIN: make an entry (ep->lock held). */
 static int fs_ep_plain_add(struct fs_ep *ep, int epfd, int fd, struct fs_conn *c, struct epoll_event *ev)
 {
-  if (fs_conn_state(c) == FS_STATE_LISTEN && !__atomic_load_n(&c->chan, __ATOMIC_ACQUIRE))
+  if (fs_ep_listener(c))
     return FS_REAL(epoll_ctl)(epfd, EPOLL_CTL_ADD, fd, ev) < 0 ? -errno : 0;
-  if ((ev->events & (EPOLLONESHOT | EPOLLEXCLUSIVE)) || __atomic_load_n(&c->nfds, __ATOMIC_ACQUIRE) != 1 ||
-      fs_ep_bell(ep) < 0)
+  if (!fs_ep_plain_may(c, ev->events) || fs_ep_bell(ep) < 0)
     return -EAGAIN;
   pthread_mutex_lock(&c->lock);
-  bool ok = !c->ep_plain && !__atomic_load_n(&c->chan, __ATOMIC_ACQUIRE) && c->wake_fd < 0;
-  if (ok) {
-    c->ep_plain = ep;
-    c->ep_plain_fd = fd;
-  }
-  pthread_mutex_unlock(&c->lock);
-  if (!ok)
-    return -EAGAIN;
-  c->ep_plain_events = ev->events;
-  c->ep_plain_data = ev->data.u64;
-  if (FS_REAL(epoll_ctl)(epfd, EPOLL_CTL_ADD, fd, ev) == 0)
-    return 0;
-  int rc = -errno;
-  pthread_mutex_lock(&c->lock);
-  c->ep_plain = NULL;
+  int rc = fs_ep_plain_add_locked(ep, epfd, fd, c, ev);
   pthread_mutex_unlock(&c->lock);
   return rc;
 }
 
-/* Whether (ep, fd) is c's plain registration (ep->lock held). */
-static bool fs_ep_is_plain(struct fs_ep *ep, struct fs_conn *c, int fd)
+/* An epoll_ctl that a plain registration answers without the set's lock:
+ * ADD, MOD and DEL of one (under c->lock, which a conversion takes to read
+ * it), or -EAGAIN for the full path.  Event loops ADD, MOD and DEL at every
+ * request. */
+static int fs_ep_plain_fast(struct fs_ep *ep, int epfd, int op, int fd, struct fs_conn *c, struct epoll_event *ev)
 {
-  return __atomic_load_n(&c->ep_plain, __ATOMIC_ACQUIRE) == ep && c->ep_plain_fd == fd;
-}
-
-static void fs_ep_plain_drop(struct fs_conn *c)
-{
+  if (op == EPOLL_CTL_ADD) {
+    if (fs_ep_listener(c))
+      return FS_REAL(epoll_ctl)(epfd, EPOLL_CTL_ADD, fd, ev) < 0 ? -errno : 0;
+    if (!fs_ep_plain_may(c, ev->events) || __atomic_load_n(&ep->bell, __ATOMIC_ACQUIRE) < 0 ||
+        __atomic_load_n(&ep->parked, __ATOMIC_ACQUIRE))
+      return -EAGAIN;
+  } else if ((op != EPOLL_CTL_MOD && op != EPOLL_CTL_DEL) || __atomic_load_n(&c->ep_plain, __ATOMIC_ACQUIRE) != ep ||
+             (op == EPOLL_CTL_MOD && (ev->events & (EPOLLONESHOT | EPOLLEXCLUSIVE)))) {
+    return -EAGAIN;
+  }
+  int rc = -EAGAIN;
   pthread_mutex_lock(&c->lock);
-  c->ep_plain = NULL;
+  if (op == EPOLL_CTL_ADD) {
+    rc = fs_ep_plain_add_locked(ep, epfd, fd, c, ev);
+  } else if (c->ep_plain == ep && c->ep_plain_fd == fd) {
+    rc = FS_REAL(epoll_ctl)(epfd, op, fd, ev) < 0 ? -errno : 0;
+    if (op == EPOLL_CTL_DEL) {
+      c->ep_plain = NULL;
+    } else if (rc == 0) {
+      c->ep_plain_events = ev->events;
+      c->ep_plain_data = ev->data.u64;
+    }
+  }
   pthread_mutex_unlock(&c->lock);
+  return rc;
 }
 
 /* c's plain registration in ep becomes an entry (ep->lock held): it may
@@ -613,31 +646,16 @@ static void fs_ep_plain_convert(struct fs_ep *ep, struct fs_conn *c)
 {
   if (__atomic_load_n(&c->ep_plain, __ATOMIC_ACQUIRE) != ep)
     return;
+  pthread_mutex_lock(&c->lock);
+  bool mine = c->ep_plain == ep;
   int fd = c->ep_plain_fd;
   uint32_t events = c->ep_plain_events;
   epoll_data_t data = { .u64 = c->ep_plain_data };
-  fs_ep_plain_drop(c);
-  if (__atomic_load_n(&fs_ep_tab[ep->epfd], __ATOMIC_ACQUIRE) == ep) /* not a closed set */
+  if (mine)
+    c->ep_plain = NULL;
+  pthread_mutex_unlock(&c->lock);
+  if (mine && __atomic_load_n(&fs_ep_tab[ep->epfd], __ATOMIC_ACQUIRE) == ep) /* not a closed set */
     (void)fs_ep_make(ep, ep->epfd, fd, c, events, data, EPOLL_CTL_MOD);
-}
-
-/* MOD or DEL of a plain registration (ep->lock held). */
-static int fs_ep_plain_ctl(struct fs_ep *ep, int epfd, int op, int fd, struct fs_conn *c, struct epoll_event *ev)
-{
-  if (op == EPOLL_CTL_DEL) {
-    int rc = FS_REAL(epoll_ctl)(epfd, EPOLL_CTL_DEL, fd, NULL) < 0 ? -errno : 0;
-    fs_ep_plain_drop(c);
-    return rc;
-  }
-  if (ev->events & (EPOLLONESHOT | EPOLLEXCLUSIVE)) { /* an entry takes them */
-    fs_ep_plain_convert(ep, c);
-    return -EAGAIN;
-  }
-  if (FS_REAL(epoll_ctl)(epfd, EPOLL_CTL_MOD, fd, ev) < 0)
-    return -errno;
-  c->ep_plain_events = ev->events;
-  c->ep_plain_data = ev->data.u64;
-  return 0;
 }
 
 int fs_ready_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
@@ -654,17 +672,16 @@ int fs_ready_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
   }
   if (op != EPOLL_CTL_DEL)
     fs_hold_use(c);
-  pthread_mutex_lock(&ep->lock);
-  int rc = 0;
-  if (fs_ep_is_plain(ep, c, fd)) {
-    rc = op == EPOLL_CTL_ADD ? -EEXIST : op == EPOLL_CTL_MOD || op == EPOLL_CTL_DEL ? fs_ep_plain_ctl(ep, epfd, op, fd, c, ev) : -EINVAL;
-    if (rc != -EAGAIN) {
-      pthread_mutex_unlock(&ep->lock);
-      fs_conn_put(c);
-      return rc;
-    }
-    rc = 0; /* made an entry: MOD it as such */
+  int rc = fs_ep_plain_fast(ep, epfd, op, fd, c, ev);
+  if (rc != -EAGAIN) {
+    fs_conn_put(c);
+    return rc;
   }
+  rc = 0;
+  pthread_mutex_lock(&ep->lock);
+  /* A plain registration's MOD to ONESHOT or EXCLUSIVE: an entry takes it. */
+  if (op == EPOLL_CTL_MOD)
+    fs_ep_plain_convert(ep, c);
   struct fs_ep_ent *e = fs_ep_find(ep, c, fd, false);
   switch (op) {
   case EPOLL_CTL_ADD: {
