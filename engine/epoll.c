@@ -548,22 +548,17 @@ static int fs_ep_make(struct fs_ep *ep, int epfd, int fd, struct fs_conn *c, uin
   return 0;
 }
 
-/* ---- plain registrations ------------------------------------------------
- * A connection without a channel or a wake fd reads as its TCP socket does,
- * so its fd goes into the kernel set as the application gave it (its events,
- * its data): epoll_wait hands those events on untouched, and a set holding
- * no entry at all waits in the kernel alone (fs_ep_simple).  Most
- * connections never upgrade: an entry, its lists and its translation at
- * every event were half of what the library added to a connection per
- * request (bench/instr-cost.sh).  The connection remembers the one set and
- * fd (ep_plain); its rendezvous rings that set's bell like an entry's
- * (fs_ready_epoll_wake_made), and the next pass over the set makes the
- * registration an entry with a kernel MOD (fs_ep_plain_convert) before the
- * channel can carry a byte.  Not plain: ONESHOT and EXCLUSIVE (their kernel
- * state cannot be carried over), an fd with dups (a registration outlives
- * the closed fd it was made with), a second set or fd of one connection,
- * and a set without its bell.  A listener never gets a channel: it is
- * passed through with no record at all. */
+/* ---- plain registrations (docs/design.md 1.5) ----------------------------
+ * A connection without a channel or a wake fd reads as its TCP socket does:
+ * its fd goes into the kernel set as the application gave it, epoll_wait
+ * hands its events on untouched, and a set with no entry waits in the
+ * kernel alone (fs_ep_simple).  The connection remembers the one set and fd
+ * (ep_plain); its rendezvous rings that set's bell like an entry's, and the
+ * next pass makes it an entry with a kernel MOD (fs_ep_plain_convert)
+ * before the channel can carry a byte.  Not plain: ONESHOT and EXCLUSIVE
+ * (kernel state that cannot be carried over), an fd with dups (a
+ * registration outlives the fd it was made with), a second set or fd of one
+ * connection, a set without its bell.  A listener is passed through. */
 
 /* Record (ep, fd) as c's plain registration and ADD it to the kernel
  * (c->lock held: a conversion reads the record only once the kernel has
@@ -627,7 +622,14 @@ static int fs_ep_plain_fast(struct fs_ep *ep, int epfd, int op, int fd, struct f
   if (op == EPOLL_CTL_ADD) {
     rc = fs_ep_plain_add_locked(ep, epfd, fd, c, ev);
   } else if (c->ep_plain == ep && c->ep_plain_fd == fd) {
-    rc = FS_REAL(epoll_ctl)(epfd, op, fd, ev) < 0 ? -errno : 0;
+    /* A level-triggered MOD that changes nothing changes nothing in the
+     * kernel either (what is ready stays reported): event loops (wrk's ae)
+     * MOD the same mask twice per connection. */
+    if (op == EPOLL_CTL_MOD && ev->events == c->ep_plain_events && ev->data.u64 == c->ep_plain_data &&
+        !(ev->events & EPOLLET))
+      rc = 0;
+    else
+      rc = FS_REAL(epoll_ctl)(epfd, op, fd, ev) < 0 ? -errno : 0;
     if (op == EPOLL_CTL_DEL) {
       c->ep_plain = NULL;
     } else if (rc == 0) {

@@ -18,7 +18,8 @@
 # holding it makes no system call but its epoll sleeps for 1 s (strace -c;
 # it read /proc/loadavg and spun after every 20 ms safety-net slice).
 # In [client] and [both], wrk with a connection per request under strace:
-# no getpeername for a connect that epoll reported done.
+# no getpeername for a connect that epoll reported done, and no more
+# epoll_ctl per connection than the same wrk unpreloaded.
 # Requests/s are measured by bench/servers.sh, not here.
 . "$(dirname "$0")/lib.sh"
 require_cmd nginx wrk
@@ -105,12 +106,13 @@ CONF
     out=$IT_TMP/wrkc.$MODE
     # No upgrade: a rendezvous asks getpeername of its own (upgrade-point
     # runs start one at every connect).
-    timeout 60 strace -f -c -e trace=connect,getpeername -o "$IT_TMP/wrkc.strace" \
+    timeout 60 strace -f -c -e trace=connect,getpeername,epoll_ctl -o "$IT_TMP/wrkc.strace" \
       env FABSOCK_UPGRADE_BYTES=1073741824 "${PRE[@]}" wrk -t1 -c4 -d1s -H 'Connection: close' \
       "http://127.0.0.1:$port/f4k" >"$out" 2>&1
-    nconn=$(awk '$NF == "connect" && $4 ~ /^[0-9]+$/ { print $4 }' "$IT_TMP/wrkc.strace")
-    npeer=$(awk '$NF == "getpeername" && $4 ~ /^[0-9]+$/ { print $4 }' "$IT_TMP/wrkc.strace")
-    nconn=${nconn:-0} npeer=${npeer:-0}
+    count() { awk -v c="$1" '$NF == c && $4 ~ /^[0-9]+$/ { print $4 }' "$2"; }
+    nconn=$(count connect "$IT_TMP/wrkc.strace") npeer=$(count getpeername "$IT_TMP/wrkc.strace")
+    nctl=$(count epoll_ctl "$IT_TMP/wrkc.strace")
+    nconn=${nconn:-0} npeer=${npeer:-0} nctl=${nctl:-0}
     if ! grep -q 'Requests/sec' "$out" || [ "$nconn" -lt 20 ]; then
       tap_not_ok "$name [$MODE]" "wrk under strace: $nconn connects; $(tail -n 2 "$out" | tr '\n' ' ')"
     elif [ $((npeer * 10)) -lt "$nconn" ]; then
@@ -118,8 +120,24 @@ CONF
     else
       tap_not_ok "$name [$MODE]" "$npeer getpeername for $nconn connects"
     fi
+    # The same wrk unpreloaded: epoll_ctl per connection is no more than its
+    # (a plain registration passes its calls on, an unchanged MOD not even
+    # that; entries made a DEL at every close).
+    name="wrk, a connection per request: no more epoll_ctl per connection than plain"
+    timeout 60 strace -f -c -e trace=connect,epoll_ctl -o "$IT_TMP/wrkp.strace" \
+      wrk -t1 -c4 -d1s -H 'Connection: close' "http://127.0.0.1:$port/f4k" >"$out.plain" 2>&1
+    pconn=$(count connect "$IT_TMP/wrkp.strace") pctl=$(count epoll_ctl "$IT_TMP/wrkp.strace")
+    pconn=${pconn:-0} pctl=${pctl:-0}
+    if [ "$pconn" -lt 20 ] || [ "$nconn" -lt 20 ]; then
+      tap_not_ok "$name [$MODE]" "too few connects: $nconn preloaded, $pconn plain"
+    elif [ $((nctl * pconn)) -le $((pctl * nconn + nconn)) ]; then
+      tap_ok "$name [$MODE]" "$nctl for $nconn connects, plain $pctl for $pconn"
+    else
+      tap_not_ok "$name [$MODE]" "$nctl for $nconn connects, plain $pctl for $pconn"
+    fi
   elif [ "$MODE" = client ] || [ "$MODE" = both ]; then
     tap_skip "$name [$MODE]" "no strace"
+    tap_skip "wrk, a connection per request: no more epoll_ctl per connection than plain [$MODE]" "no strace"
   fi
   # An idle worker holding an upgraded keep-alive connection sleeps in the
   # 20 ms safety-net slices and nothing else: it also read /proc/loadavg
