@@ -554,8 +554,8 @@ static int fs_ep_make(struct fs_ep *ep, int epfd, int fd, struct fs_conn *c, uin
  * hands its events on untouched, and a set with no entry waits in the
  * kernel alone (fs_ep_simple).  The connection remembers the one set and fd
  * (ep_plain); its rendezvous rings that set's bell like an entry's, and the
- * next pass makes it an entry with a kernel MOD (fs_ep_plain_convert)
- * before the channel can carry a byte.  Not plain: ONESHOT and EXCLUSIVE
+ * next pass makes it an entry with a kernel MOD (fs_ep_plain_convert) and
+ * looks at it, whatever the channel carried meanwhile.  Not plain: ONESHOT and EXCLUSIVE
  * (kernel state that cannot be carried over), an fd with dups (a
  * registration outlives the fd it was made with), a second set or fd of one
  * connection, a set without its bell.  A listener is passed through. */

@@ -369,11 +369,10 @@ static ssize_t fs_sockio_fabric_send(struct fs_conn *c, int fd, struct fs_chan *
   return (ssize_t)sent;
 }
 
-/* A send or receive (up): on a socket still connecting, maybe before it
- * is looked at (fs_sock_connecting_first). */
-static ssize_t fs_sock_io(struct fs_conn *c, int fd, struct fs_io *io, fs_io_fn up)
+/* A send or receive (up) on a socket still connecting: maybe before it is
+ * looked at (fs_sock_connecting_first). */
+static ssize_t fs_sock_io_connecting(struct fs_conn *c, int fd, struct fs_io *io, fs_io_fn up)
 {
-  fs_hold_use(c);
   if (!fs_sock_connecting_first(c, fd))
     return up(c, fd, io);
   ssize_t r = up(c, fd, io);
@@ -386,7 +385,10 @@ static ssize_t fs_sock_send_up(struct fs_conn *c, int fd, struct fs_io *io);
 
 ssize_t fs_sock_send(struct fs_conn *c, int fd, struct fs_io *io)
 {
-  return fs_sock_io(c, fd, io, fs_sock_send_up);
+  fs_hold_use(c);
+  if (__builtin_expect(c->connecting, 0))
+    return fs_sock_io_connecting(c, fd, io, fs_sock_send_up);
+  return fs_sock_send_up(c, fd, io);
 }
 
 static ssize_t fs_sock_send_up(struct fs_conn *c, int fd, struct fs_io *io)
@@ -710,7 +712,10 @@ static ssize_t fs_sock_recv_up(struct fs_conn *c, int fd, struct fs_io *io);
 
 ssize_t fs_sock_recv(struct fs_conn *c, int fd, struct fs_io *io)
 {
-  return fs_sock_io(c, fd, io, fs_sock_recv_up);
+  fs_hold_use(c);
+  if (__builtin_expect(c->connecting, 0))
+    return fs_sock_io_connecting(c, fd, io, fs_sock_recv_up);
+  return fs_sock_recv_up(c, fd, io);
 }
 
 static ssize_t fs_sock_recv_up(struct fs_conn *c, int fd, struct fs_io *io)
