@@ -117,8 +117,8 @@ struct fs_conn {
   void *ep_ents;              /* epoll entries naming it (engine/epoll.c); under lock */
   /* The one epoll set holding an fd of it as the application registered it
    * (its events and data, no entry of ours: engine/epoll.c, "plain"), until
-   * its wake fd makes that an entry.  ep_plain under lock (and the set's);
-   * the rest under the set's lock. */
+   * its wake fd makes that an entry.  Under lock (ep_plain is also read
+   * atomically without it, to skip the lock when NULL). */
   void *ep_plain;
   int ep_plain_fd;
   uint32_t ep_plain_events;

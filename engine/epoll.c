@@ -588,11 +588,11 @@ static bool fs_ep_listener(struct fs_conn *c)
   return fs_conn_state(c) == FS_STATE_LISTEN && !__atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
 }
 
-/* ADD of fd as plain, or -EAGAIN: make an entry (ep->lock held). */
+/* ADD of fd as plain where fs_ep_plain_fast could not (the set's bell not
+ * made yet, or a parked entry to revive first), or -EAGAIN: make an entry
+ * (ep->lock held).  A listener never gets here: the fast path passed it. */
 static int fs_ep_plain_add(struct fs_ep *ep, int epfd, int fd, struct fs_conn *c, struct epoll_event *ev)
 {
-  if (fs_ep_listener(c))
-    return FS_REAL(epoll_ctl)(epfd, EPOLL_CTL_ADD, fd, ev) < 0 ? -errno : 0;
   if (!fs_ep_plain_may(c, ev->events) || fs_ep_bell(ep) < 0)
     return -EAGAIN;
   pthread_mutex_lock(&c->lock);

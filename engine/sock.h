@@ -87,21 +87,6 @@ void fs_sock_maybe_upgrade(struct fs_conn *c);
  * then its peer, and no getpeername is needed to find out. */
 void fs_sock_check_connected(struct fs_conn *c, int fd, bool out_seen);
 
-/* A socket still connecting when the application sends or receives: where
- * no inspection hook can apply, the call goes first, and bytes moved prove
- * the connection up, to the address connect() was given.  Asked first, the
- * kernel cost a getpeername per connection, where an epoll entry used to
- * learn it from EPOLLOUT (a plain registration hands that on untouched). */
-static inline bool fs_sock_connecting_first(struct fs_conn *c, int fd)
-{
-  if (__builtin_expect(!c->connecting, 1))
-    return false;
-  if (c->peer_known && !fs_policy_may_hook())
-    return true;
-  fs_sock_check_connected(c, fd, false);
-  return false;
-}
-
 /* ---- for the fabrics, through the host table (fabric/fabric.h) ---- */
 struct fs_chan;
 /* A referenced accepted connection with these addresses, or NULL. */
