@@ -192,10 +192,44 @@ static int fs_wait_ncpu(void)
   return v;
 }
 
+/* This thread's CPU time and run-queue wait, in ns, from
+ * /proc/thread-self/schedstat ("1234 567 89": run, wait, slices).  False
+ * where it cannot be read (no /proc, a kernel without schedstats). */
+static bool fs_wait_schedstat(uint64_t *run, uint64_t *wait)
+{
+  char buf[96];
+  if (fs_proc_read("/proc/thread-self/schedstat", buf, sizeof buf) == 0)
+    return false;
+  int saved = errno; /* strtoull's ERANGE is not the application's */
+  char *end, *p;
+  *run = strtoull(buf, &end, 10);
+  bool ok = end != buf && *end == ' ';
+  if (ok) {
+    p = end + 1;
+    *wait = strtoull(p, &end, 10);
+    ok = end != p;
+  }
+  errno = saved;
+  return ok;
+}
+
+static __thread struct fs_wait_crowd fs_wait_crowd_tls __attribute__((tls_model("initial-exec")));
+
+bool fs_wait_cpu_crowded(uint64_t now)
+{
+  struct fs_wait_crowd *t = &fs_wait_crowd_tls;
+  if (now < t->quiet_until)
+    return true; /* no look while it keeps still */
+  uint64_t run, wait;
+  return fs_wait_schedstat(&run, &wait) && fs_wait_crowd_step(t, now, run, wait);
+}
+
 bool fs_wait_spin_worth(void)
 {
   static uint64_t when;
   static bool worth = true;
+  static __thread uint64_t when_tls __attribute__((tls_model("initial-exec")));
+  static __thread bool worth_tls __attribute__((tls_model("initial-exec")));
   /* On a one-CPU machine whoever we wait for (the peer process on shm, a
    * software RDMA device such as Soft-RoCE) needs the CPU we would spin on:
    * between two one-vCPU Soft-RoCE guests the spin made sockperf's p50 1.8x
@@ -208,6 +242,12 @@ bool fs_wait_spin_worth(void)
   if (online == 1)
     return false;
   uint64_t now = fs_clock_coarse_ns();
+  if (now - when_tls >= FS_WAIT_LOAD_NS) {
+    when_tls = now;
+    worth_tls = !fs_wait_cpu_crowded(now);
+  }
+  if (!worth_tls)
+    return false;
   if (now - __atomic_load_n(&when, __ATOMIC_RELAXED) < FS_WAIT_LOAD_NS)
     return __atomic_load_n(&worth, __ATOMIC_RELAXED);
   __atomic_store_n(&when, now, __ATOMIC_RELAXED);
