@@ -95,8 +95,8 @@ static bool fs_ep_peek_idle(struct fs_ep *ep)
  * is emulated a read costs microseconds); *spun_us is estimated from the
  * looks and the time one takes.  Returns kernel events gathered meanwhile
  * (>0), 0, or -errno. */
-static int fs_ep_spin(struct fs_ep *ep, int epfd, struct epoll_event *kev, int room, const sigset_t *mask,
-                      bool *ready, uint64_t *spun_us)
+static int fs_ep_spin(struct fs_ep *ep, int epfd, uint32_t budget_us, struct epoll_event *kev, int room,
+                      const sigset_t *mask, bool *ready, uint64_t *spun_us)
 {
   struct timespec zero = { 0, 0 };
   uint32_t npi = __atomic_load_n(&ep->ns_look, __ATOMIC_RELAXED);
@@ -121,7 +121,7 @@ static int fs_ep_spin(struct fs_ep *ep, int epfd, struct epoll_event *kev, int r
       *spun_us = spent / 1000u;
       if (k != 0)
         return k < 0 ? -e : k;
-      if (spent >= (uint64_t)ep->spin_us * 1000u)
+      if (spent >= (uint64_t)budget_us * 1000u)
         return 0;
     }
   }
@@ -422,15 +422,20 @@ int fs_ready_epoll_wait(int epfd, struct epoll_event *out, int max, const struct
       n = fs_ep_report(ep, epfd, e, 0, out, src, n, max);
     }
     /* 2. Idle fabric entries whose rings say they have news (none of them
-     * waits for a sleep: a busy loop must not starve a quiet entry). */
+     * waits for a sleep: a busy loop must not starve a quiet entry).  Their
+     * policies bound the spin below (FABSOCK_SPIN_US=0: none). */
+    uint32_t spin_us = 0;
+    bool busy = false;
     for (struct fs_ep_ent *e = ep->idle, *nx; e; e = nx) {
       nx = e->inext;
+      uint32_t b = fs_wait_spin_bound(&e->c->policy, ep->spin_us, &busy);
+      spin_us = b > spin_us ? b : spin_us;
       if (fs_ep_peek(e))
         n = fs_ep_report(ep, epfd, e, 0, out, src, n, max);
     }
     /* Spin while some fabric entry is idle: its peer publishes without a
      * wake as long as we do not sleep (the spin adapts to the gaps seen). */
-    bool spin = ep->had_chan && ep->idle && !spun_nothing && fs_wait_spin_worth();
+    bool spin = ep->had_chan && ep->idle && !spun_nothing && spin_us > 0 && (busy || fs_wait_spin_worth());
     pthread_mutex_unlock(&ep->lock);
     /* 3. One kernel call for everything else (and to sleep). */
     struct timespec zero = { 0, 0 }, left;
@@ -442,7 +447,7 @@ int fs_ready_epoll_wait(int epfd, struct epoll_event *out, int max, const struct
     /* Nothing ready and we would sleep: spin on the fabric rings first. */
     if (n == 0 && spin && (!t || t->tv_sec || t->tv_nsec)) {
       spun = true;
-      k = fs_ep_spin(ep, epfd, kst, room, mask, &spun_ready, &spun_us);
+      k = fs_ep_spin(ep, epfd, spin_us, kst, room, mask, &spun_ready, &spun_us);
       if (k < 0) {
         ret = k;
         break;

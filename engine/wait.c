@@ -270,9 +270,10 @@ bool fs_wait_spin(struct fs_conn *c, bool (*cond)(struct fs_chan *, void *), str
                            uint64_t *spun_ns)
 {
   fs_batch_flush(); /* the peer we wait for may wait for our wake */
-  uint32_t budget = c->policy.busy_poll ? 1000u : c->spin_us;
+  bool busy = false;
+  uint32_t budget = fs_wait_spin_bound(&c->policy, c->spin_us, &busy);
   *spun_ns = 0;
-  if (budget == 0 || (!c->policy.busy_poll && !fs_wait_spin_worth()))
+  if (budget == 0 || (!busy && !fs_wait_spin_worth()))
     return cond(ch, arg);
   uint32_t npi = __atomic_load_n(&fs_wait_ns_iter, __ATOMIC_RELAXED);
   uint64_t first = 0; /* the clock at the first check */

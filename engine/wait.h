@@ -88,6 +88,19 @@ static inline bool fs_wait_crowd_step(struct fs_wait_crowd *t, uint64_t now, uin
   return true;
 }
 
+/* The spin a waiter on connections of policy p may make before sleeping,
+ * in us: the policy's fixed bound (0: none), the learnt bound `adaptive`
+ * where it asks for none, 1000 for busy polling (*busy set: even in a
+ * crowd).  An epoll set spins for the largest its idle entries allow. */
+static inline uint32_t fs_wait_spin_bound(const struct fs_policy_action *p, uint32_t adaptive, bool *busy)
+{
+  if (p->busy_poll) {
+    *busy = true;
+    return 1000u;
+  }
+  return p->spin_us < 0 ? adaptive : (uint32_t)p->spin_us;
+}
+
 bool fs_wait_spin(struct fs_conn *c, bool (*cond)(struct fs_chan *, void *), struct fs_chan *ch, void *arg,
                   uint64_t *spun_ns);
 

@@ -29,7 +29,7 @@ struct fs_policy_action {
   enum fs_fabric fabric;   /* auto: first that works (rdma for remote, shm for local) */
   uint64_t upgrade_bytes;  /* upgrade after this many bytes either way; 0 = at once */
   int32_t spin_us;         /* FS_POLICY_SPIN_ADAPTIVE, 0 = sleep at once, >0 = spin bound */
-  bool busy_poll;          /* never sleep: spin until data (latency over CPU) */
+  bool busy_poll;          /* spin 1 ms before each sleep, crowded or not (latency over CPU) */
   uint32_t timeout_ms;     /* bound on a fabric set-up attempt */
   bool any_uid;            /* shm: accept peers of another uid */
   bool has_key;            /* rdma: authenticate the rendezvous with key */

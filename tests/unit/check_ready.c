@@ -140,6 +140,16 @@ static int epoll_ms(int epfd, struct epoll_event *ev, int ms)
   return fs_ready_epoll_wait(epfd, ev, 4, &ts, NULL);
 }
 
+/* A fresh epoll set with the pair's fd in it for EPOLLIN, tagged tag. */
+static int epoll_of(struct pair *p, uint64_t tag)
+{
+  int epfd = epoll_create1(EPOLL_CLOEXEC);
+  ck_assert_int_ge(epfd, 0);
+  struct epoll_event ev = { .events = EPOLLIN, .data.u64 = tag };
+  ck_assert_int_eq(fs_ready_epoll_ctl(epfd, EPOLL_CTL_ADD, p->sv[0], &ev), 0);
+  return epfd;
+}
+
 START_TEST(t_epoll_entry_stays_armed)
 {
   /* Unlike a poll, an epoll entry stays armed from one sleep to the next
@@ -148,10 +158,8 @@ START_TEST(t_epoll_entry_stays_armed)
    * same connection meanwhile leaves that interest alone. */
   struct pair p;
   pair_new(&p);
-  int epfd = epoll_create1(EPOLL_CLOEXEC);
-  ck_assert_int_ge(epfd, 0);
-  struct epoll_event ev = { .events = EPOLLIN, .data.u64 = 77 }, out[4];
-  ck_assert_int_eq(fs_ready_epoll_ctl(epfd, EPOLL_CTL_ADD, p.sv[0], &ev), 0);
+  int epfd = epoll_of(&p, 77);
+  struct epoll_event out[4];
   ck_assert_int_eq(epoll_ms(epfd, out, 5), 0); /* it armed, slept, and woke by the clock */
   ck_assert_uint_eq(p.a->rx.ctl->want_data, 1);
   ck_assert_int_eq(poll_ms(&p, POLLIN, 1), 0);
@@ -164,6 +172,31 @@ START_TEST(t_epoll_entry_stays_armed)
   ck_assert_int_eq(epoll_ms(epfd, out, 1000), 1);
   ck_assert_uint_eq(out[0].data.u64, 77);
   ck_assert(out[0].events & EPOLLIN);
+  close(epfd);
+}
+END_TEST
+
+/* FABSOCK_SPIN_US (the connection's policy) bounds the spin of an epoll
+ * set as it does a blocking receive's: 0 makes none (before, the set spun
+ * its adaptive bound whatever the policy said); busy spins even where the
+ * machine looks crowded.  A spin of 64 looks or more stores the time one
+ * look takes in ns_look: 1 before the call stays 1 only with no spin. */
+START_TEST(t_epoll_spin_follows_policy)
+{
+  struct pair p;
+  pair_new(&p);
+  int epfd = epoll_of(&p, 5);
+  struct epoll_event out[4];
+  struct fs_ep *ep = fs_ep_get(epfd, false);
+  ck_assert_ptr_nonnull(ep);
+  p.c->policy.spin_us = 0;
+  p.c->policy.busy_poll = false;
+  __atomic_store_n(&ep->ns_look, 1, __ATOMIC_RELAXED);
+  ck_assert_int_eq(epoll_ms(epfd, out, 5), 0);
+  ck_assert_uint_eq(__atomic_load_n(&ep->ns_look, __ATOMIC_RELAXED), 1);
+  p.c->policy.busy_poll = true;
+  ck_assert_int_eq(epoll_ms(epfd, out, 5), 0);
+  ck_assert_uint_gt(__atomic_load_n(&ep->ns_look, __ATOMIC_RELAXED), 1);
   close(epfd);
 }
 END_TEST
@@ -386,6 +419,7 @@ int main(void)
   tcase_add_test(tc, t_other_waiters_keep_it);
   tcase_add_test(tc, t_ready_data_found);
   tcase_add_test(tc, t_epoll_entry_stays_armed);
+  tcase_add_test(tc, t_epoll_spin_follows_policy);
   tcase_add_test(tc, t_listener_needs_no_setup);
   tcase_add_test(tc, t_epoll_without_epoll_pwait2);
   tcase_add_test(tc, t_epollet_bytes_landing_during_a_look);

@@ -1,7 +1,7 @@
 /* Unit tests for engine/wait: the spin's verdict on a crowded CPU.  A
  * thread that shares its CPU with a busy one waits on the run queue for
  * about half the time it is runnable: the verdict must say crowded, and a
- * spin must not be worth it for a while. */
+ * spin must not be worth it for a while.  And the spin a policy allows. */
 #include <check.h>
 #include <pthread.h>
 #include <sched.h>
@@ -132,6 +132,24 @@ START_TEST(t_steps)
 }
 END_TEST
 
+/* The spin a policy allows: its fixed bound, the learnt one where it asks
+ * for adaptive, 1000 us and "busy" for busy polling. */
+START_TEST(t_spin_bound)
+{
+  struct fs_policy_action p = { .spin_us = FS_POLICY_SPIN_ADAPTIVE };
+  bool busy = false;
+  ck_assert_uint_eq(fs_wait_spin_bound(&p, 37, &busy), 37);
+  p.spin_us = 0;
+  ck_assert_uint_eq(fs_wait_spin_bound(&p, 37, &busy), 0);
+  p.spin_us = 5;
+  ck_assert_uint_eq(fs_wait_spin_bound(&p, 37, &busy), 5);
+  ck_assert(!busy);
+  p.busy_poll = true;
+  ck_assert_uint_eq(fs_wait_spin_bound(&p, 37, &busy), 1000);
+  ck_assert(busy);
+}
+END_TEST
+
 static Suite *wait_suite(void)
 {
   Suite *s = suite_create("wait");
@@ -139,6 +157,7 @@ static Suite *wait_suite(void)
   tcase_set_timeout(tc, 30);
   tcase_add_test(tc, t_crowded_beside_a_busy_thread);
   tcase_add_test(tc, t_steps);
+  tcase_add_test(tc, t_spin_bound);
   suite_add_tcase(s, tc);
   return s;
 }
