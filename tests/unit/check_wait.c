@@ -7,9 +7,9 @@
 #include <sched.h>
 #include <stdbool.h>
 #include <stdio.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "engine/wait.h"
 #include "tests/unit/check_run.h"
 
@@ -23,13 +23,6 @@ static bool have_schedstat(void)
   if (f)
     fclose(f);
   return ok;
-}
-
-static uint64_t now_ns(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 static void pin_here(int cpu)
@@ -65,8 +58,8 @@ static void *hog(void *arg)
 
 static void busy_for(uint64_t ns)
 {
-  uint64_t end = now_ns() + ns;
-  while (now_ns() < end)
+  uint64_t end = fs_clock_ns() + ns;
+  while (fs_clock_ns() < end)
     ;
 }
 
@@ -80,12 +73,12 @@ START_TEST(t_crowded_beside_a_busy_thread)
   }
   hog_cpu = first_cpu();
   pin_here(hog_cpu);
-  ck_assert(!fs_wait_cpu_crowded(now_ns())); /* the first look only takes a baseline */
+  ck_assert(!fs_wait_cpu_crowded(fs_clock_ns())); /* the first look only takes a baseline */
   pthread_t t;
   ck_assert_int_eq(pthread_create(&t, NULL, hog, NULL), 0);
   busy_for(100 * MS);
-  ck_assert(fs_wait_cpu_crowded(now_ns()));
-  ck_assert(fs_wait_cpu_crowded(now_ns())); /* still for 32 ms */
+  ck_assert(fs_wait_cpu_crowded(fs_clock_ns()));
+  ck_assert(fs_wait_cpu_crowded(fs_clock_ns())); /* still for 32 ms */
   ck_assert(!fs_wait_spin_worth());
   hog_stop = true;
   pthread_join(t, NULL);
