@@ -300,77 +300,6 @@ static void fs_rdv_srv_event(struct fs_rdv_item *it)
 
 /* ---- client side ------------------------------------------------------ */
 
-/* Internal answers of an attempt: look again later (the peer's socket is
- * held by more than one process, or by none yet); nobody lists the peer's
- * socket, but a process of ours listens on its port (it accepted it a
- * moment ago and lists it soon, or it is not ours at all). */
-#define FS_RDV_AGAIN (-1)
-#define FS_RDV_UNLISTED (-2)
-
-/* Does a process of ours (any user) listen on TCP port `port`? */
-static bool fs_rdv_cli_listened(uint16_t port)
-{
-  int pids[1];
-  return fs_stat_listeners(port, pids, 1) > 0;
-}
-
-/* Connect ufd to the abstract name: 0 if connected and its server is uid
- * (and pid, if > 0); NO_PEER if nobody serves the name; NOT_OWNER for a
- * server of another uid or pid (a squatter); RESOURCES for a full backlog. */
-static int fs_rdv_cli_dial(int ufd, const char *name, int n, int pid, uint32_t uid)
-{
-  struct sockaddr_un un = { .sun_family = AF_UNIX };
-  memcpy(un.sun_path, name, (size_t)n);
-  if (FS_REAL(connect)(ufd, (struct sockaddr *)&un, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)n)) < 0)
-    return errno == EAGAIN ? FS_REASON_RESOURCES : FS_REASON_NO_PEER;
-  struct ucred cr;
-  socklen_t cl = sizeof cr;
-  if (FS_REAL(getsockopt)(ufd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) < 0 || cr.uid != uid || (pid > 0 && cr.pid != pid))
-    return FS_REASON_NOT_OWNER; /* a squatter: it gets nothing */
-  return 0;
-}
-
-/* The names served beside the peer's listener: its exact address, that
- * family's wildcard, the IPv6 wildcard of a dual-stack listener. */
-static int fs_rdv_cli_names(struct fs_link *c, uint32_t diag_uid, int ufd)
-{
-  const struct sockaddr *peer = (const struct sockaddr *)&c->peer;
-  struct sockaddr_storage t;
-  const struct sockaddr *p4 = fs_addr_unmap(peer, &t);
-  struct sockaddr_in6 any6 = { .sin6_family = AF_INET6, .sin6_port = htons(fs_addr_port(peer)) };
-  const struct sockaddr *names[3] = { peer, peer, fs_addr_family(p4) == AF_INET ? (struct sockaddr *)&any6 : NULL };
-  int reason = FS_REASON_NO_PEER;
-  for (int i = 0; i < 3 && reason == FS_REASON_NO_PEER; i++) {
-    if (!names[i])
-      continue;
-    char name[108];
-    int n = fs_rdv_name(name, sizeof name, names[i], i > 0);
-    reason = fs_rdv_cli_dial(ufd, name, n, 0, diag_uid);
-  }
-  return reason;
-}
-
-/* The process that holds the peer's socket (the one that accepted it, or
- * the child it went to), found in the stat tables by the socket's inode
- * and proven by SO_PEERCRED.  Prefork servers, fork after accept, servers
- * whose listening process is gone (daemons). */
-static int fs_rdv_cli_holder(uint32_t diag_uid, uint32_t inode, int ufd, bool told_shared, uint16_t port)
-{
-  int pids[2];
-  int n = fs_stat_holders(inode, pids, 2);
-  if (n == 0 && !told_shared && fs_rdv_cli_listened(port))
-    return FS_RDV_UNLISTED;
-  if (n < 0 || (n == 0 && !told_shared))
-    return FS_REASON_NO_PEER; /* no listener name, no holder: no libfabsock there */
-  if (n != 1)
-    return FS_RDV_AGAIN; /* not accepted yet, or shared since fork */
-  char name[108];
-  int len = fs_rdv_proc_name(name, sizeof name, pids[0]);
-  int reason = fs_rdv_cli_dial(ufd, name, len, pids[0], diag_uid);
-  /* A child forked a moment ago lists the socket before it serves its name. */
-  return reason == FS_REASON_NO_PEER ? FS_RDV_AGAIN : reason;
-}
-
 /* A retry item waits b ms (at least 1); the one after waits twice that,
  * up to FS_RDV_RETRY_MAX_MS. */
 static void fs_rdv_cli_wait(struct fs_rdv_item *it, uint64_t now, uint32_t b)
@@ -426,23 +355,44 @@ static int fs_rdv_attempt(struct fs_link *c, bool holder_only, uint64_t give_up,
    * the socket may still sit in the accept queue (no inode), or be
    * accepted but not listed yet: where a process of ours listens on that
    * port, look again (briefly for the second); else no libfabsock there. */
-  reason = holder_only ? FS_REASON_NO_PEER : fs_rdv_cli_names(c, uid, ufd);
-  bool again_holder = holder_only;
+  int name_pid = 0, held[2];
+  reason = holder_only ? FS_REASON_NO_PEER : fs_rdv_dial_names((const struct sockaddr *)&c->peer, uid, ufd, &name_pid);
+  /* The listener's name is served by another user than the one whose
+   * process accepted the peer's socket.  That process itself, which
+   * listened before it dropped privileges (a server that binds as root,
+   * then setuid): the stat tables say it holds the socket. */
+  if (reason == FS_RDV_OTHER_UID && inode != 0 && fs_stat_holders(inode, held, 2) == 1 && held[0] == name_pid)
+    reason = 0;
+  /* A retry starts again from here (the names first): the holder may be
+   * that very process, not listed yet. */
+  bool again_holder = holder_only, told = holder_only;
+  if (reason == FS_RDV_OTHER_UID) {
+    /* Or the master of a prefork server whose children drop to another
+     * user after the fork (gunicorn --user, nginx in the foreground), or a
+     * squatter.  Either way the holder, found by the socket's inode and
+     * proven by its pid, is the one to ask, on a fresh socket. */
+    FS_REAL(close)(ufd);
+    ufd = fs_fdreg_high(FS_REAL(socket)(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    if (ufd < 0)
+      return FS_REASON_RESOURCES;
+    told = true;
+    reason = FS_REASON_NO_PEER;
+  }
   if (reason == FS_REASON_NO_PEER && inode != 0) {
     via_holder = true;
-    reason = fs_rdv_cli_holder(uid, inode, ufd, holder_only, port);
+    reason = fs_rdv_dial_holder(uid, inode, ufd, told, port);
     if (reason == FS_RDV_UNLISTED) {
       if (seen_ns == 0)
         seen_ns = now;
       reason = now - seen_ns < (uint64_t)FS_RDV_LIST_GRACE_MS * 1000000u ? FS_RDV_AGAIN : FS_REASON_NO_PEER;
     }
-  } else if (reason == FS_REASON_NO_PEER && (holder_only || fs_rdv_cli_listened(port))) {
+  } else if (reason == FS_REASON_NO_PEER && (told || fs_rdv_listened(port))) {
     reason = FS_RDV_AGAIN; /* no inode: still in the listener's accept queue */
   }
   if (reason == FS_RDV_AGAIN) {
     FS_REAL(close)(ufd);
     if (now >= give_up)
-      return holder_only ? FS_REASON_NOT_OWNER : FS_REASON_NO_PEER;
+      return told ? FS_REASON_NOT_OWNER : FS_REASON_NO_PEER;
     struct fs_rdv_item *it = fs_rdv_cli_item(c, K_CLI_RETRY, give_up);
     if (!it)
       return FS_REASON_RESOURCES;

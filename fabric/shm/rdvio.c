@@ -12,6 +12,8 @@
 #include "base/addr.h"
 #include "base/fdreg.h"
 #include "base/real.h"
+#include "base/reason.h"
+#include "base/stat.h"
 #include "fabric/shm/rdvio.h"
 
 int fs_rdv_name(char *buf, size_t len, const struct sockaddr *sa, bool wild)
@@ -189,3 +191,76 @@ out:
   return rc;
 }
 
+/* ---- whom a connecting end asks --------------------------------------- */
+
+/* Does a process of ours (any user) listen on TCP port `port`? */
+bool fs_rdv_listened(uint16_t port)
+{
+  int pids[1];
+  return fs_stat_listeners(port, pids, 1) > 0;
+}
+
+/* Connect ufd to the abstract name: 0 if connected and its server is uid
+ * (and pid, if > 0); NO_PEER if nobody serves the name; NOT_OWNER for a
+ * server of another pid, or FS_RDV_OTHER_UID of another uid (a squatter,
+ * or a prefork master: see fs_rdv_attempt in rdv.c); RESOURCES for a full
+ * backlog.  Nothing is sent: a squatter gets nothing. */
+static int fs_rdv_dial(int ufd, const char *name, int n, int pid, uint32_t uid, int *srv_pid)
+{
+  struct sockaddr_un un = { .sun_family = AF_UNIX };
+  memcpy(un.sun_path, name, (size_t)n);
+  if (FS_REAL(connect)(ufd, (struct sockaddr *)&un, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)n)) < 0)
+    return errno == EAGAIN ? FS_REASON_RESOURCES : FS_REASON_NO_PEER;
+  struct ucred cr;
+  socklen_t cl = sizeof cr;
+  if (FS_REAL(getsockopt)(ufd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) < 0 || (pid > 0 && cr.pid != pid))
+    return FS_REASON_NOT_OWNER;
+  if (srv_pid)
+    *srv_pid = cr.pid;
+  return cr.uid == uid ? 0 : FS_RDV_OTHER_UID;
+}
+
+/* The names served beside the peer's listener: its exact address, that
+ * family's wildcard, the IPv6 wildcard of a dual-stack listener. */
+int fs_rdv_dial_names(const struct sockaddr *peer, uint32_t diag_uid, int ufd, int *srv_pid)
+{
+  struct sockaddr_storage t;
+  const struct sockaddr *p4 = fs_addr_unmap(peer, &t);
+  struct sockaddr_in6 any6 = { .sin6_family = AF_INET6, .sin6_port = htons(fs_addr_port(peer)) };
+  const struct sockaddr *names[3] = { peer, peer, fs_addr_family(p4) == AF_INET ? (struct sockaddr *)&any6 : NULL };
+  int reason = FS_REASON_NO_PEER;
+  for (int i = 0; i < 3 && reason == FS_REASON_NO_PEER; i++) {
+    if (!names[i])
+      continue;
+    char name[108];
+    int n = fs_rdv_name(name, sizeof name, names[i], i > 0);
+    reason = fs_rdv_dial(ufd, name, n, 0, diag_uid, srv_pid);
+  }
+  return reason;
+}
+
+/* The process that holds the peer's socket (the one that accepted it, or
+ * the child it went to), found in the stat tables by the socket's inode
+ * and proven by SO_PEERCRED.  Prefork servers, fork after accept, servers
+ * whose listening process is gone (daemons). */
+int fs_rdv_dial_holder(uint32_t diag_uid, uint32_t inode, int ufd, bool told_shared, uint16_t port)
+{
+  int pids[2];
+  int n = fs_stat_holders(inode, pids, 2);
+  if (n == 0 && !told_shared && fs_rdv_listened(port))
+    return FS_RDV_UNLISTED;
+  if (n < 0 || (n == 0 && !told_shared))
+    return FS_REASON_NO_PEER; /* no listener name, no holder: no libfabsock there */
+  if (n != 1)
+    return FS_RDV_AGAIN; /* not accepted yet, or shared since fork */
+  char name[108];
+  int len = fs_rdv_proc_name(name, sizeof name, pids[0]);
+  int reason = fs_rdv_dial(ufd, name, len, pids[0], diag_uid, NULL);
+  /* The pid is the proof here (no other process can serve a name as this
+   * one): a process that listened before it dropped privileges serves its
+   * name with its earlier uid (a server that binds as root, then setuid). */
+  if (reason == FS_RDV_OTHER_UID)
+    reason = 0;
+  /* A child forked a moment ago lists the socket before it serves its name. */
+  return reason == FS_REASON_NO_PEER ? FS_RDV_AGAIN : reason;
+}

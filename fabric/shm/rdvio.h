@@ -34,4 +34,25 @@ void fs_rdv_closefds(int *fds, int n);
  * when no process holds the socket any more) on success, -ENOENT if none. */
 int fs_rdv_diag(const struct sockaddr *local, const struct sockaddr *peer, uint32_t *uid, uint32_t *inode);
 
+/* Whom a connecting end asks (its agent).  Internal answers besides 0 and
+ * the FS_REASON_* codes: look again later (the peer's socket is held by
+ * more than one process, or by none yet); nobody lists the peer's socket,
+ * but a process of ours listens on its port (it accepted it a moment ago
+ * and lists it soon, or it is not ours at all); the listener's name is
+ * served by another user than the peer socket's. */
+#define FS_RDV_AGAIN (-1)
+#define FS_RDV_UNLISTED (-2)
+#define FS_RDV_OTHER_UID (-3)
+
+/* Does a process of ours (any user) listen on TCP port `port`? */
+bool fs_rdv_listened(uint16_t port);
+/* Dial the names served beside the peer's listener on ufd (0, NO_PEER,
+ * NOT_OWNER, RESOURCES or FS_RDV_OTHER_UID, with the server's pid in
+ * *srv_pid). */
+int fs_rdv_dial_names(const struct sockaddr *peer, uint32_t diag_uid, int ufd, int *srv_pid);
+/* Dial the process holding the peer's socket (inode), found in the stat
+ * tables (0, a FS_REASON_*, FS_RDV_AGAIN or FS_RDV_UNLISTED).  told_shared:
+ * the listener's process said it does not hold it. */
+int fs_rdv_dial_holder(uint32_t diag_uid, uint32_t inode, int ufd, bool told_shared, uint16_t port);
+
 #endif

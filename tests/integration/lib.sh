@@ -529,6 +529,62 @@ fabric_watch_stop() {
   FABRIC_DETAIL="never saw $(fabric_expected): $(grep -v '^rc=' "$FABRIC_WATCH_FILE" | sort | uniq -c | sort -rn | head -n3 | tr -s ' \n' ' ')"
   return 1
 }
+# wrk_share PORT MIN [DELAY]: a third-party load (wrk) running against PORT,
+# sampled once with `fabsock stat` after DELAY seconds (default 1.5): at
+# least MIN% (100 where tcp is expected) of its connections on the expected
+# fabric, on both ends in [both], none failing with resources or protocol;
+# pending ones are left out (fabric_share.py).  Sets SHARE and SHARE_RC;
+# a no-op (SHARE empty) unless fabric checks are on.
+wrk_share() {
+  SHARE= SHARE_RC=1
+  fabric_enabled && [ -n "$(fabric_expected)" ] || return 0
+  sleep "${3:-1.5}"
+  real_python
+  local want
+  want=$(fabric_expected)
+  SHARE=$(timeout 10 "$FABSOCK_BIN" stat --json 2>&1 |
+    "$IT_PYTHON" "$IT_DIR/fabric_share.py" "$1" "$want" "$([ "$want" = tcp ] && echo 100 || echo "$2")" \
+      "$([ "$MODE" = both ] && echo both || echo any)" resources protocol)
+  SHARE_RC=$?
+}
+# wrk_share_report NAME: its TAP line, when fabric checks are on.
+wrk_share_report() {
+  fabric_enabled && [ -n "$(fabric_expected)" ] || return 0
+  tap_result "$SHARE_RC" "$1 [$MODE] fabric=$(fabric_expected)" "$SHARE"
+}
+# wrk_verdict OUT RC: wrk's output (OUT) and exit status judged: a rate, no
+# socket error, no non-2xx reply.  Sets WRK_DETAIL; returns 0 or 1.
+wrk_verdict() {
+  local reqs
+  reqs=$(awk '/Requests\/sec/ {print $2}' "$1")
+  if [ "$2" -ne 0 ] || [ -z "$reqs" ]; then WRK_DETAIL="wrk exit $2: $(tail -n 2 "$1" | tr '\n' ' ')"; return 1; fi
+  if grep -q 'Non-2xx' "$1"; then WRK_DETAIL=$(grep 'Non-2xx' "$1"); return 1; fi
+  if grep -q 'Socket errors' "$1"; then WRK_DETAIL=$(grep 'Socket errors' "$1"); return 1; fi
+  WRK_DETAIL="$reqs requests/s"
+}
+# fetch_twice NAME URL SHA256: curl (preloaded as the client in MODE) gets
+# URL twice on one connection; one TAP line: both copies intact.
+fetch_twice() {
+  local a=$IT_TMP/fetch.1 b=$IT_TMP/fetch.2
+  rm -f "$a" "$b"
+  pre_for client
+  if ! "${PRE[@]}" timeout 60 curl -sS -o "$a" -o "$b" "$2" "$2" 2>"$IT_TMP/fetch.err"; then
+    tap_not_ok "$1 [$MODE]" "curl: $(head -c 200 "$IT_TMP/fetch.err")"
+  elif [ "$(sha256sum <"$a" | cut -d' ' -f1)" != "$3" ] || [ "$(sha256sum <"$b" | cut -d' ' -f1)" != "$3" ]; then
+    tap_not_ok "$1 [$MODE]" "checksum differs ($(stat -c %s "$a" "$b" | tr '\n' ' ')bytes)"
+  else
+    tap_ok "$1 [$MODE]" "sha256 equal"
+  fi
+}
+# log_clean NAME LOG REGEX WHAT: one TAP line: no line of a server's LOG
+# matches REGEX (grep -E); WHAT says what that means.
+log_clean() {
+  if grep -E "$3" "$2" >"$IT_TMP/log_clean.hits" 2>/dev/null; then
+    tap_not_ok "$1 [$MODE]" "$(head -n 2 "$IT_TMP/log_clean.hits" | tr '\n' ' ')"
+  else
+    tap_ok "$1 [$MODE]" "$4"
+  fi
+}
 # fabric_report NAME STATUS: one TAP line for a fabric check (only when
 # enabled); STATUS 2 (never observed) is a SKIP, not a failure.
 fabric_report() {

@@ -4,7 +4,12 @@
 # root client.  4 connections x 4 MiB verified echo, held open halfway: on
 # shm when both ends are preloaded (peers of other users are allowed by
 # default, docs/design.md 1.3), and on tcp when the server says uid=same
-# (FABSOCK_ANY_UID=0), the client then showing why (peer-uid).
+# (FABSOCK_ANY_UID=0), the client then showing why (peer-uid).  Then the
+# same echo against an echosrv that binds as root and then becomes nobody
+# (-u nobody, as daemons drop privileges): its rendezvous name keeps the
+# uid it listened with, its sockets are nobody's; on shm too (the client
+# took it for a squatter: not-owner, and nginx in the foreground, whose
+# root master serves the name for www-data workers, stayed on TCP).
 . "$(dirname "$0")/lib.sh"
 require_cmd setpriv
 require_progs echosrv mtclient
@@ -36,5 +41,15 @@ for MODE in $(it_modes); do
     fi
     stop_server
   done
+  name="echosrv binds as root then becomes nobody, root client, 4 x 4 MiB echo"
+  port=$(pick_port)
+  start_server xuser "$PROGS/echosrv" -H 127.0.0.1 -p "$port" -u nobody
+  if ! wait_port "$port" "$SERVER_PID" 20; then
+    server_status; tap_not_ok "$name [$MODE]" "echosrv -u nobody did not start ($SRV_STATUS)" "$SERVER_LOG"
+    stop_server; continue
+  fi
+  held_mtclient "$name" xuser "$port" "$IT_TMP/xuser.drop.$MODE.out" -t 4 -n 4M
+  fabric_report "$name" "$FABRIC_STATUS"
+  stop_server
 done
 it_done

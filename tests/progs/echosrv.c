@@ -1,6 +1,6 @@
 /* echosrv: epoll-based TCP echo server with non-blocking sockets.
  *
- *   echosrv [-6] [-e] [-L] [-H host] [-p port] [-P portfile] [-b bufsize]
+ *   echosrv [-6] [-e] [-L] [-H host] [-p port] [-P portfile] [-b bufsize] [-u user]
  *
  * Level-triggered by default: interest follows the buffer state (EPOLLIN
  * while there is room, EPOLLOUT while there is something to send), one read
@@ -8,13 +8,17 @@
  * EPOLLIN|EPOLLOUT|EPOLLRDHUP|EPOLLET, each event drains until EAGAIN.
  * -L: serve the listener a service manager passed (fd 3, LISTEN_FDS=1, as
  * systemd-socket-activate does) instead of making one.
+ * -u: once listening, become that user (setgid, setgroups, setuid), as a
+ * daemon that binds as root and then drops its privileges.
  * A client's EOF is answered (after the echo is flushed) with close().
  * Runs until killed.  Prints nothing on stdout; the bound port goes to -P. */
 #include "tests/progs/common.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <netinet/in.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -145,9 +149,9 @@ static void accept_all(void)
 int main(int argc, char **argv)
 {
   int v6 = 0, port = 0, opt, bound, inherited = 0;
-  const char *host = NULL, *portfile = NULL;
+  const char *host = NULL, *portfile = NULL, *user = NULL;
   it_prog = "echosrv";
-  while ((opt = getopt(argc, argv, "6eLH:p:P:b:")) != -1) {
+  while ((opt = getopt(argc, argv, "6eLH:p:P:b:u:")) != -1) {
     switch (opt) {
     case '6': v6 = 1; break;
     case 'e': edge = 1; break;
@@ -156,7 +160,8 @@ int main(int argc, char **argv)
     case 'p': port = atoi(optarg); break;
     case 'P': portfile = optarg; break;
     case 'b': bufsize = (size_t)it_size(optarg); break;
-    default: it_die(2, "usage: echosrv [-6] [-e] [-L] [-H host] [-p port] [-P portfile] [-b bufsize]");
+    case 'u': user = optarg; break;
+    default: it_die(2, "usage: echosrv [-6] [-e] [-L] [-H host] [-p port] [-P portfile] [-b bufsize] [-u user]");
     }
   }
   signal(SIGPIPE, SIG_IGN);
@@ -172,6 +177,13 @@ int main(int argc, char **argv)
     bound = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port : ((struct sockaddr_in *)&ss)->sin_port);
   } else {
     lfd = it_listen(v6, host, port, 1024, &bound);
+  }
+  if (user) {
+    struct passwd *pw = getpwnam(user);
+    if (!pw)
+      it_die(2, "-u: no user %s", user);
+    if (setgid(pw->pw_gid) < 0 || setgroups(0, NULL) < 0 || setuid(pw->pw_uid) < 0)
+      it_die(2, "-u %s:", user);
   }
   if (fcntl(lfd, F_SETFL, fcntl(lfd, F_GETFL) | O_NONBLOCK) < 0)
     it_die(2, "fcntl:");
