@@ -257,20 +257,26 @@ static int fs_agent_start(void)
   fs_proc_fork_work_add(FS_FORK_AGENT);
   A.epfd = FS_REAL(epoll_create1)(EPOLL_CLOEXEC);
   A.evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  fs_fdreg_set(A.epfd, true);
-  fs_fdreg_set(A.evfd, true);
   if (A.epfd < 0 || A.evfd < 0)
-    goto fail;
-  A.evwatch = (struct fs_agent_watch){ A.evfd, fs_agent_evfd, NULL, NULL };
-  if (fs_agent_add(&A.evwatch) < 0)
     goto fail;
   /* The agent puts its fds high (base/fdreg.h): grow the table for them
    * now, while we may be the only thread, or the agent's first rendezvous
    * waits ~10 ms for the kernel (curl's 20 MiB download was over before
-   * its upgrade began).  With threads already, the agent does it first. */
+   * its upgrade began).  With threads already, the agent does it first.
+   * Alone, its own two go up there too, before anything refers to them:
+   * at the lowest free numbers they took those the application's next
+   * socket() or open() expected, for good. */
   bool reserved = fs_proc_threads() == 1;
-  if (reserved)
+  if (reserved) {
     fs_fdreg_reserve(A.evfd);
+    A.epfd = fs_fdreg_high(A.epfd);
+    A.evfd = fs_fdreg_high(A.evfd);
+  }
+  fs_fdreg_set(A.epfd, true);
+  fs_fdreg_set(A.evfd, true);
+  A.evwatch = (struct fs_agent_watch){ A.evfd, fs_agent_evfd, NULL, NULL };
+  if (fs_agent_add(&A.evwatch) < 0)
+    goto fail;
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);

@@ -42,8 +42,12 @@ int fs_wake_get(struct fs_conn *c)
   pthread_mutex_lock(&c->lock);
   if (c->wake_fd < 0) {
     int efd = -1;
-    if (fs_wake_fd_budget_ok(c->fd) && (efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) >= 0) {
-      fs_fdreg_set(efd, true);
+    /* High, as the library's other descriptors (base/fdreg.h): at the
+     * lowest free number it took the number the application's next
+     * socket() expected, one more per upgraded connection, and a program
+     * that sizes its tables by its own count (wrk: 10 + 3 per connection)
+     * got a number beyond them ("connect" errors). */
+    if (fs_wake_fd_budget_ok(c->fd) && (efd = fs_fdreg_move_high(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC))) >= 0) {
       /* Before any channel: whoever sees the channel sees this too. */
       __atomic_store_n(&c->wake_fd, efd, __ATOMIC_RELEASE);
       made = true;

@@ -93,6 +93,25 @@ START_TEST(t_made_on_first_need)
 }
 END_TEST
 
+/* The wake fd sits high with the library's other descriptors: at the
+ * lowest free number it took the one the application's next socket()
+ * expected (wrk, which sizes its tables by its own count, saw "connect"
+ * errors once its connections upgraded at connect). */
+START_TEST(t_wake_fd_leaves_the_low_numbers)
+{
+  struct pend p;
+  pend_new(&p);
+  int next = dup(0);
+  ck_assert_int_ge(next, 0);
+  close(next);
+  ck_assert_int_eq(fs_wake_get(p.c), 0);
+  ck_assert_int_gt(p.c->wake_fd, next);
+  int again = dup(0);
+  ck_assert_int_eq(again, next); /* still free: the application's */
+  close(again);
+}
+END_TEST
+
 START_TEST(t_attach_at_once_without_sleepers)
 {
   struct pend p;
@@ -309,6 +328,7 @@ int main(void)
   TCase *tc = tcase_create("core");
   tcase_set_timeout(tc, 30);
   tcase_add_test(tc, t_made_on_first_need);
+  tcase_add_test(tc, t_wake_fd_leaves_the_low_numbers);
   tcase_add_test(tc, t_attach_at_once_without_sleepers);
   tcase_add_test(tc, t_attach_waits_for_blocked_reader);
   tcase_add_test(tc, t_attach_waits_for_poll);
