@@ -2,12 +2,14 @@
 # The caller sets tmp (a fresh directory, mode 755), NGINX_PORT, PG_PORT and
 # pre (pre WHO: the env(1) words that run a program as WHO: plain, or
 # preloaded), and gets: PGBIN, a cleanup trap, median, have_nginx /
-# have_ab / have_pg, $tmp/nginx.conf (Debian's shape: a daemon master and 2
-# workers as www-data, sendfile on, a 4 KiB file at /f4k), and a PostgreSQL
-# cluster at scale 10 with pg_start WHO and pg_stop.
+# have_ab / have_apache / have_pg, a 4 KiB file at $tmp/www/f4k,
+# $tmp/nginx.conf (Debian's shape: a daemon master and 2 workers as
+# www-data, sendfile on), and a PostgreSQL cluster at scale 10 with
+# pg_start WHO and pg_stop.
 PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
 cleanup() {
   [ -s "$tmp/nginx.pid" ] && kill "$(cat "$tmp/nginx.pid")" 2>/dev/null
+  [ -s "$tmp/apache/run/apache2.pid" ] && kill "$(cat "$tmp/apache/run/apache2.pid")" 2>/dev/null
   [ -n "$PGBIN" ] && [ -d "$tmp/pg" ] && runuser -u postgres -- "$PGBIN/pg_ctl" -D "$tmp/pg" -m immediate stop >/dev/null 2>&1
   rm -rf "$tmp"
 }
@@ -16,10 +18,14 @@ median() { sort -g | awk '{v[NR]=$1} END {if (NR==0) print "nan"; else if (NR%2)
 
 have_nginx=0; command -v nginx >/dev/null && command -v wrk >/dev/null && id www-data >/dev/null 2>&1 && have_nginx=1
 have_ab=0; command -v ab >/dev/null && have_ab=$have_nginx
+have_apache=0; command -v apache2 >/dev/null && command -v wrk >/dev/null && [ -f /etc/apache2/apache2.conf ] &&
+  id www-data >/dev/null 2>&1 && have_apache=1
 have_pg=0; [ -n "$PGBIN" ] && [ -x "$PGBIN/pgbench" ] && id postgres >/dev/null 2>&1 && have_pg=1
 
-if [ $have_nginx = 1 ]; then
+if [ $have_nginx = 1 ] || [ $have_apache = 1 ]; then
   mkdir -p "$tmp/www" "$tmp/logs"; head -c 4096 /dev/urandom >"$tmp/www/f4k"; chmod -R a+rX "$tmp/www"
+fi
+if [ $have_nginx = 1 ]; then
   cat >"$tmp/nginx.conf" <<CONF
 user www-data;
 worker_processes 2;

@@ -4,6 +4,10 @@
 #   nginx    a daemon master and 2 workers as www-data, sendfile on; a 4 KiB
 #            file: wrk -t2 -c50 and -c400 (keep-alive, requests/s), and ab
 #            -c8 without keep-alive (a connection per request)
+#   apache   Apache httpd as Debian ships it (scripts/apache-conf.sh: a root
+#            master, children as www-data), the same file: event MPM (its
+#            default) wrk -t2 -c20, prefork MPM wrk -t2 -c4 (keep-alive, below
+#            what each serves at once: see tests/integration/t_apache.sh)
 #   postgres PostgreSQL's postmaster forks a backend per connection:
 #            pgbench -S -c 8 -j 2 (tps), and pgbench -S -C -c 8 (a new
 #            connection per transaction)
@@ -13,7 +17,7 @@
 # usage: bench/servers.sh [LIB] [ROUNDS] [SECONDS]
 #   LIB      libfabsock.so (default: $FABSOCK_LIB, else <source>/build/.libs/libfabsock.so)
 #   ROUNDS   rounds per side (default 3);  SECONDS per run (default 5)
-# Needs root, nginx, wrk, ab (apache2-utils) and postgresql; a workload
+# Needs root, nginx, wrk, ab (apache2-utils), apache2 and postgresql; a workload
 # whose programs are missing is left out.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -24,7 +28,7 @@ secs=${3:-5}
 [ "$(id -u)" = 0 ] || { echo "servers: needs root (nginx workers as www-data, postgres as postgres)" >&2; exit 1; }
 lib=$(readlink -f "$lib")
 tmp=$(mktemp -d /tmp/fabsock-servers.XXXXXX) && chmod 755 "$tmp" || exit 1
-NGINX_PORT=18093 PG_PORT=18094
+NGINX_PORT=18093 PG_PORT=18094 APACHE_PORT=18095
 pre() { if [ "$1" = fabsock ]; then echo "env LD_PRELOAD=$lib"; else echo env; fi; }
 record() { echo "$3" >>"$tmp/$1.$2"; }   # record WORKLOAD SIDE VALUE
 # shellcheck source=bench/servers-common.sh
@@ -45,6 +49,18 @@ for r in $(seq "$rounds"); do
         record nginx-ab-c8-close $side "${v:-nan}"; line="$line ab-c8 ${v:-?}/s"
       fi
       kill "$(cat "$tmp/nginx.pid")"; sleep 0.5
+    fi
+    if [ $have_apache = 1 ]; then
+      for mpm in event prefork; do
+        c=$([ $mpm = event ] && echo 20 || echo 4)
+        bash "$here/../scripts/apache-conf.sh" "$tmp/apache" $mpm $APACHE_PORT "$tmp/www" &&
+          (. "$tmp/apache/etc/envvars.fs" && $(pre $side) apache2 -d "$tmp/apache/etc" -f "$tmp/apache/etc/apache2.conf" -k start) &&
+          sleep 0.5 || continue
+        v=$($(pre $side) wrk -t2 -c$c -d${secs}s http://127.0.0.1:$APACHE_PORT/f4k 2>/dev/null | awk '/Requests\/sec/ {print $2}')
+        record "apache-$mpm-wrk-c$c" $side "${v:-nan}"; line="$line apache-$mpm ${v:-?}/s"
+        (. "$tmp/apache/etc/envvars.fs" && apache2 -d "$tmp/apache/etc" -f "$tmp/apache/etc/apache2.conf" -k stop)
+        sleep 1
+      done
     fi
     if [ $have_pg = 1 ] && pg_start $side; then
       for how in keep connect; do

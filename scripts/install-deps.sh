@@ -9,16 +9,17 @@
 #   test   the real programs the integration suite runs (tests/integration)
 #   vm     qemu + a Debian kernel + busybox for the Soft-RoCE VM tests
 #
-# The integration tests start their own redis-server and memcached on free
-# ports; the system services these packages install are neither needed nor
-# touched (nothing is stopped, disabled or reconfigured here).
+# The integration tests start their own redis-server, memcached, nginx,
+# apache2 and PostgreSQL on free ports; the system services these packages
+# install are neither needed nor started by the install (nothing is
+# stopped, disabled or reconfigured here).
 set -eu
 
 BUILD_PKGS="build-essential autoconf automake libtool pkg-config check
   librdmacm-dev libibverbs-dev libjemalloc-dev clang"
 TEST_PKGS="socat curl python3 redis-server redis-tools iperf3 sockperf memcached
   iproute2 procps gdb openjdk-17-jdk-headless systemd nginx-light wrk postgresql-15
-  nodejs liburing-dev openssh-server"
+  nodejs liburing-dev openssh-server apache2 gunicorn"
 VM_PKGS="qemu-system-x86 linux-image-amd64 busybox-static kmod cpio
   rdma-core ibverbs-providers ibverbs-utils rdmacm-utils perftest"
 
@@ -57,8 +58,20 @@ export DEBIAN_FRONTEND=noninteractive
 echo "install-deps: installing:$missing"
 # A fresh image has no package lists: update once, here and only here.
 apt-get update -q
-# --no-install-recommends keeps it small; policy-rc.d is not touched, so
-# Debian may start the redis/memcached services, which the tests never use.
+# No service these packages bring is started by their installation: the
+# tests run their own, and nginx and apache2 both want port 80 (the second
+# would fail to start, and with it its package's configuration).  A
+# policy-rc.d that says no for the length of the install, unless the
+# machine has one already (containers do); the services stay enabled, as
+# Debian installs them, for the next boot.
+own_policy=
+if [ ! -e /usr/sbin/policy-rc.d ]; then
+  printf '#!/bin/sh\n# scripts/install-deps.sh: no service starts during its install\nexit 101\n' >/usr/sbin/policy-rc.d
+  chmod 755 /usr/sbin/policy-rc.d
+  own_policy=1
+  trap '[ -z "$own_policy" ] || rm -f /usr/sbin/policy-rc.d' EXIT
+fi
+# --no-install-recommends keeps it small.
 # shellcheck disable=SC2086
 apt-get install -y -q --no-install-recommends $missing
 
