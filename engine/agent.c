@@ -380,6 +380,17 @@ void fs_agent_retry_held(void)
     }
 }
 
+void fs_agent_creds_changed(void)
+{
+  int saved = errno;
+  pthread_mutex_lock(&A.lock);
+  if (A.running)
+    FS_FOREACH_FABRIC(f)
+      (*f)->creds_changed();
+  pthread_mutex_unlock(&A.lock);
+  errno = saved;
+}
+
 static bool fs_agent_proc_served;
 static uint64_t fs_agent_proc_failed_ns; /* when serving our own name last failed */
 

@@ -46,6 +46,11 @@ void fs_agent_retry_held(void);
  * image. */
 void fs_agent_serve_proc(void);
 
+/* The process's effective uid changed (setuid and kin, after the call
+ * succeeded): the fabrics serve their names again under it.  errno kept;
+ * nothing to do before the agent started. */
+void fs_agent_creds_changed(void);
+
 /* Hold the agent between its batches (the application closes every fd:
  * the agent must not open one meanwhile, e.g. for a rendezvous of a
  * connection being closed).  Not from the agent thread. */

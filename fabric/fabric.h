@@ -119,6 +119,10 @@ struct fs_fabric_ops {
   /* After fork, in the child (agent lock re-initialised next): forget
    * every rendezvous of the parent; the child has no agent thread. */
   void (*after_fork_child)(void);
+  /* The process's effective uid changed (setuid and kin; agent lock held):
+   * serve again whatever it serves under credentials taken at the time
+   * (a unix listener keeps those of its listen()). */
+  void (*creds_changed)(void);
   /* Process exit: may channels of this fabric have writes in flight that
    * the kernel would drop with the process (one load)?  And with the agent
    * lock, let closed ones land them until deadline_ns; true if none waits. */

@@ -1,5 +1,5 @@
 /* Process events: fork, vfork, the exec family, posix_spawn, system, popen,
- * and prctl(PR_SET_SECCOMP).
+ * setuid and kin, and prctl(PR_SET_SECCOMP).
  *
  * Before an exec (including the ones glibc does behind posix_spawn, system
  * and popen) every accelerated connection is brought back to plain TCP, so a
@@ -15,6 +15,7 @@
 
 #include "base/aside.h"
 #include "base/reason.h"
+#include "engine/agent.h"
 #include "engine/batch.h"
 #include "engine/sock.h"
 #include "preload/export.h"
@@ -35,6 +36,40 @@ FS_EXPORT pid_t fork(void)
   if (errno != saved) /* a store to an unchanged errno is a page copy, in each process */
     errno = saved;
   return pid;
+}
+
+/* A change of user: the fabrics serve their rendezvous names again under
+ * the new one (engine/agent.h), after a successful call that changed the
+ * effective uid (a server that binds as root, then drops privileges). */
+static int fs_setuid_done(int rc, uid_t before)
+{
+  if (rc == 0 && geteuid() != before)
+    fs_agent_creds_changed(); /* errno kept */
+  return rc;
+}
+
+FS_EXPORT int setuid(uid_t uid)
+{
+  uid_t before = geteuid();
+  return fs_setuid_done(FS_REAL(setuid)(uid), before);
+}
+
+FS_EXPORT int seteuid(uid_t uid)
+{
+  uid_t before = geteuid();
+  return fs_setuid_done(FS_REAL(seteuid)(uid), before);
+}
+
+FS_EXPORT int setreuid(uid_t ruid, uid_t euid)
+{
+  uid_t before = geteuid();
+  return fs_setuid_done(FS_REAL(setreuid)(ruid, euid), before);
+}
+
+FS_EXPORT int setresuid(uid_t ruid, uid_t euid, uid_t suid)
+{
+  uid_t before = geteuid();
+  return fs_setuid_done(FS_REAL(setresuid)(ruid, euid, suid), before);
 }
 
 FS_EXPORT pid_t vfork(void)

@@ -720,6 +720,7 @@ const struct fs_fabric_ops fs_rdma_fabric = {
   .next_timeout = fs_rdmacm_next_timeout,
   .held = fs_rdmacm_held,
   .after_fork_child = fs_rdmacm_after_fork_child,
+  .creds_changed = fs_fabric_nop, /* the peer's key or address proves it, not a uid */
   .exit_pending = fs_rdmacm_up,
   .exit_drain = fs_rdmacm_exit_drain,
 };

@@ -355,22 +355,17 @@ static int fs_rdv_attempt(struct fs_link *c, bool holder_only, uint64_t give_up,
    * the socket may still sit in the accept queue (no inode), or be
    * accepted but not listed yet: where a process of ours listens on that
    * port, look again (briefly for the second); else no libfabsock there. */
-  int name_pid = 0, held[2];
-  reason = holder_only ? FS_REASON_NO_PEER : fs_rdv_dial_names((const struct sockaddr *)&c->peer, uid, ufd, &name_pid);
-  /* The listener's name is served by another user than the one whose
-   * process accepted the peer's socket.  That process itself, which
-   * listened before it dropped privileges (a server that binds as root,
-   * then setuid): the stat tables say it holds the socket. */
-  if (reason == FS_RDV_OTHER_UID && inode != 0 && fs_stat_holders(inode, held, 2) == 1 && held[0] == name_pid)
-    reason = 0;
-  /* A retry starts again from here (the names first): the holder may be
-   * that very process, not listed yet. */
+  reason = holder_only ? FS_REASON_NO_PEER : fs_rdv_dial_names((const struct sockaddr *)&c->peer, uid, ufd);
+  /* A retry starts again from here (the names first). */
   bool again_holder = holder_only, told = holder_only;
   if (reason == FS_RDV_OTHER_UID) {
-    /* Or the master of a prefork server whose children drop to another
-     * user after the fork (gunicorn --user, nginx in the foreground), or a
-     * squatter.  Either way the holder, found by the socket's inode and
-     * proven by its pid, is the one to ask, on a fresh socket. */
+    /* The listener's name is served by another user than the one whose
+     * process accepted the peer's socket: the master of a prefork server
+     * whose children drop to another user after the fork (gunicorn --user,
+     * nginx in the foreground), or a squatter.  Either way the holder,
+     * found by the socket's inode and proven by its pid and uid, is the
+     * one to ask, on a fresh socket.  (A server that binds as root and then
+     * calls setuid serves its names again with its new uid: creds_changed.) */
     FS_REAL(close)(ufd);
     ufd = fs_fdreg_high(FS_REAL(socket)(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
     if (ufd < 0)
@@ -715,6 +710,40 @@ static void fs_rdv_after_fork_child(void)
   A.npaused = 0;
 }
 
+/* The effective uid changed: a server that binds as root and then calls
+ * setuid (memcached -u, echosrv -u) served its names as root, and a client
+ * whose peer socket is the new user's takes such a name for a squatter's
+ * (rdvio.c).  Serve each again: close it (the name is free at once), bind
+ * it anew.  A name taken meanwhile is dropped (logged); connections queued
+ * on the old socket were clients within their own timeout. */
+static void fs_rdv_creds_changed(void)
+{
+  struct fs_rdv_item *it = A.items;
+  while (it) {
+    struct fs_rdv_item *next = it->next;
+    if (it->kind == K_LISTENER && it->ufd >= 0) {
+      fs_host->unwatch(it->ufd);
+      fs_fdreg_close(it->ufd);
+      it->ufd = fs_fdreg_high(FS_REAL(socket)(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+      struct sockaddr_un un = { .sun_family = AF_UNIX };
+      memcpy(un.sun_path, it->name, (size_t)it->namelen);
+      socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)it->namelen);
+      if (it->ufd < 0 || FS_REAL(bind)(it->ufd, (struct sockaddr *)&un, len) < 0 ||
+          FS_REAL(listen)(it->ufd, SOMAXCONN) < 0 || (!it->paused && fs_rdv_watch(it) < 0)) {
+        fs_log(FS_LOG_WARN, "rendezvous name %s after a change of user: %s; connections its peers must "
+               "find by it stay on TCP", it->name + 1, strerror(errno));
+        if (it->ufd >= 0)
+          FS_REAL(close)(it->ufd);
+        it->ufd = -1;
+        if (it->paused)
+          A.npaused--;
+        fs_rdv_drop(it);
+      }
+    }
+    it = next;
+  }
+}
+
 const struct fs_fabric_ops fs_shm_fabric = {
   .name = "shm",
   .id = FS_FABRIC_SHM,
@@ -726,6 +755,7 @@ const struct fs_fabric_ops fs_shm_fabric = {
   .next_timeout = fs_rdv_next_timeout,
   .held = fs_rdv_held,
   .after_fork_child = fs_rdv_after_fork_child,
+  .creds_changed = fs_rdv_creds_changed,
   .exit_pending = fs_fabric_nop_false, /* stores land at once */
   .exit_drain = fs_fabric_nop_done,
 };

@@ -205,7 +205,7 @@ bool fs_rdv_listened(uint16_t port)
  * server of another pid, or FS_RDV_OTHER_UID of another uid (a squatter,
  * or a prefork master: see fs_rdv_attempt in rdv.c); RESOURCES for a full
  * backlog.  Nothing is sent: a squatter gets nothing. */
-static int fs_rdv_dial(int ufd, const char *name, int n, int pid, uint32_t uid, int *srv_pid)
+static int fs_rdv_dial(int ufd, const char *name, int n, int pid, uint32_t uid)
 {
   struct sockaddr_un un = { .sun_family = AF_UNIX };
   memcpy(un.sun_path, name, (size_t)n);
@@ -215,14 +215,12 @@ static int fs_rdv_dial(int ufd, const char *name, int n, int pid, uint32_t uid, 
   socklen_t cl = sizeof cr;
   if (FS_REAL(getsockopt)(ufd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) < 0 || (pid > 0 && cr.pid != pid))
     return FS_REASON_NOT_OWNER;
-  if (srv_pid)
-    *srv_pid = cr.pid;
   return cr.uid == uid ? 0 : FS_RDV_OTHER_UID;
 }
 
 /* The names served beside the peer's listener: its exact address, that
  * family's wildcard, the IPv6 wildcard of a dual-stack listener. */
-int fs_rdv_dial_names(const struct sockaddr *peer, uint32_t diag_uid, int ufd, int *srv_pid)
+int fs_rdv_dial_names(const struct sockaddr *peer, uint32_t diag_uid, int ufd)
 {
   struct sockaddr_storage t;
   const struct sockaddr *p4 = fs_addr_unmap(peer, &t);
@@ -234,7 +232,7 @@ int fs_rdv_dial_names(const struct sockaddr *peer, uint32_t diag_uid, int ufd, i
       continue;
     char name[108];
     int n = fs_rdv_name(name, sizeof name, names[i], i > 0);
-    reason = fs_rdv_dial(ufd, name, n, 0, diag_uid, srv_pid);
+    reason = fs_rdv_dial(ufd, name, n, 0, diag_uid);
   }
   return reason;
 }
@@ -255,12 +253,12 @@ int fs_rdv_dial_holder(uint32_t diag_uid, uint32_t inode, int ufd, bool told_sha
     return FS_RDV_AGAIN; /* not accepted yet, or shared since fork */
   char name[108];
   int len = fs_rdv_proc_name(name, sizeof name, pids[0]);
-  int reason = fs_rdv_dial(ufd, name, len, pids[0], diag_uid, NULL);
-  /* The pid is the proof here (no other process can serve a name as this
-   * one): a process that listened before it dropped privileges serves its
-   * name with its earlier uid (a server that binds as root, then setuid). */
+  int reason = fs_rdv_dial(ufd, name, len, pids[0], diag_uid);
+  /* Its uid too: the stat tables are written by their processes, and a
+   * table that lists a socket its process does not hold must not get that
+   * process our socket's dup (a server without libfabsock has no table). */
   if (reason == FS_RDV_OTHER_UID)
-    reason = 0;
+    reason = FS_REASON_NOT_OWNER;
   /* A child forked a moment ago lists the socket before it serves its name. */
   return reason == FS_REASON_NO_PEER ? FS_RDV_AGAIN : reason;
 }

@@ -47,9 +47,8 @@ int fs_rdv_diag(const struct sockaddr *local, const struct sockaddr *peer, uint3
 /* Does a process of ours (any user) listen on TCP port `port`? */
 bool fs_rdv_listened(uint16_t port);
 /* Dial the names served beside the peer's listener on ufd (0, NO_PEER,
- * NOT_OWNER, RESOURCES or FS_RDV_OTHER_UID, with the server's pid in
- * *srv_pid). */
-int fs_rdv_dial_names(const struct sockaddr *peer, uint32_t diag_uid, int ufd, int *srv_pid);
+ * NOT_OWNER, RESOURCES or FS_RDV_OTHER_UID). */
+int fs_rdv_dial_names(const struct sockaddr *peer, uint32_t diag_uid, int ufd);
 /* Dial the process holding the peer's socket (inode), found in the stat
  * tables (0, a FS_REASON_*, FS_RDV_AGAIN or FS_RDV_UNLISTED).  told_shared:
  * the listener's process said it does not hold it. */
