@@ -6,14 +6,17 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pwd.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "fabric/shm/rdv.h"
+#include "fabric/shm/rdvio.h"
 #include "fabric/shm/shm.h"
 #include "engine/adopt.h"
 #include "engine/sock.h"
@@ -401,12 +404,62 @@ START_TEST(t_diag)
 }
 END_TEST
 
+/* A listener name served by another uid than the peer socket's: a prefork
+ * master whose workers run as another user, or a squatter.  The dial says
+ * so (the client then asks the holder, checked by pid and uid) and sends
+ * nothing: the name's server reads no byte.  Root only (a second uid). */
+START_TEST(t_name_of_another_uid)
+{
+  struct passwd *pw = getpwnam("nobody");
+  if (geteuid() != 0 || !pw) {
+    fprintf(stderr, "# SKIP t_name_of_another_uid: needs root and a user nobody\n");
+    return;
+  }
+  struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(1) };
+  inet_pton(AF_INET, "127.77.0.1", &a.sin_addr); /* nobody else's name */
+  int ready[2], got[2];
+  ck_assert_int_eq(pipe(ready), 0);
+  ck_assert_int_eq(pipe(got), 0);
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) { /* the name's server, as nobody: count what it is sent */
+    alarm(20); /* never outlive a failed test */
+    if (setgid(pw->pw_gid) < 0 || setuid(pw->pw_uid) < 0)
+      _exit(2);
+    int l = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+    struct sockaddr_un un = { .sun_family = AF_UNIX };
+    int n = fs_rdv_name(un.sun_path, sizeof un.sun_path, (struct sockaddr *)&a, false);
+    if (bind(l, (struct sockaddr *)&un, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)n)) < 0 ||
+        listen(l, 4) < 0 || write(ready[1], "r", 1) != 1)
+      _exit(3);
+    int c = accept(l, NULL, NULL);
+    char buf[256];
+    ssize_t r = c < 0 ? -1 : recv(c, buf, sizeof buf, 0); /* 0: closed having sent nothing */
+    char v = r == 0 ? '0' : 'x';
+    _exit(write(got[1], &v, 1) == 1 ? 0 : 4);
+  }
+  char b;
+  ck_assert_int_eq(read(ready[0], &b, 1), 1);
+  int ufd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  ck_assert_int_ge(ufd, 0);
+  ck_assert_int_eq(fs_rdv_dial_names((struct sockaddr *)&a, 0, ufd), FS_RDV_OTHER_UID);
+  close(ufd);
+  ck_assert_int_eq(read(got[0], &b, 1), 1);
+  ck_assert_int_eq(b, '0');
+  int st;
+  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+  ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  close(ready[0]), close(ready[1]), close(got[0]), close(got[1]);
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("rdv");
   TCase *tc = tcase_create("core");
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, t_names);
+  tcase_add_test(tc, t_name_of_another_uid);
   tcase_add_test(tc, t_check_req);
   tcase_add_test(tc, t_diag);
   tcase_add_test(tc, t_hostile_requests);
