@@ -73,7 +73,6 @@ struct io_uring_params;
   X(int, epoll_pwait2, -1, (int ep, struct epoll_event *ev, int n, const struct timespec *t, const sigset_t *s), (ep, ev, n, t, s)) \
   X(pid_t, fork, -1, (void), ()) \
   X(int, setuid, -1, (uid_t u), (u)) \
-  X(int, seteuid, -1, (uid_t u), (u)) \
   X(int, setreuid, -1, (uid_t r, uid_t e), (r, e)) \
   X(int, setresuid, -1, (uid_t r, uid_t e, uid_t s), (r, e, s)) \
   X(int, execve, -1, (const char *p, char *const a[], char *const e[]), (p, a, e)) \

@@ -40,36 +40,33 @@ FS_EXPORT pid_t fork(void)
 
 /* A change of user: the fabrics serve their rendezvous names again under
  * the new one (engine/agent.h), after a successful call that changed the
- * effective uid (a server that binds as root, then drops privileges). */
-static int fs_setuid_done(int rc, uid_t before)
+ * real and effective uids (a server that binds as root, then drops its
+ * privileges for good).  A passing seteuid() (a root daemon opening a
+ * file as a user, then back) changes the effective uid alone: names stay
+ * as they are, or every such switch would close and bind them again. */
+static int fs_setuid_done(int rc, uid_t ruid, uid_t euid)
 {
-  if (rc == 0 && geteuid() != before)
+  if (rc == 0 && geteuid() != euid && getuid() != ruid)
     fs_agent_creds_changed(); /* errno kept */
   return rc;
 }
 
 FS_EXPORT int setuid(uid_t uid)
 {
-  uid_t before = geteuid();
-  return fs_setuid_done(FS_REAL(setuid)(uid), before);
-}
-
-FS_EXPORT int seteuid(uid_t uid)
-{
-  uid_t before = geteuid();
-  return fs_setuid_done(FS_REAL(seteuid)(uid), before);
+  uid_t r = getuid(), e = geteuid();
+  return fs_setuid_done(FS_REAL(setuid)(uid), r, e);
 }
 
 FS_EXPORT int setreuid(uid_t ruid, uid_t euid)
 {
-  uid_t before = geteuid();
-  return fs_setuid_done(FS_REAL(setreuid)(ruid, euid), before);
+  uid_t r = getuid(), e = geteuid();
+  return fs_setuid_done(FS_REAL(setreuid)(ruid, euid), r, e);
 }
 
 FS_EXPORT int setresuid(uid_t ruid, uid_t euid, uid_t suid)
 {
-  uid_t before = geteuid();
-  return fs_setuid_done(FS_REAL(setresuid)(ruid, euid, suid), before);
+  uid_t r = getuid(), e = geteuid();
+  return fs_setuid_done(FS_REAL(setresuid)(ruid, euid, suid), r, e);
 }
 
 FS_EXPORT pid_t vfork(void)
