@@ -60,10 +60,10 @@ echo "install-deps: installing:$missing"
 apt-get update -q
 # No service these packages bring is started by their installation: the
 # tests run their own, and nginx and apache2 both want port 80 (the second
-# would fail to start, and with it its package's configuration).  A
-# policy-rc.d that says no for the length of the install, unless the
-# machine has one already (containers do); the services stay enabled, as
-# Debian installs them, for the next boot.
+# to start cannot have it).  A policy-rc.d that says no for the length of
+# the install, unless the machine has one already (containers do); the
+# services stay enabled, as Debian installs them (at the next boot one of
+# those two will not get its port; the tests need neither).
 own_policy=
 if [ ! -e /usr/sbin/policy-rc.d ]; then
   printf '#!/bin/sh\n# scripts/install-deps.sh: no service starts during its install\nexit 101\n' >/usr/sbin/policy-rc.d
