@@ -300,6 +300,13 @@ static void fs_rdv_srv_event(struct fs_rdv_item *it)
 
 /* ---- client side ------------------------------------------------------ */
 
+/* A unix socket of the agent's (a dial, a name served again), high
+ * (base/fdreg.h); -1 and errno if none. */
+static int fs_rdv_unix_socket(void)
+{
+  return fs_fdreg_high(FS_REAL(socket)(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+}
+
 /* A retry item waits b ms (at least 1); the one after waits twice that,
  * up to FS_RDV_RETRY_MAX_MS. */
 static void fs_rdv_cli_wait(struct fs_rdv_item *it, uint64_t now, uint32_t b)
@@ -346,7 +353,7 @@ static int fs_rdv_attempt(struct fs_link *c, bool holder_only, uint64_t give_up,
     return FS_REASON_ERROR;
   if (uid != geteuid() && !c->policy.any_uid)
     return FS_REASON_PEER_UID;
-  ufd = fs_fdreg_high(FS_REAL(socket)(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  ufd = fs_rdv_unix_socket();
   if (ufd < 0)
     return FS_REASON_RESOURCES;
   /* Nobody serves the listener's names when its process is gone (a
@@ -367,7 +374,7 @@ static int fs_rdv_attempt(struct fs_link *c, bool holder_only, uint64_t give_up,
      * one to ask, on a fresh socket.  (A server that binds as root and then
      * calls setuid serves its names again with its new uid: creds_changed.) */
     FS_REAL(close)(ufd);
-    ufd = fs_fdreg_high(FS_REAL(socket)(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    ufd = fs_rdv_unix_socket();
     if (ufd < 0)
       return FS_REASON_RESOURCES;
     told = true;
@@ -591,17 +598,23 @@ static int fs_rdv_next_timeout(void)
   return ms > 5 ? 5 : (int)ms;
 }
 
+/* Bind unix socket ufd to the abstract name and listen: 0, or -1 and errno. */
+static int fs_rdv_bind_name(int ufd, const char *name, int n)
+{
+  struct sockaddr_un un = { .sun_family = AF_UNIX };
+  memcpy(un.sun_path, name, (size_t)n);
+  socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)n);
+  return FS_REAL(bind)(ufd, (struct sockaddr *)&un, len) < 0 || FS_REAL(listen)(ufd, SOMAXCONN) < 0 ? -1 : 0;
+}
+
 /* Bind and serve an abstract name; the new listener item, or NULL. */
 static struct fs_rdv_item *fs_rdv_serve_name(const char *name, int n)
 {
   int ufd = FS_REAL(socket)(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (ufd < 0)
     return NULL;
-  struct sockaddr_un un = { .sun_family = AF_UNIX };
-  memcpy(un.sun_path, name, (size_t)n);
   struct fs_rdv_item *it = NULL;
-  if (FS_REAL(bind)(ufd, (struct sockaddr *)&un, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)n)) < 0 ||
-      FS_REAL(listen)(ufd, SOMAXCONN) < 0 || !(it = calloc(1, sizeof *it))) {
+  if (fs_rdv_bind_name(ufd, name, n) < 0 || !(it = calloc(1, sizeof *it))) {
     int err = errno;
     FS_REAL(close)(ufd);
     errno = err;
@@ -724,12 +737,9 @@ static void fs_rdv_creds_changed(void)
     if (it->kind == K_LISTENER && it->ufd >= 0) {
       fs_host->unwatch(it->ufd);
       fs_fdreg_close(it->ufd);
-      it->ufd = fs_fdreg_high(FS_REAL(socket)(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-      struct sockaddr_un un = { .sun_family = AF_UNIX };
-      memcpy(un.sun_path, it->name, (size_t)it->namelen);
-      socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)it->namelen);
-      if (it->ufd < 0 || FS_REAL(bind)(it->ufd, (struct sockaddr *)&un, len) < 0 ||
-          FS_REAL(listen)(it->ufd, SOMAXCONN) < 0 || (!it->paused && fs_rdv_watch(it) < 0)) {
+      it->ufd = fs_rdv_unix_socket();
+      if (it->ufd < 0 || fs_rdv_bind_name(it->ufd, it->name, it->namelen) < 0 ||
+          (!it->paused && fs_rdv_watch(it) < 0)) {
         fs_log(FS_LOG_WARN, "rendezvous name %s after a change of user: %s; connections its peers must "
                "find by it stay on TCP", it->name + 1, strerror(errno));
         if (it->ufd >= 0)
