@@ -35,6 +35,10 @@ struct fs_chan;
   bool listener_shared;         /* listening socket shared with another process */ \
   uint32_t io_max;              /* largest send or receive on TCP before the      \
                                    upgrade (atomic): a fabric may size rings by it */ \
+  uint32_t rx_run;              /* bytes received on TCP since our last send,   \
+                                   before the upgrade (atomic: a hint) */        \
+  uint32_t rx_burst;            /* the most rx_run reached: the peer's largest  \
+                                   reply so far, read in however many calls */   \
   struct fs_policy_action policy;                                                \
   struct sockaddr_storage local, peer;
 

@@ -418,10 +418,14 @@ static int fs_rdv_attempt(struct fs_link *c, bool holder_only, uint64_t give_up,
     reason = FS_REASON_ERROR;
     goto fail;
   }
-  uint32_t ring = fs_shm_ring_for(fs_policy_ring_size(), __atomic_load_n(&c->io_max, __ATOMIC_RELAXED));
-  if (fs_shm_create(ring, c->wake_fd, &memfd, &ch) == 0)
+  uint32_t io_max = __atomic_load_n(&c->io_max, __ATOMIC_RELAXED);
+  uint32_t burst = __atomic_load_n(&c->rx_burst, __ATOMIC_RELAXED);
+  uint32_t ring = fs_shm_ring_for(fs_policy_ring_size(), io_max, burst);
+  if (fs_shm_create(ring, c->wake_fd, &memfd, &ch) == 0) {
     fs_fdreg_set(memfd, true); /* made high already (fs_shm_create): only marked ours */
-  else {
+    fs_log(FS_LOG_DEBUG, "shm rings of %u bytes for fd %d (largest call so far %u, largest reply %u)", ring,
+           c->fd, io_max, burst);
+  } else {
     reason = FS_REASON_RESOURCES;
     goto fail;
   }

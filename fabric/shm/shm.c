@@ -90,11 +90,13 @@ uint32_t fs_shm_ring_size(uint32_t asked)
   return FS_SHM_RING_DEFAULT;
 }
 
-uint32_t fs_shm_ring_for(uint32_t asked, uint32_t io_max)
+uint32_t fs_shm_ring_for(uint32_t asked, uint32_t io_max, uint32_t rx_burst)
 {
   uint32_t ring = fs_shm_ring_size(asked);
   uint64_t want = (uint64_t)io_max * FS_SHM_RING_CALLS;
   while (ring < want && ring < FS_SHM_RING_BIG)
+    ring <<= 1;
+  while (ring < rx_burst && ring < FS_SHM_RING_BURST)
     ring <<= 1;
   return ring;
 }

@@ -3,7 +3,9 @@
  * to it before the next send on TCP), and bytes it held back when tx
  * switches are pushed out; a sendfile on TCP is the kernel's, on a fabric
  * it reads the file into the ring.  And the engine's bad buffers: on a
- * fabric, EFAULT as from the kernel, not a crash. */
+ * fabric, EFAULT as from the kernel, not a crash.  And what the engine
+ * notes of a connection's traffic before the upgrade to size its rings by:
+ * its largest call, and the peer's largest reply, however it was read. */
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -317,6 +319,59 @@ START_TEST(t_bad_buffer_on_fabric_is_efault)
 }
 END_TEST
 
+static ssize_t recv_some(struct tcp *t, size_t n)
+{
+  static char buf[8192];
+  struct iovec v = { buf, n < sizeof buf ? n : sizeof buf };
+  struct fs_io io = { .op = FS_IO_RECV, .iov = &v, .iovcnt = 1 };
+  return fs_sock_recv(t->c, t->fd, &io);
+}
+
+/* A reply of 300,000 bytes read 8 KiB at a time counts as one burst (what
+ * came back before our next send); a send starts the next.  Counted while
+ * the rendezvous is queued, and the shm rings are sized by it: a ring that
+ * holds the reply, up to 1 MiB, beside 32 times the largest call. */
+START_TEST(t_reply_sizes_seen_before_the_upgrade)
+{
+  struct tcp t;
+  tcp_new(&t);
+  t.c->upgrade_queued = true; /* queued: no rendezvous from here, still counted */
+  ck_assert_int_eq(send_str(&t, "GET /", 0), 5);
+  static char chunk[30000];
+  for (int i = 0; i < 10; i++) {
+    ck_assert_int_eq(write(t.peer, chunk, sizeof chunk), (ssize_t)sizeof chunk);
+    size_t got = 0;
+    while (got < sizeof chunk) {
+      ssize_t n = recv_some(&t, sizeof chunk - got);
+      ck_assert_int_gt(n, 0);
+      got += (size_t)n;
+    }
+  }
+  ck_assert_uint_eq(t.c->rx_burst, 300000);
+  ck_assert_uint_eq(t.c->rx_run, 300000);
+  ck_assert_uint_eq(t.c->io_max, 8192);
+  ck_assert_int_eq(send_str(&t, "GET /", 0), 5);
+  ck_assert_uint_eq(t.c->rx_run, 0);
+  ck_assert_int_eq(write(t.peer, chunk, 5000), 5000);
+  ck_assert_int_eq(recv_some(&t, 5000), 5000);
+  ck_assert_uint_eq(t.c->rx_run, 5000);
+  ck_assert_uint_eq(t.c->rx_burst, 300000);
+  /* The rules: the default alone, a reply's ring (a power of two, at most
+   * 1 MiB), 32 calls' ring (at most 4 MiB), whichever is more. */
+  ck_assert_uint_eq(fs_shm_ring_for(0, 8192, 0), 256u << 10);
+  ck_assert_uint_eq(fs_shm_ring_for(0, 8192, t.c->rx_burst), 512u << 10);
+  ck_assert_uint_eq(fs_shm_ring_for(0, 8192, 1048732), 1u << 20);
+  ck_assert_uint_eq(fs_shm_ring_for(0, 8192, 50u << 20), 1u << 20);
+  ck_assert_uint_eq(fs_shm_ring_for(0, 64u << 10, 300000), 2u << 20);
+  ck_assert_uint_eq(fs_shm_ring_for(0, 1u << 20, 0), 4u << 20);
+  ck_assert_uint_eq(fs_shm_ring_for(8u << 20, 8192, 1u << 20), 8u << 20);
+  /* On a fabric nothing more is counted. */
+  tcp_onto_fabric(&t);
+  ck_assert_int_eq(send_str(&t, "x", 0), 1);
+  ck_assert_uint_eq(t.c->rx_run, 5000);
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("sockopt");
@@ -331,6 +386,7 @@ int main(void)
   tcase_add_test(tc, t_sendfile_on_tcp_is_the_kernels);
   tcase_add_test(tc, t_sendfile_on_fabric_fills_the_ring);
   tcase_add_test(tc, t_bad_buffer_on_fabric_is_efault);
+  tcase_add_test(tc, t_reply_sizes_seen_before_the_upgrade);
   suite_add_tcase(s, tc);
   return run_suite(s, true);
 }
