@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 
 #include "base/lock.h"
 #include "base/reason.h"
@@ -164,6 +165,26 @@ extern void (*fs_conn_last_fd_hook)(struct fs_conn *c);
 static inline struct fs_conn *fs_conn_of(struct fs_link *l)
 {
   return (struct fs_conn *)((char *)l - __builtin_offsetof(struct fs_conn, link));
+}
+
+/* r bytes moved before the channel (tx: sent): the sizes a fabric sizes
+ * its rings by (fs_link.io_max: the largest call; rx_burst: the peer's
+ * largest reply, what a request brought back before our next send, however
+ * small the calls that read it).  Counted until the rendezvous runs: the
+ * threshold queues it 2 ms ahead, and a reply still arriving then counts.
+ * Hints: a lost race costs nothing. */
+static inline void fs_conn_note_io(struct fs_conn *c, ssize_t r, bool tx)
+{
+  uint32_t big = r > (ssize_t)UINT32_MAX ? UINT32_MAX : (uint32_t)r;
+  if (big > __atomic_load_n(&c->io_max, __ATOMIC_RELAXED))
+    __atomic_store_n(&c->io_max, big, __ATOMIC_RELAXED);
+  uint32_t was = __atomic_load_n(&c->rx_run, __ATOMIC_RELAXED), run = 0;
+  if (!tx)
+    run = was > UINT32_MAX - big ? UINT32_MAX : was + big;
+  if (run != was)
+    __atomic_store_n(&c->rx_run, run, __ATOMIC_RELAXED);
+  if (run > __atomic_load_n(&c->rx_burst, __ATOMIC_RELAXED))
+    __atomic_store_n(&c->rx_burst, run, __ATOMIC_RELAXED);
 }
 
 #endif

@@ -132,21 +132,8 @@ FS_SOCKIO_HOT ssize_t fs_sockio_done(struct fs_conn *c, ssize_t r, bool tx, bool
     return r;
   if (hrc < 0)
     return tx ? r : -ECONNABORTED;
-  /* Sizes seen until the rendezvous runs (the threshold queues it 2 ms
-   * ahead: a reply still arriving then counts). */
   if (!c->no_upgrade && !__atomic_load_n(&c->chan, __ATOMIC_RELAXED)) {
-    uint32_t big = r > (ssize_t)UINT32_MAX ? UINT32_MAX : (uint32_t)r;
-    if (big > __atomic_load_n(&c->io_max, __ATOMIC_RELAXED))
-      __atomic_store_n(&c->io_max, big, __ATOMIC_RELAXED); /* a hint: a lost race costs nothing */
-    /* The peer's replies, however small the calls that read them (wrk:
-     * 8 KiB): what a request brought back before our next send. */
-    uint32_t was = __atomic_load_n(&c->rx_run, __ATOMIC_RELAXED), run = 0;
-    if (!tx)
-      run = was > UINT32_MAX - big ? UINT32_MAX : was + big;
-    if (run != was)
-      __atomic_store_n(&c->rx_run, run, __ATOMIC_RELAXED);
-    if (run > __atomic_load_n(&c->rx_burst, __ATOMIC_RELAXED))
-      __atomic_store_n(&c->rx_burst, run, __ATOMIC_RELAXED);
+    fs_conn_note_io(c, r, tx);
     if (!c->upgrade_queued)
       fs_sock_maybe_upgrade(c);
   }
