@@ -60,17 +60,17 @@ uint32_t fs_shm_ring_size(uint32_t asked);
  * through 256 KiB (33 vs 8.6 GB/s, same run; README): a ring that fits in a
  * core's L2 makes the reader fetch every line from the writer's cache, one
  * larger sends them by way of L3.  Pages are touched only as the traffic
- * needs them, and an idle ring gives them back. */
-/* And where the peer's replies came in bursts (rx_burst: the most bytes
+ * needs them, and an idle ring gives them back.
+ * And where the peer's replies came in bursts (rx_burst: the most bytes
  * received between two of our sends, read in however many calls), a ring
  * that holds the largest, up to FS_SHM_RING_BURST.  Its sender then writes
  * a reply in one call: an aiohttp server sending 1 MiB replies to wrk (8
  * KiB reads, so a 256 KiB ring) wrote a quarter per call and buffered the
- * rest in Python, and ran at 0.35x of kernel TCP (1.3-1.5x with 1 MiB
+ * rest in Python, and ran at 0.35x of kernel TCP (1.5-2x with 1 MiB
  * rings).  No more than that: bigger rings cost nginx's 1 MiB replies
  * (sendfile) a quarter of their rate here (2 MiB rings 0.75x of 256 KiB
- * ones, 1 MiB ones the same), and mapping more than the rings use cost as
- * much (README: the ring that grows). */
+ * ones, 1 MiB ones the same), and mapping more than the rings use cost
+ * more (README, "Rings sized by replies"). */
 uint32_t fs_shm_ring_for(uint32_t asked, uint32_t io_max, uint32_t rx_burst);
 #define FS_SHM_RING_CALLS 32
 #define FS_SHM_RING_BIG (4u << 20)
