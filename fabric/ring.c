@@ -37,63 +37,126 @@ static void fs_ring_read_at(const struct fs_ring *r, uint64_t pos, void *dst, si
     memcpy((uint8_t *)dst + first, r->data, n - first);
 }
 
-/* Free bytes below lim (the ring's size, or its cap), from the cached head
- * if that shows at least `want`. */
-static size_t fs_ring_free_below(struct fs_ring *r, size_t want, size_t lim)
+/* Positions in use (tail - head), from the cached head if that leaves at
+ * least `room` below lim (the ring's size, or its cap). */
+static uint64_t fs_ring_used(struct fs_ring *r, uint64_t tail, uint64_t room, uint64_t lim)
 {
-  uint64_t tail = __atomic_load_n(&r->ctl->tail, __ATOMIC_RELAXED);
   uint64_t used = tail - __atomic_load_n(&r->head_seen, __ATOMIC_RELAXED);
-  if (used > lim || lim - used < want) {
+  if (used > lim || lim - used < room) {
     uint64_t head = fs_ring_load(&r->ctl->head);
     __atomic_store_n(&r->head_seen, head, __ATOMIC_RELAXED);
     used = tail - head;
   }
-  return used >= lim ? 0 : lim - (size_t)used;
+  return used;
 }
 
 static size_t fs_ring_free(struct fs_ring *r, size_t want)
 {
-  return fs_ring_free_below(r, want, r->size);
+  uint64_t used = fs_ring_used(r, __atomic_load_n(&r->ctl->tail, __ATOMIC_RELAXED), want, r->size);
+  return used >= r->size ? 0 : r->size - (size_t)used;
+}
+
+/* The producer's window now, 0 if none. */
+static uint32_t fs_ring_win(const struct fs_ring *r)
+{
+  uint32_t win = __atomic_load_n(&r->win, __ATOMIC_RELAXED);
+  return win < r->size ? win : 0;
 }
 
 size_t fs_ring_limit(const struct fs_ring *r)
 {
-  uint32_t cap = __atomic_load_n(&r->cap, __ATOMIC_RELAXED);
-  return cap && cap < r->size ? cap : r->size;
+  uint32_t cap = __atomic_load_n(&r->cap, __ATOMIC_RELAXED), win = fs_ring_win(r);
+  uint32_t lim = win ? win : r->size;
+  return cap && cap < lim ? cap : lim;
+}
+
+/* Where the next DATA record goes and the payload it may carry (for one
+ * wanting `want`): at tail, or behind a SKIP (*skip: its span, 0 if none)
+ * at the start of the next lap, whichever holds more.  Free positions are
+ * the hard bound (a SKIP in flight counts: nothing overwrites what the
+ * consumer has not passed); the window and the cap are the producer's own
+ * policy (the cap does not count the SKIP it would write). */
+static size_t fs_ring_place(struct fs_ring *r, size_t want, uint64_t *skip)
+{
+  const uint64_t over = FS_RING_RESERVE + FS_RING_HDR;
+  uint64_t tail = __atomic_load_n(&r->ctl->tail, __ATOMIC_RELAXED);
+  uint32_t cap = __atomic_load_n(&r->cap, __ATOMIC_RELAXED), win = fs_ring_win(r), o = fs_ring_off(r, tail);
+  uint64_t lim = cap && cap < r->size ? cap : r->size;
+  size_t here = 0;
+  *skip = 0;
+  if (!win || o + FS_RING_HDR + 8 <= win) {
+    uint64_t used = fs_ring_used(r, tail, want + over + 8, lim);
+    uint64_t free = used >= lim ? 0 : lim - used;
+    here = free < over + 8 ? 0 : (size_t)((free - over) & ~7ull);
+    if (win && here > win - o - FS_RING_HDR)
+      here = (win - o - FS_RING_HDR) & ~7u;
+    if (!win || o == 0 || here >= want)
+      return here;
+  }
+  uint64_t s = r->size - o; /* o > 0 here */
+  uint64_t used = fs_ring_used(r, tail, s + want + over + 8, r->size);
+  uint64_t free = used >= r->size ? 0 : r->size - used;
+  uint64_t cfree = used >= lim ? 0 : lim - used;
+  if (free < s)
+    return here;
+  free -= s;
+  if (cfree < free)
+    free = cfree;
+  size_t there = free < over + 8 ? 0 : (size_t)((free - over) & ~7ull);
+  if (there > win - FS_RING_HDR)
+    there = (win - FS_RING_HDR) & ~7u;
+  if (there <= here)
+    return here;
+  *skip = s;
+  return there;
 }
 
 size_t fs_ring_space_for(struct fs_ring *r, size_t want)
 {
-  size_t free = fs_ring_free_below(r, want + FS_RING_RESERVE + FS_RING_HDR + 8, fs_ring_limit(r));
-  if (free < FS_RING_RESERVE + FS_RING_HDR + 8)
-    return 0;
-  return (free - FS_RING_RESERVE - FS_RING_HDR) & ~(size_t)7;
+  uint64_t skip;
+  return fs_ring_place(r, want, &skip);
 }
 
 /* The bytes of the DATA record a producer may append now: len, cut to the
- * room there is and to what a record's length field holds. */
-static size_t fs_ring_data_room(struct fs_ring *r, size_t len)
+ * room there is and to what a record's length field holds; *at: where its
+ * header goes (behind a SKIP written here, if one is due). */
+static size_t fs_ring_data_room(struct fs_ring *r, size_t len, uint64_t *at)
 {
-  size_t room = fs_ring_space_for(r, len);
+  uint64_t skip;
+  size_t room = fs_ring_place(r, len, &skip);
   if (len > room)
     len = room;
-  return len > 0xffffffu - 8 ? 0xffffffu - 8 : len;
+  if (len > 0xffffffu - 8)
+    len = 0xffffffu - 8;
+  *at = __atomic_load_n(&r->ctl->tail, __ATOMIC_RELAXED);
+  if (len && skip) { /* published with the record, by the same store of tail */
+    uint32_t hdr[2] = { FS_REC_SKIP, 0 };
+    fs_ring_write_at(r, *at, hdr, sizeof hdr);
+    *at += skip;
+  }
+  return len;
 }
 
-/* The record's header, then the tail (release): its n bytes are written. */
+/* The record's header, then the tail (release): its n bytes are written.
+ * The window widens once FS_RING_WIN_GROW times its size went through it. */
 static void fs_ring_publish_data(struct fs_ring *r, uint64_t tail, size_t n)
 {
   uint32_t hdr[2] = { FS_REC_DATA, (uint32_t)n };
   fs_ring_write_at(r, tail, hdr, sizeof hdr);
   __atomic_store_n(&r->ctl->tail, tail + FS_RING_HDR + FS_ALIGN8(n), __ATOMIC_RELEASE);
+  uint32_t win = fs_ring_win(r);
+  if (win && (r->win_moved += n) >= (uint64_t)FS_RING_WIN_GROW * win) {
+    __atomic_store_n(&r->win, win * 2 < r->size ? win * 2 : 0, __ATOMIC_RELAXED);
+    r->win_moved = 0;
+  }
 }
 
 size_t fs_ring_put_data(struct fs_ring *r, const struct iovec *iov, int iovcnt, size_t skip, size_t len)
 {
-  len = fs_ring_data_room(r, len);
+  uint64_t tail;
+  len = fs_ring_data_room(r, len, &tail);
   if (len == 0)
     return 0;
-  uint64_t tail = __atomic_load_n(&r->ctl->tail, __ATOMIC_RELAXED);
   uint64_t pos = tail + FS_RING_HDR;
   size_t left = len;
   for (int i = 0; i < iovcnt && left > 0; i++) {
@@ -139,10 +202,10 @@ static ssize_t fs_ring_read_file(int fd, off_t off, uint8_t *dst, size_t n)
 
 ssize_t fs_ring_put_file(struct fs_ring *r, int fd, off_t off, size_t len, bool *end)
 {
-  len = fs_ring_data_room(r, len);
+  uint64_t tail;
+  len = fs_ring_data_room(r, len, &tail);
   if (len == 0)
     return 0;
-  uint64_t tail = __atomic_load_n(&r->ctl->tail, __ATOMIC_RELAXED);
   uint32_t at = fs_ring_off(r, tail + FS_RING_HDR);
   size_t first = r->size - at < len ? r->size - at : len;
   ssize_t n = fs_ring_read_file(fd, off, r->data + at, first);
@@ -174,8 +237,9 @@ int fs_ring_put_ctl(struct fs_ring *r, uint32_t type, uint64_t val)
   return 0;
 }
 
-/* Validate the record at head: 1 ok, 0 empty, -EPROTO corrupt. */
-static int fs_ring_hdr(const struct fs_ring *r, uint64_t head, uint64_t tail, uint32_t hdr[2])
+/* Validate the record at head: 1 ok (*total: the positions it spans), 0
+ * empty, -EPROTO corrupt. */
+static int fs_ring_hdr(const struct fs_ring *r, uint64_t head, uint64_t tail, uint32_t hdr[2], uint64_t *total)
 {
   uint64_t used = tail - head;
   if (used == 0)
@@ -186,8 +250,8 @@ static int fs_ring_hdr(const struct fs_ring *r, uint64_t head, uint64_t tail, ui
    * the wrap-aware copy cost two calls to memcpy). */
   memcpy(hdr, r->data + fs_ring_off(r, head), FS_RING_HDR);
   uint32_t type = hdr[0] & 0xff, done = hdr[0] >> 8, len = hdr[1];
-  uint64_t total = FS_RING_HDR + FS_ALIGN8((uint64_t)done + len);
-  if (total > used)
+  *total = FS_RING_HDR + FS_ALIGN8((uint64_t)done + len);
+  if (*total > used)
     return -EPROTO;
   switch (type) {
   case FS_REC_DATA:
@@ -203,10 +267,28 @@ static int fs_ring_hdr(const struct fs_ring *r, uint64_t head, uint64_t tail, ui
     if (len != 0 || done)
       return -EPROTO;
     break;
+  case FS_REC_SKIP:
+    *total = r->size - fs_ring_off(r, head);
+    if (len != 0 || done || *total == r->size || *total > used)
+      return -EPROTO;
+    break;
   default:
     return -EPROTO;
   }
   return 1;
+}
+
+/* The record at *head, stepping over a SKIP (*head moves past it): as
+ * fs_ring_hdr.  A SKIP with nothing behind it is corrupt: ours publish the
+ * next record with it, and an empty ring must read as tail == head. */
+static int fs_ring_rec(const struct fs_ring *r, uint64_t *head, uint64_t tail, uint32_t hdr[2], uint64_t *total)
+{
+  int rc = fs_ring_hdr(r, *head, tail, hdr, total);
+  if (rc <= 0 || (hdr[0] & 0xff) != FS_REC_SKIP)
+    return rc;
+  *head += *total;
+  rc = fs_ring_hdr(r, *head, tail, hdr, total); /* at offset 0: never a SKIP */
+  return rc == 0 ? -EPROTO : rc;
 }
 
 int fs_ring_peek(const struct fs_ring *r, uint32_t *type, uint32_t *len, uint64_t *val)
@@ -214,7 +296,8 @@ int fs_ring_peek(const struct fs_ring *r, uint32_t *type, uint32_t *len, uint64_
   uint64_t head = __atomic_load_n(&r->ctl->head, __ATOMIC_RELAXED);
   uint64_t tail = fs_ring_load(&r->ctl->tail);
   uint32_t hdr[2];
-  int rc = fs_ring_hdr(r, head, tail, hdr);
+  uint64_t total;
+  int rc = fs_ring_rec(r, &head, tail, hdr, &total);
   if (rc <= 0)
     return rc;
   *type = hdr[0] & 0xff;
@@ -229,9 +312,9 @@ void fs_ring_pop(struct fs_ring *r)
 {
   uint64_t head = __atomic_load_n(&r->ctl->head, __ATOMIC_RELAXED);
   uint32_t hdr[2];
-  fs_ring_read_at(r, head, hdr, FS_RING_HDR);
-  uint64_t total = FS_RING_HDR + FS_ALIGN8((uint64_t)(hdr[0] >> 8) + hdr[1]);
-  __atomic_store_n(&r->ctl->head, head + total, __ATOMIC_RELEASE);
+  uint64_t total;
+  if (fs_ring_rec(r, &head, fs_ring_load(&r->ctl->tail), hdr, &total) > 0)
+    __atomic_store_n(&r->ctl->head, head + total, __ATOMIC_RELEASE);
 }
 
 ssize_t fs_ring_get_data(struct fs_ring *r, const struct iovec *iov, int iovcnt, size_t skip, size_t max, bool peek)
@@ -247,11 +330,14 @@ ssize_t fs_ring_get_data(struct fs_ring *r, const struct iovec *iov, int iovcnt,
   }
   while (copied < max && vi < iovcnt) {
     uint32_t hdr[2];
-    int rc = fs_ring_hdr(r, head, tail, hdr);
+    uint64_t total, at = head;
+    int rc = fs_ring_rec(r, &head, tail, hdr, &total);
     if (rc < 0)
       return copied ? (ssize_t)copied : rc;
-    if (rc == 0 || (hdr[0] & 0xff) != FS_REC_DATA)
+    if (rc == 0 || (hdr[0] & 0xff) != FS_REC_DATA) {
+      head = at; /* a SKIP before a control record is the next reader's to step over */
       break;
+    }
     uint32_t done = hdr[0] >> 8, len = hdr[1];
     uint32_t took = 0;
     while (took < len && copied < max && vi < iovcnt) {
@@ -272,15 +358,17 @@ ssize_t fs_ring_get_data(struct fs_ring *r, const struct iovec *iov, int iovcnt,
     if (peek) {
       if (took < len)
         break;
-      head += FS_RING_HDR + FS_ALIGN8((uint64_t)done + len);
+      head += total;
       continue;
     }
     if (took == len) {
-      head += FS_RING_HDR + FS_ALIGN8((uint64_t)done + len);
+      head += total;
       __atomic_store_n(&r->ctl->head, head, __ATOMIC_RELEASE);
     } else {
       uint32_t nh[2] = { FS_REC_DATA | ((done + took) << 8), len - took };
       fs_ring_write_at(r, head, nh, sizeof nh);
+      if (head != at) /* stepped over a SKIP: it is consumed */
+        __atomic_store_n(&r->ctl->head, head, __ATOMIC_RELEASE);
       break;
     }
   }
@@ -294,10 +382,11 @@ size_t fs_ring_readable(const struct fs_ring *r)
   size_t n = 0;
   for (;;) {
     uint32_t hdr[2];
-    if (fs_ring_hdr(r, head, tail, hdr) <= 0 || (hdr[0] & 0xff) != FS_REC_DATA)
+    uint64_t total;
+    if (fs_ring_rec(r, &head, tail, hdr, &total) <= 0 || (hdr[0] & 0xff) != FS_REC_DATA)
       return n;
     n += hdr[1];
-    head += FS_RING_HDR + FS_ALIGN8((uint64_t)(hdr[0] >> 8) + hdr[1]);
+    head += total;
   }
 }
 
@@ -310,7 +399,8 @@ bool fs_ring_data_ahead(const struct fs_ring *r, size_t need)
   size_t n = 0;
   while (n < need) {
     uint32_t hdr[2];
-    int h = fs_ring_hdr(r, head, tail, hdr);
+    uint64_t total;
+    int h = fs_ring_rec(r, &head, tail, hdr, &total);
     if (h < 0)
       return true; /* corrupt: let the reader find out */
     if (h == 0)
@@ -318,7 +408,7 @@ bool fs_ring_data_ahead(const struct fs_ring *r, size_t need)
     if ((hdr[0] & 0xff) != FS_REC_DATA)
       return true;
     n += hdr[1];
-    head += FS_RING_HDR + FS_ALIGN8((uint64_t)(hdr[0] >> 8) + hdr[1]);
+    head += total;
   }
   return true;
 }
@@ -331,12 +421,13 @@ static int fs_ring_first(const struct fs_ring *r, unsigned skip)
   uint64_t tail = fs_ring_load(&r->ctl->tail);
   for (int i = 0; i < FS_RING_EOF_SCAN; i++) {
     uint32_t hdr[2];
-    if (fs_ring_hdr(r, head, tail, hdr) <= 0)
+    uint64_t total;
+    if (fs_ring_rec(r, &head, tail, hdr, &total) <= 0)
       return -1;
     uint32_t type = hdr[0] & 0xff;
     if (!(skip & (1u << type)))
       return (int)type;
-    head += FS_RING_HDR + FS_ALIGN8((uint64_t)(hdr[0] >> 8) + hdr[1]);
+    head += total;
   }
   return -1;
 }

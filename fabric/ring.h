@@ -1,6 +1,6 @@
 /* Single-producer/single-consumer record ring in shared memory.
  *
- * Wire format v2 (FS_RING_VERSION), little-endian host order, shared between
+ * Wire format v3 (FS_RING_VERSION), little-endian host order, shared between
  * two processes of the same host:
  *
  *   A ring is `size` bytes (a power of two, multiple of 8) of data plus a
@@ -20,9 +20,18 @@
  *   type 3 REVERT  payload = u64 m: bytes sent on this ring in total; after
  *                  it the stream continues on TCP
  *   type 4 EOF     len 0: the sender shut down writing (shutdown or close)
+ *   type 5 SKIP    len 0 (v3): nothing more in this lap; the next record is
+ *                  at the ring's start.  Never at offset 0, never the last
+ *                  record published (its producer publishes the record after
+ *                  it in the same store of tail), never read by the
+ *                  application: a consumer steps over it.
  *
  *   A header never wraps (8-aligned in an 8-multiple ring); a payload may
- *   wrap to the start.  The consumer may consume part of a DATA record: it
+ *   wrap to the start.  SKIP lets a producer keep its DATA in the first
+ *   `win` bytes of a large ring until the stream proves long (struct
+ *   fs_ring): every page of a ring costs a page fault and a zeroed page the
+ *   first time it is written, several microseconds each in a VM, and a
+ *   4 MiB ring costs more in faults than a 20 MiB download saves.  The consumer may consume part of a DATA record: it
  *   then rewrites that record's header in place (the region is its own until
  *   head moves past it): len becomes the bytes left and the upper 24 bits of
  *   type the bytes already consumed (the producer always writes 0 there).
@@ -40,11 +49,12 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
-#define FS_RING_VERSION 2
+#define FS_RING_VERSION 3
 #define FS_REC_DATA 1
 #define FS_REC_SWITCH 2
 #define FS_REC_REVERT 3
 #define FS_REC_EOF 4
+#define FS_REC_SKIP 5
 #define FS_RING_HDR 8
 #define FS_RING_RESERVE 32
 
@@ -70,19 +80,38 @@ struct fs_ring {
    * SO_RCVBUF where an application set one), 0: the ring's size.  Its own,
    * never shared; control records ignore it.  Atomic. */
   uint32_t cap;
+  /* Producer: DATA goes in the ring's first `win` bytes (then a SKIP), 0:
+   * anywhere.  It doubles each time FS_RING_WIN_GROW times as many bytes
+   * went through it, up to the whole ring.  Its own, never shared: the
+   * consumer only steps over SKIP.  Atomic (readiness reads it). */
+  uint32_t win;
+  uint64_t win_moved;                          /* producer: bytes and skips since win was set */
 };
+
+/* A ring larger than this starts with this window (fabric's choice: shm;
+ * rdma's registered rings come from a pool, their pages already touched).
+ * 1 MiB: what the reply rule asks at most (fabric/shm/shm.h), so a reply
+ * still goes in one call. */
+#define FS_RING_WIN0 (1u << 20)
+#define FS_RING_WIN_GROW 16
+static inline uint32_t fs_ring_win0(uint32_t size)
+{
+  return size > FS_RING_WIN0 ? FS_RING_WIN0 : 0;
+}
 
 static inline uint64_t fs_ring_load(const uint64_t *p)
 {
   return __atomic_load_n(p, __ATOMIC_ACQUIRE);
 }
 
-/* The producer's limit on bytes in the ring: its cap, else its size. */
+/* The producer's limit on bytes in the ring: its cap, else its window,
+ * else its size. */
 size_t fs_ring_limit(const struct fs_ring *r);
 
 /* Bytes the producer could write as DATA payload right now (0 if none),
- * exact up to `want`: the consumer's head is read afresh only when the one
- * seen last leaves less room than that.  Below the cap, if one is set. */
+ * in one record, exact up to `want`: the consumer's head is read afresh
+ * only when the one seen last leaves less room than that.  Below the cap,
+ * if one is set; within the window, behind a SKIP where that leaves more. */
 size_t fs_ring_space_for(struct fs_ring *r, size_t want);
 static inline size_t fs_ring_space(struct fs_ring *r)
 {

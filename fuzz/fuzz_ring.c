@@ -4,7 +4,9 @@
  * consumer call must stay inside the ring and the caller's buffers, end,
  * and never hand out more than asked.
  *
- * Input: [1: log2 size - 6, mod 5][then ops, each 1 opcode byte + args]:
+ * Input: [1: log2 size - 6, mod 5; bit 7: the honest producer keeps a
+ * window of a quarter of the ring (SKIP records)][then ops, each 1 opcode
+ * byte + args]:
  *   0 ctl:  8-byte tail, 8-byte head (the peer scribbles both)
  *   1 data: 2-byte offset, 1-byte n, n bytes written into the ring data
  *   2 put:  an honest producer appends DATA of 1-byte length
@@ -37,13 +39,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   if (size < 1)
     return 0;
   const uint8_t *p = data, *end = data + size;
-  uint32_t rsize = 64u << (*p++ % 5); /* 64 .. 1024: small rings wrap often */
+  uint32_t rsize = 64u << (*p % 5); /* 64 .. 1024: small rings wrap often */
+  uint32_t win = (*p++ & 0x80) ? rsize / 4 : 0;
   static uint8_t buf[1024];
   static struct fs_ring_ctl ctl;
   memset(&ctl, 0, sizeof ctl);
   memset(buf, 0, sizeof buf);
   ctl.size = rsize;
-  struct fs_ring r = { &ctl, buf, rsize, 0 };
+  struct fs_ring r = { .ctl = &ctl, .data = buf, .size = rsize, .win = win };
   uint8_t a[100], b[7], c[300], src[256];
   for (int i = 0; i < (int)sizeof src; i++)
     src[i] = (uint8_t)i;

@@ -579,8 +579,8 @@ int fs_rdma_new(struct rdma_cm_id *id, uint32_t size, int side, int my_efd, stru
   struct fs_chan *ch = &r->ch;
   ch->ops = &fs_rdma_ops;
   ch->side = side;
-  ch->rx = (struct fs_ring){ &r->ctl[0], r->buf, size, 0, 0 };
-  ch->tx = (struct fs_ring){ &r->ctl[1], r->buf + size, size, 0, 0 };
+  ch->rx = (struct fs_ring){ .ctl = &r->ctl[0], .data = r->buf, .size = size };
+  ch->tx = (struct fs_ring){ .ctl = &r->ctl[1], .data = r->buf + size, .size = size };
   ch->me = &r->ep[0];
   ch->peer = &r->ep[1];
   ch->my_efd = my_efd;

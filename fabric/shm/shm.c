@@ -118,8 +118,10 @@ static struct fs_chan *fs_shm_view(void *map, size_t len, uint32_t ring, int sid
   ch->wait_fd = -1;
   ch->me = &h->ep[side];
   ch->peer = &h->ep[!side];
-  ch->tx = (struct fs_ring){ &h->ctl[side], data + (size_t)side * ring, ring, 0, 0 };
-  ch->rx = (struct fs_ring){ &h->ctl[!side], data + (size_t)!side * ring, ring, 0, 0 };
+  /* A large ring is written in its first part until the stream proves long
+   * (fabric/ring.h, SKIP): its pages cost a fault each when first written. */
+  ch->tx = (struct fs_ring){ .ctl = &h->ctl[side], .data = data + (size_t)side * ring, .size = ring, .win = fs_ring_win0(ring) };
+  ch->rx = (struct fs_ring){ .ctl = &h->ctl[!side], .data = data + (size_t)!side * ring, .size = ring };
   return ch;
 }
 

@@ -1,7 +1,8 @@
 /* The shm fabric: a channel in a sealed memfd shared by two processes.
  *
- * Memory format v3 (FS_SHM_VERSION; v2: ring control blocks of ring format v2;
- * v3: fs_chan_ep grew rcvbuf, so ctl[] moved), host byte order:
+ * Memory format v4 (FS_SHM_VERSION; v2: ring control blocks of ring format v2;
+ * v3: fs_chan_ep grew rcvbuf, so ctl[] moved; v4: rings of format v3, whose
+ * SKIP records an older consumer would take for corruption), host byte order:
  *
  *   offset 0            struct fs_shm_hdr (FS_SHM_HDR_SIZE bytes):
  *                         u32 magic "FSHM", u32 version, u32 ring_size,
@@ -22,7 +23,7 @@
 #include "fabric/chan.h"
 
 #define FS_SHM_MAGIC 0x4d485346u /* "FSHM" */
-#define FS_SHM_VERSION 3
+#define FS_SHM_VERSION 4
 #define FS_SHM_HDR_SIZE 4096
 #define FS_SHM_RING_MIN (64u << 10)
 #define FS_SHM_RING_MAX (16u << 20)
@@ -60,7 +61,9 @@ uint32_t fs_shm_ring_size(uint32_t asked);
  * through 256 KiB (33 vs 8.6 GB/s, same run; README): a ring that fits in a
  * core's L2 makes the reader fetch every line from the writer's cache, one
  * larger sends them by way of L3.  Pages are touched only as the traffic
- * needs them, and an idle ring gives them back.
+ * needs them (a ring over 1 MiB is written in a window that grows with the
+ * stream, fabric/ring.h: a page's first write costs a fault), and an idle
+ * ring gives them back.
  * And where the peer's replies came in bursts (rx_burst: the most bytes
  * received between two of our sends, read in however many calls), a ring
  * that holds the largest, up to FS_SHM_RING_BURST.  Its sender then writes

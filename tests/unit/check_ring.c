@@ -1,5 +1,6 @@
 /* Unit tests for fabric/ring: record framing, wrap-around, partial reads,
- * peek, control records, and a hostile producer. */
+ * peek, control records, the producer's window (SKIP records), and a
+ * hostile producer. */
 #include <check.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -20,7 +21,7 @@ static void setup(void)
 {
   memset(&ctl, 0, sizeof ctl);
   memset(data, 0xee, sizeof data);
-  r = (struct fs_ring){ &ctl, data, RSZ, 0, 0 };
+  r = (struct fs_ring){ .ctl = &ctl, .data = data, .size = RSZ };
 }
 
 static size_t put(const void *p, size_t n)
@@ -203,6 +204,137 @@ START_TEST(t_hostile_producer)
 }
 END_TEST
 
+/* A producer with a window keeps DATA in the ring's first `win` bytes
+ * (a SKIP jumps to the next lap) until FS_RING_WIN_GROW times the window
+ * went through, then doubles it, up to the whole ring.  Every byte arrives
+ * once, in order; the bytes past the window are not written meanwhile. */
+START_TEST(t_window_stream)
+{
+  r.win = 1024;
+  ck_assert_uint_eq(fs_ring_limit(&r), 1024);
+  srand(43);
+  uint8_t out[700], in[700];
+  uint64_t sent = 0, rcvd = 0;
+  bool grew = false, whole = false;
+  for (int iter = 0; iter < 20000; iter++) {
+    size_t n = 1 + (size_t)rand() % sizeof out;
+    for (size_t i = 0; i < n; i++)
+      out[i] = (uint8_t)(sent + i);
+    sent += put(out, n);
+    if (r.win == 1024) {
+      /* Untouched past the window (a SKIP's header lands below it + 8). */
+      int dirty = 0;
+      for (size_t i = 1024 + 8; i < RSZ; i++)
+        dirty |= data[i] != 0xee;
+      ck_assert_int_eq(dirty, 0);
+    }
+    grew |= r.win == 2048;
+    whole |= grew && r.win == 0;
+    ssize_t g = get(in, 1 + (size_t)rand() % sizeof in, (iter % 7) == 0);
+    ck_assert_int_ge(g, 0);
+    if ((iter % 7) == 0) { /* a peek: the same bytes again, consumed now */
+      ssize_t g2 = get(in, (size_t)g, false);
+      ck_assert_int_eq(g2, g);
+    }
+    int bad = 0;
+    for (ssize_t i = 0; i < g; i++)
+      bad |= in[i] != (uint8_t)(rcvd + (uint64_t)i);
+    ck_assert_int_eq(bad, 0);
+    rcvd += (uint64_t)g;
+  }
+  ck_assert(grew && whole);
+  ck_assert_uint_eq(fs_ring_limit(&r), RSZ);
+  ck_assert_uint_ge(rcvd, 1000000);
+}
+END_TEST
+
+/* A SKIP is invisible to the consumer: peek, pop, readable, data_ahead,
+ * eof_queued and get step over it; the producer writes one only with the
+ * record behind it, and only where that leaves more room, so a drained ring
+ * with its tail near the window's end is still writable (a writer that
+ * waits for a third of the ring free must not wait for ever). */
+START_TEST(t_skip_transparent)
+{
+  r.win = 1024;
+  static uint8_t big[1024], out[1024];
+  size_t w = put(big, 1000 - FS_RING_HDR); /* tail at 1000: 24 bytes to the window's end */
+  ck_assert_uint_eq(w, 1000 - FS_RING_HDR);
+  ck_assert_int_eq(get(out, sizeof out, false), (ssize_t)w);
+  ck_assert(fs_ring_empty(&r));
+  size_t third = fs_ring_limit(&r) / 3;
+  ck_assert_uint_ge(fs_ring_space_for(&r, third), third); /* behind a SKIP */
+  ck_assert_uint_eq(ctl.tail, 1000);                      /* asking wrote nothing */
+  ck_assert_uint_eq(put("abc", 3), 3);                    /* fits before the window's end */
+  ck_assert_uint_eq(ctl.tail, 1016);
+  ck_assert_uint_eq(put("defghijk", 8), 8); /* no room for it there: a SKIP, then it */
+  ck_assert_uint_eq(ctl.tail, RSZ + 16);
+  uint32_t hdr[2];
+  memcpy(hdr, data + 1016, 8);
+  ck_assert_uint_eq(hdr[0], FS_REC_SKIP);
+  ck_assert_int_eq(fs_ring_put_ctl(&r, FS_REC_EOF, 0), 0);
+  ck_assert_uint_eq(fs_ring_readable(&r), 11);
+  ck_assert(fs_ring_data_ahead(&r, 11));
+  ck_assert(fs_ring_eof_queued(&r));
+  char b[16] = { 0 };
+  ck_assert_int_eq(get(b, 5, false), 5); /* across the SKIP */
+  ck_assert_int_eq(memcmp(b, "abcde", 5), 0);
+  ck_assert_uint_eq(ctl.head, RSZ); /* stepped over it, mid-record */
+  ck_assert_int_eq(get(b, sizeof b, false), 6);
+  ck_assert_int_eq(memcmp(b, "fghijk", 6), 0);
+  uint32_t t, l;
+  uint64_t v;
+  ck_assert_int_eq(fs_ring_peek(&r, &t, &l, &v), 1);
+  ck_assert_uint_eq(t, FS_REC_EOF);
+  /* A SKIP right before a control record: peek and pop step over it. */
+  setup();
+  uint32_t skip[2] = { FS_REC_SKIP, 0 }, sw[2] = { FS_REC_SWITCH, 8 };
+  uint64_t n = 777;
+  memcpy(data + 2048, skip, 8);
+  memcpy(data, sw, 8);
+  memcpy(data + 8, &n, 8);
+  ctl.head = 2048;
+  ctl.tail = RSZ + 16;
+  ck_assert_int_eq(fs_ring_peek(&r, &t, &l, &v), 1);
+  ck_assert_uint_eq(t, FS_REC_SWITCH);
+  ck_assert_uint_eq(v, 777);
+  ck_assert_int_eq(get(b, sizeof b, false), 0);
+  ck_assert_uint_eq(ctl.head, 2048); /* data stops at the SWITCH, the SKIP stays */
+  fs_ring_pop(&r);
+  ck_assert(fs_ring_empty(&r));
+}
+END_TEST
+
+/* SKIP records a producer must never write: at offset 0 (a whole lap),
+ * with a length, crossing the tail, or with nothing behind it. */
+START_TEST(t_hostile_skip)
+{
+  uint32_t t, l;
+  uint64_t v;
+  char b[16];
+  struct { uint64_t head, tail; uint32_t hdr[2]; } bad[] = {
+    { 0, 16, { FS_REC_SKIP, 0 } },             /* offset 0 */
+    { 2048, RSZ + 16, { FS_REC_SKIP, 8 } },    /* a length */
+    { 2048, 3000, { FS_REC_SKIP, 0 } },        /* beyond what is published */
+    { 2048, RSZ, { FS_REC_SKIP, 0 } },         /* nothing behind it */
+    { 2048, RSZ + 16, { FS_REC_SKIP | 8 << 8, 0 } }, /* "consumed" bits */
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    setup();
+    uint32_t d[2] = { FS_REC_DATA, 8 };
+    memcpy(data, d, 8); /* a good record at the next lap's start */
+    memcpy(data + (bad[i].head & (RSZ - 1)), bad[i].hdr, 8);
+    ctl.head = bad[i].head;
+    ctl.tail = bad[i].tail;
+    ck_assert_int_eq(fs_ring_peek(&r, &t, &l, &v), -EPROTO);
+    ck_assert_int_eq(get(b, sizeof b, false), -EPROTO);
+    ck_assert_uint_eq(fs_ring_readable(&r), 0);
+    ck_assert(fs_ring_data_ahead(&r, 8)); /* corrupt: the reader finds out */
+    ck_assert(!fs_ring_eof_queued(&r));
+    ck_assert_uint_eq(ctl.head, bad[i].head);
+  }
+}
+END_TEST
+
 /* Pages of [p, p + len) in memory (mincore). */
 static int resident(const void *p, size_t len)
 {
@@ -260,8 +392,8 @@ START_TEST(t_trim_shared)
   uint8_t *pa = mmap(NULL, pg + sz, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   uint8_t *pb = mmap(NULL, pg + sz, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   ck_assert(pa != MAP_FAILED && pb != MAP_FAILED);
-  struct fs_ring pr = { (struct fs_ring_ctl *)pa, pa + pg, (uint32_t)sz, 0, 0 };
-  struct fs_ring co = { (struct fs_ring_ctl *)pb, pb + pg, (uint32_t)sz, 0, 0 };
+  struct fs_ring pr = { .ctl = (struct fs_ring_ctl *)pa, .data = pa + pg, .size = (uint32_t)sz };
+  struct fs_ring co = { .ctl = (struct fs_ring_ctl *)pb, .data = pb + pg, .size = (uint32_t)sz };
   uint32_t wseq = 0, rseq = 0;
   /* About 10 pages streamed, the last ~2.5 not read yet (no wrap so far). */
   trim_stream(&pr, &co, &wseq, &rseq, 10 * pg, 10 * pg - 10000);
@@ -302,6 +434,9 @@ int main(void)
   tcase_add_test(tc, t_full_keeps_reserve);
   tcase_add_test(tc, t_space_cached_head);
   tcase_add_test(tc, t_hostile_producer);
+  tcase_add_test(tc, t_window_stream);
+  tcase_add_test(tc, t_skip_transparent);
+  tcase_add_test(tc, t_hostile_skip);
   tcase_add_test(tc, t_trim_shared);
   suite_add_tcase(s, tc);
   return run_suite(s, false);
