@@ -50,10 +50,16 @@ static uint64_t fs_ring_used(struct fs_ring *r, uint64_t tail, uint64_t room, ui
   return used;
 }
 
+/* Positions left below lim with `used` in use. */
+static inline uint64_t fs_ring_left(uint64_t used, uint64_t lim)
+{
+  return used >= lim ? 0 : lim - used;
+}
+
 static size_t fs_ring_free(struct fs_ring *r, size_t want)
 {
   uint64_t used = fs_ring_used(r, __atomic_load_n(&r->ctl->tail, __ATOMIC_RELAXED), want, r->size);
-  return used >= r->size ? 0 : r->size - (size_t)used;
+  return (size_t)fs_ring_left(used, r->size);
 }
 
 /* The producer's window now, 0 if none. */
@@ -70,6 +76,15 @@ size_t fs_ring_limit(const struct fs_ring *r)
   return cap && cap < lim ? cap : lim;
 }
 
+/* The DATA payload one record may carry with `free` positions free (its
+ * header and the reserve kept), at most `most`: a multiple of 8. */
+static size_t fs_ring_payload(uint64_t free, uint64_t most)
+{
+  const uint64_t over = FS_RING_RESERVE + FS_RING_HDR;
+  uint64_t n = free < over + 8 ? 0 : (free - over) & ~7ull;
+  return (size_t)(n < (most & ~7ull) ? n : most & ~7ull);
+}
+
 /* Where the next DATA record goes and the payload it may carry (for one
  * wanting `want`): at tail, or behind a SKIP (*skip: its span, 0 if none)
  * at the start of the next lap, whichever holds more.  Free positions are
@@ -78,33 +93,25 @@ size_t fs_ring_limit(const struct fs_ring *r)
  * policy (the cap does not count the SKIP it would write). */
 static size_t fs_ring_place(struct fs_ring *r, size_t want, uint64_t *skip)
 {
-  const uint64_t over = FS_RING_RESERVE + FS_RING_HDR;
+  const uint64_t need = FS_RING_RESERVE + FS_RING_HDR + 8; /* a record of 8 bytes */
   uint64_t tail = __atomic_load_n(&r->ctl->tail, __ATOMIC_RELAXED);
   uint32_t cap = __atomic_load_n(&r->cap, __ATOMIC_RELAXED), win = fs_ring_win(r), o = fs_ring_off(r, tail);
   uint64_t lim = cap && cap < r->size ? cap : r->size;
   size_t here = 0;
   *skip = 0;
   if (!win || o + FS_RING_HDR + 8 <= win) {
-    uint64_t used = fs_ring_used(r, tail, want + over + 8, lim);
-    uint64_t free = used >= lim ? 0 : lim - used;
-    here = free < over + 8 ? 0 : (size_t)((free - over) & ~7ull);
-    if (win && here > win - o - FS_RING_HDR)
-      here = (win - o - FS_RING_HDR) & ~7u;
+    uint64_t used = fs_ring_used(r, tail, want + need, lim);
+    here = fs_ring_payload(fs_ring_left(used, lim), win ? win - o - FS_RING_HDR : UINT64_MAX);
     if (!win || o == 0 || here >= want)
       return here;
   }
   uint64_t s = r->size - o; /* o > 0 here */
-  uint64_t used = fs_ring_used(r, tail, s + want + over + 8, r->size);
-  uint64_t free = used >= r->size ? 0 : r->size - used;
-  uint64_t cfree = used >= lim ? 0 : lim - used;
+  uint64_t used = fs_ring_used(r, tail, s + want + need, r->size);
+  uint64_t free = fs_ring_left(used, r->size), cfree = fs_ring_left(used, lim);
   if (free < s)
     return here;
   free -= s;
-  if (cfree < free)
-    free = cfree;
-  size_t there = free < over + 8 ? 0 : (size_t)((free - over) & ~7ull);
-  if (there > win - FS_RING_HDR)
-    there = (win - FS_RING_HDR) & ~7u;
+  size_t there = fs_ring_payload(cfree < free ? cfree : free, win - FS_RING_HDR);
   if (there <= here)
     return here;
   *skip = s;
