@@ -20,6 +20,15 @@
  * agent offers it to each fabric the policy allows, in registration order. */
 void fs_agent_upgrade(struct fs_conn *c);
 
+/* c's upgrade is queued with its delay (c->upgrade_lazy) and c just moved
+ * bytes: once the delay has passed, have the agent run it now rather than
+ * at its lazy deadline.  A clock read until then. */
+void fs_agent_nudge(struct fs_conn *c);
+
+/* When the agent runs its jobs next at the latest (CLOCK_MONOTONIC ns;
+ * UINT64_MAX: not before it is kicked).  For tests. */
+uint64_t fs_agent_wake_at(void);
+
 /* Run fn(c) on the agent thread, without the agent lock (it may block),
  * holding a reference on c meanwhile.  If the agent cannot start, fn runs
  * here and now. */

@@ -60,6 +60,8 @@ struct fs_conn {
   bool local_known;           /* local already holds what getsockname would say */
   bool no_upgrade;            /* never try (again) */
   bool upgrade_queued;        /* a rendezvous is queued or running */
+  bool upgrade_lazy;          /* queued with its delay, not yet run: the next
+                                 I/O after upgrade_due nudges the agent; atomic */
   bool shut_wr, shut_rd;      /* shutdown() seen */
   bool hook_closed;           /* a hook closed the connection */
   bool served;                /* listening: some fabric serves rendezvous beside it */
@@ -108,6 +110,7 @@ struct fs_conn {
   uint64_t trim_tx;           /* agent: fab_tx at its last trim pass (engine/trim.c) */
   bool trimmed;               /* agent: tx ring trimmed since fab_tx last moved */
   uint64_t crossed_ns;        /* accepting end: when the threshold was crossed */
+  uint64_t upgrade_due;       /* connecting end: when its queued upgrade may run */
   uint64_t hold_ns;           /* agent: when a request first waited for its use */
   uint64_t alive_ns;          /* the peer half-closed TCP and was alive then (coarse ns) */
   uint64_t live_ns;           /* rx: when TCP was last asked whether the peer went away */

@@ -11,6 +11,7 @@
 
 #include "base/clock.h"
 #include "engine/hold.h"
+#include "engine/agent.h"
 #include "engine/batch.h"
 #include "engine/cutover.h"
 #include "engine/wait.h"
@@ -136,6 +137,8 @@ FS_SOCKIO_HOT ssize_t fs_sockio_done(struct fs_conn *c, ssize_t r, bool tx, bool
     fs_conn_note_io(c, r, tx);
     if (!c->upgrade_queued)
       fs_sock_maybe_upgrade(c);
+    else if (__atomic_load_n(&c->upgrade_lazy, __ATOMIC_ACQUIRE))
+      fs_agent_nudge(c);
   }
   return r;
 }

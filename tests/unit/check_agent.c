@@ -1,0 +1,116 @@
+/* Unit tests for engine/agent's delayed upgrades: a connection past the
+ * byte threshold is upgraded after FS_AGENT_UPGRADE_DELAY_NS, but the
+ * agent is not woken for it then; the connection's next I/O after that
+ * time wakes it (a nudge), and a connection that closed before costs no
+ * wake of its own (the agent reaps it at a lazy deadline, 20 ms on). */
+#include <check.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "base/clock.h"
+#include "engine/agent.h"
+#include "engine/conn.h"
+#include "engine/fdtab.h"
+#include "engine/io.h"
+#include "engine/sock.h"
+#include "engine/sockio.h"
+#include "tests/unit/check_run.h"
+
+/* A connecting end established on TCP that may upgrade past 4 KiB, with
+ * a fabric no build has: its upgrade, once run, fails at once
+ * (remote-host) and touches nothing. */
+static struct fs_conn *conn_new(int sv[2])
+{
+  ck_assert(fs_sock_enabled()); /* the engine set up: fs_host */
+  ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+  struct fs_conn *c = fs_conn_new(sv[0], AF_INET);
+  ck_assert_ptr_nonnull(c);
+  c->state = FS_STATE_TCP;
+  c->dir = FS_DIR_CONNECT;
+  c->policy.upgrade_bytes = 4096;
+  c->policy.fabric = 99;
+  ck_assert_int_eq(fs_fdtab_install(sv[0], c), 0);
+  return c;
+}
+
+/* n bytes sent through the library on c's TCP socket (counted; the
+ * threshold checked), and drained at the other end. */
+static void send_n(struct fs_conn *c, int sv[2], size_t n)
+{
+  static char buf[8192], sink[8192];
+  struct iovec v = { buf, n };
+  struct fs_io io = { .op = FS_IO_WRITE, .iov = &v, .iovcnt = 1 };
+  ck_assert_int_eq(fs_sock_send(c, sv[0], &io), (ssize_t)n);
+  ck_assert_int_eq(read(sv[1], sink, sizeof sink), (ssize_t)n);
+}
+
+static bool lazy(struct fs_conn *c)
+{
+  return __atomic_load_n(&c->upgrade_lazy, __ATOMIC_ACQUIRE);
+}
+
+START_TEST(t_delayed_upgrade_waits_for_a_nudge)
+{
+  int sv[2];
+  struct fs_conn *c = conn_new(sv);
+  send_n(c, sv, 5000); /* past 4 KiB */
+  ck_assert(c->upgrade_queued);
+  ck_assert(lazy(c));
+  uint64_t due = c->upgrade_due;
+  /* The agent sleeps past the due time (it used to wake at it, for every
+   * connection), unless the job ran already (the test thread slept 22 ms). */
+  ck_assert_uint_ge(fs_agent_wake_at(), due + 10000000ull);
+  /* A send before the due time nudges nothing; one after it does. */
+  send_n(c, sv, 1);
+  if (!lazy(c))
+    ck_assert_uint_ge(fs_clock_ns(), due);
+  while (fs_clock_ns() < due)
+    usleep(200);
+  send_n(c, sv, 1);
+  ck_assert(!lazy(c));
+  uint64_t now = fs_clock_ns();
+  ck_assert(fs_agent_wake_at() <= now || fs_conn_state(c) != FS_STATE_UPGRADING);
+  /* It runs (and fails: no such fabric) soon, not at the lazy deadline. */
+  for (int i = 0; i < 5000 && fs_conn_state(c) == FS_STATE_UPGRADING; i++)
+    usleep(1000);
+  ck_assert_int_eq(fs_conn_state(c), FS_STATE_TCP);
+  ck_assert_int_eq(c->reason, FS_REASON_REMOTE_HOST);
+  ck_assert(!lazy(c));
+  close(sv[0]);
+  close(sv[1]);
+}
+END_TEST
+
+START_TEST(t_quiet_connection_upgrades_at_the_lazy_deadline)
+{
+  int sv[2];
+  struct fs_conn *c = conn_new(sv);
+  send_n(c, sv, 5000);
+  ck_assert(lazy(c));
+  /* No more I/O: the agent runs it by itself, a little later. */
+  for (int i = 0; i < 5000 && fs_conn_state(c) == FS_STATE_UPGRADING; i++)
+    usleep(1000);
+  ck_assert_int_eq(fs_conn_state(c), FS_STATE_TCP);
+  ck_assert_int_eq(c->reason, FS_REASON_REMOTE_HOST);
+  ck_assert(!lazy(c));
+  /* Nothing left: it sleeps until kicked (it says so once past its batch). */
+  for (int i = 0; i < 5000 && fs_agent_wake_at() != UINT64_MAX; i++)
+    usleep(1000);
+  ck_assert_uint_eq(fs_agent_wake_at(), UINT64_MAX);
+  close(sv[0]);
+  close(sv[1]);
+}
+END_TEST
+
+int main(void)
+{
+  Suite *s = suite_create("agent");
+  TCase *tc = tcase_create("delayed");
+  tcase_set_timeout(tc, 30);
+  tcase_add_test(tc, t_delayed_upgrade_waits_for_a_nudge);
+  tcase_add_test(tc, t_quiet_connection_upgrades_at_the_lazy_deadline);
+  suite_add_tcase(s, tc);
+  return run_suite(s, true);
+}
