@@ -92,7 +92,6 @@ void fs_ep_reg_wake(struct fs_ep *ep, struct fs_ep_ent *e, int wfd)
 }
 
 static struct fs_ep *fs_ep_tab[FS_FDTAB_SIZE];
-static void fs_ep_plain_convert(struct fs_ep *ep, struct fs_conn *c);
 static pthread_mutex_t fs_ep_alloc_lock = PTHREAD_MUTEX_INITIALIZER;
 char *fs_ep_arena;
 static char *fs_ep_bump;
@@ -227,8 +226,11 @@ void fs_ready_epoll_forget_conn(struct fs_conn *c)
    * socket another process still holds keeps it, as the kernel does). */
   if (__atomic_load_n(&c->ep_plain, __ATOMIC_ACQUIRE)) {
     pthread_mutex_lock(&c->lock);
+    struct fs_ep *pep = c->ep_plain;
     c->ep_plain = NULL;
     pthread_mutex_unlock(&c->lock);
+    if (pep)
+      fs_ep_pend_drop(pep, c);
   }
   for (;;) {
     pthread_mutex_lock(&c->lock);
@@ -253,6 +255,7 @@ void fs_ready_epoll_forget_conn(struct fs_conn *c)
         c->ep_ents = e->cnext;
       pthread_mutex_unlock(&c->lock);
     }
+    fs_ep_pend_drop(ep, c);
   }
 }
 
@@ -348,69 +351,6 @@ int fs_ep_bell(struct fs_ep *ep)
     fs_ep_ent_free(b);
   errno = saved;
   return rc;
-}
-
-/* Queue c on ep's bell and ring it (c->lock held). */
-static void fs_ep_pend_push(struct fs_ep *ep, struct fs_conn *c)
-{
-  int bell = __atomic_load_n(&ep->bell, __ATOMIC_ACQUIRE);
-  if (bell < 0)
-    return; /* its entries registered the wake fd themselves */
-  pthread_mutex_lock(&ep->pend_lock);
-  if (ep->npend == ep->pend_cap) {
-    int cap = ep->pend_cap ? 2 * ep->pend_cap : 16;
-    struct fs_conn **p = realloc(ep->pend, (size_t)cap * sizeof *p);
-    if (p) {
-      ep->pend = p;
-      ep->pend_cap = cap;
-    }
-  }
-  if (ep->npend < ep->pend_cap) {
-    fs_conn_get(c);
-    ep->pend[ep->npend] = c;
-    __atomic_store_n(&ep->npend, ep->npend + 1, __ATOMIC_RELEASE);
-  } /* else (no memory): the 20 ms safety net is all that is left */
-  pthread_mutex_unlock(&ep->pend_lock);
-  fs_chan_efd_write(bell);
-}
-
-void fs_ready_epoll_wake_made(struct fs_conn *c)
-{
-  pthread_mutex_lock(&c->lock);
-  for (struct fs_ep_ent *e = c->ep_ents; e; e = e->cnext)
-    fs_ep_pend_push(e->ep, c); /* never freed; e stays in c's list while we hold c->lock */
-  if (c->ep_plain) /* a plain registration becomes an entry there */
-    fs_ep_pend_push(c->ep_plain, c);
-  pthread_mutex_unlock(&c->lock);
-}
-
-/* Register the wake fds of the connections queued on ep's bell in the
- * kernel set, and look at their entries (ep->lock held). */
-void fs_ep_pend_run(struct fs_ep *ep)
-{
-  if (__atomic_load_n(&ep->npend, __ATOMIC_ACQUIRE) == 0)
-    return;
-  pthread_mutex_lock(&ep->pend_lock);
-  struct fs_conn **pend = ep->pend;
-  int n = ep->npend;
-  ep->pend = NULL;
-  ep->npend = ep->pend_cap = 0;
-  pthread_mutex_unlock(&ep->pend_lock);
-  for (int i = 0; i < n; i++) {
-    struct fs_conn *c = pend[i];
-    fs_ep_plain_convert(ep, c);
-    pthread_mutex_lock(&c->lock);
-    int wfd = c->wake_fd;
-    for (struct fs_ep_ent *e = c->ep_ents; e; e = e->cnext) {
-      if (e->ep != ep || !e->alive || e->parked || e->wake_reg || wfd < 0)
-        continue;
-      fs_ep_reg_wake(ep, e, wfd);
-      fs_ep_recheck_add(ep, e);
-    }
-    pthread_mutex_unlock(&c->lock);
-    fs_conn_put(c);
-  }
-  free(pend);
 }
 
 /* Kernel event mask for the TCP fd: a fabric tx is never asked of TCP. */
@@ -644,7 +584,7 @@ static int fs_ep_plain_fast(struct fs_ep *ep, int epfd, int op, int fd, struct f
 /* c's plain registration in ep becomes an entry (ep->lock held): it may
  * carry fabric bytes from now on.  A registration the kernel no longer has
  * (the fd closed) is dropped. */
-static void fs_ep_plain_convert(struct fs_ep *ep, struct fs_conn *c)
+void fs_ep_plain_convert(struct fs_ep *ep, struct fs_conn *c)
 {
   if (__atomic_load_n(&c->ep_plain, __ATOMIC_ACQUIRE) != ep)
     return;
@@ -783,14 +723,7 @@ void fs_ready_epoll_close(int epfd)
     ep->bell_ent = NULL;
   }
   pthread_mutex_unlock(&ep->lock);
-  /* No entry is left to queue a connection: drop what is queued. */
-  pthread_mutex_lock(&ep->pend_lock);
-  for (int i = 0; i < ep->npend; i++)
-    fs_conn_put(ep->pend[i]);
-  free(ep->pend);
-  ep->pend = NULL;
-  ep->npend = ep->pend_cap = 0;
-  pthread_mutex_unlock(&ep->pend_lock);
+  fs_ep_pend_drop(ep, NULL); /* no entry is left to queue a connection */
   /* ep itself is not freed: a thread may still be in epoll_wait on it. */
 }
 

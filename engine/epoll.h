@@ -116,6 +116,8 @@ static inline bool fs_ep_fabric(const struct fs_ep *ep)
 struct fs_ep *fs_ep_get(int epfd, bool create);
 int fs_ep_bell(struct fs_ep *ep);
 void fs_ep_pend_run(struct fs_ep *ep);
+void fs_ep_pend_drop(struct fs_ep *ep, struct fs_conn *c); /* c NULL: all */
+void fs_ep_plain_convert(struct fs_ep *ep, struct fs_conn *c);
 void fs_ep_idle_del(struct fs_ep *ep, struct fs_ep_ent *e);
 uint32_t fs_ep_kernel_events(struct fs_ep_ent *e);
 int fs_ep_kmod(int epfd, struct fs_ep_ent *e, uint32_t events);

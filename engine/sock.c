@@ -459,8 +459,8 @@ void fs_sock_upgrade_failed(struct fs_conn *c, int reason)
 {
   pthread_mutex_lock(&c->lock);
   c->no_upgrade = true;
-  if (!c->chan)
-    fs_conn_set_state(c, FS_STATE_TCP, reason);
+  if (!c->chan) /* closed meanwhile: stat shows it closed, with the reason */
+    fs_conn_set_state(c, fs_conn_state(c) == FS_STATE_CLOSED ? FS_STATE_CLOSED : FS_STATE_TCP, reason);
   pthread_mutex_unlock(&c->lock);
   fs_log(FS_LOG_DEBUG, "fd %d stays on tcp: %s", c->fd, fs_reason_name(reason));
 }

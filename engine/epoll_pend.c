@@ -1,0 +1,109 @@
+/* The set's bell queue (engine/epoll.h, `pend`): connections whose wake fd
+ * was made while some set held them, waiting for that set's next pass to
+ * register it.  Each queued connection is referenced; a connection that
+ * closes leaves every queue at once (fs_ep_pend_drop): queued by a
+ * rendezvous that ran after the application's last epoll_wait, it kept its
+ * wake eventfd open until the set's next pass or close, which an event
+ * loop that had stopped never made (nbconnect: one eventfd left in about
+ * one run in seventy at upgrade=0). */
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "engine/epoll.h"
+#include "engine/ready.h"
+#include "fabric/chan.h"
+
+/* Queue c on ep's bell and ring it (c->lock held). */
+static void fs_ep_pend_push(struct fs_ep *ep, struct fs_conn *c)
+{
+  int bell = __atomic_load_n(&ep->bell, __ATOMIC_ACQUIRE);
+  if (bell < 0)
+    return; /* its entries registered the wake fd themselves */
+  pthread_mutex_lock(&ep->pend_lock);
+  if (ep->npend == ep->pend_cap) {
+    int cap = ep->pend_cap ? 2 * ep->pend_cap : 16;
+    struct fs_conn **p = realloc(ep->pend, (size_t)cap * sizeof *p);
+    if (p) {
+      ep->pend = p;
+      ep->pend_cap = cap;
+    }
+  }
+  if (ep->npend < ep->pend_cap) {
+    fs_conn_get(c);
+    ep->pend[ep->npend] = c;
+    __atomic_store_n(&ep->npend, ep->npend + 1, __ATOMIC_RELEASE);
+  } /* else (no memory): the 20 ms safety net is all that is left */
+  pthread_mutex_unlock(&ep->pend_lock);
+  fs_chan_efd_write(bell);
+}
+
+void fs_ready_epoll_wake_made(struct fs_conn *c)
+{
+  pthread_mutex_lock(&c->lock);
+  for (struct fs_ep_ent *e = c->ep_ents; e; e = e->cnext)
+    fs_ep_pend_push(e->ep, c); /* never freed; e stays in c's list while we hold c->lock */
+  if (c->ep_plain) /* a plain registration becomes an entry there */
+    fs_ep_pend_push(c->ep_plain, c);
+  pthread_mutex_unlock(&c->lock);
+}
+
+/* Register the wake fds of the connections queued on ep's bell in the
+ * kernel set, and look at their entries (ep->lock held). */
+void fs_ep_pend_run(struct fs_ep *ep)
+{
+  if (__atomic_load_n(&ep->npend, __ATOMIC_ACQUIRE) == 0)
+    return;
+  pthread_mutex_lock(&ep->pend_lock);
+  struct fs_conn **pend = ep->pend;
+  int n = ep->npend;
+  ep->pend = NULL;
+  ep->npend = ep->pend_cap = 0;
+  pthread_mutex_unlock(&ep->pend_lock);
+  for (int i = 0; i < n; i++) {
+    struct fs_conn *c = pend[i];
+    fs_ep_plain_convert(ep, c);
+    pthread_mutex_lock(&c->lock);
+    int wfd = c->wake_fd;
+    for (struct fs_ep_ent *e = c->ep_ents; e; e = e->cnext) {
+      if (e->ep != ep || !e->alive || e->parked || e->wake_reg || wfd < 0)
+        continue;
+      fs_ep_reg_wake(ep, e, wfd);
+      fs_ep_recheck_add(ep, e);
+    }
+    pthread_mutex_unlock(&c->lock);
+    fs_conn_put(c);
+  }
+  free(pend);
+}
+
+/* Take c (NULL: every connection) out of ep's queue, dropping the queue's
+ * references. */
+void fs_ep_pend_drop(struct fs_ep *ep, struct fs_conn *c)
+{
+  if (__atomic_load_n(&ep->npend, __ATOMIC_ACQUIRE) == 0)
+    return;
+  struct fs_conn **all = NULL;
+  int n = 0, drop = 0;
+  pthread_mutex_lock(&ep->pend_lock);
+  if (!c) {
+    all = ep->pend;
+    n = ep->npend;
+    ep->pend = NULL;
+    ep->npend = ep->pend_cap = 0;
+  } else {
+    int kept = 0;
+    for (int i = 0; i < ep->npend; i++) {
+      if (ep->pend[i] == c)
+        drop++;
+      else
+        ep->pend[kept++] = ep->pend[i];
+    }
+    __atomic_store_n(&ep->npend, kept, __ATOMIC_RELEASE);
+  }
+  pthread_mutex_unlock(&ep->pend_lock);
+  for (int i = 0; i < n; i++)
+    fs_conn_put(all[i]);
+  free(all);
+  while (drop-- > 0)
+    fs_conn_put(c);
+}
