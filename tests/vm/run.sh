@@ -11,7 +11,7 @@
 #
 # Environment: FABSOCK_LIB, FABSOCK_BIN (libfabsock.so and the fabsock tool; `make check-vm`
 #   sets them; without them the libfabsock tests skip), FABSOCK_VM_TIMEOUT (whole VM, default
-#   1800 s), FABSOCK_VM_TESTS, FABSOCK_VM_TEST_TIMEOUT (see guest-suite.sh), and those of
+#   2100 s), FABSOCK_VM_TESTS, FABSOCK_VM_TEST_TIMEOUT (see guest-suite.sh), and those of
 #   run-in-vm.sh.
 set -u
 dir=$(cd "$(dirname "$0")" && pwd -P)
@@ -57,7 +57,7 @@ fi
 # then the guest's whole TAP went missing from the log (the count at the end still read it).
 : > "$work/out"
 : > "$work/two"
-"$dir/run-in-vm.sh" "$dir/guest-suite.sh" "${FABSOCK_VM_TIMEOUT:-1800}" > "$work/out" 2> "$work/err" &
+"$dir/run-in-vm.sh" "$dir/guest-suite.sh" "${FABSOCK_VM_TIMEOUT:-2100}" > "$work/out" 2> "$work/err" &
 vm=$!
 pids+=($vm)
 tail -n +1 -f --pid=$vm "$work/out" 2> /dev/null | grep --line-buffered -v '^1\.\.[0-9]*$' &
@@ -111,7 +111,7 @@ case $tst in
 esac
 case $vst in
   0) ;;
-  124) after+=("not ok - VM run timed out after ${FABSOCK_VM_TIMEOUT:-1800}s") ;;
+  124) after+=("not ok - VM run timed out after ${FABSOCK_VM_TIMEOUT:-2100}s") ;;
   *) after+=("not ok - VM run failed (run-in-vm.sh exit $vst)") ;;
 esac
 for line in "${after[@]}"; do
