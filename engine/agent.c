@@ -29,8 +29,8 @@ struct fs_agent_watch {
 struct fs_agent_job {
   struct fs_conn *c;
   void (*fn)(struct fs_conn *c); /* NULL: an upgrade (fs_agent_connect) */
-  uint64_t due;                  /* not before (CLOCK_MONOTONIC ns); 0 now */
-  bool lazy;                     /* a delayed upgrade: see FS_AGENT_LAZY_NS */
+  uint64_t due;                  /* not before (CLOCK_MONOTONIC ns); 0 now;
+                                    only a delayed upgrade has one */
   struct fs_agent_job *next;
 };
 
@@ -53,6 +53,13 @@ struct fs_agent_job {
 
 /* A nudge does not kick an agent that runs this soon anyway. */
 #define FS_AGENT_NUDGE_SLACK_NS 200000ull
+
+/* When the agent must run j at the latest: a delayed upgrade (the only
+ * job with a due time) waits for a nudge until FS_AGENT_LAZY_NS past it. */
+static uint64_t fs_agent_job_at(const struct fs_agent_job *j)
+{
+  return j->due ? j->due + FS_AGENT_LAZY_NS : 0;
+}
 
 static struct {
   pthread_mutex_t lock;       /* agent state and the fabrics'; held across each batch */
@@ -166,7 +173,7 @@ static void fs_agent_run_jobs(void)
       later = j;
       continue;
     }
-    if (j->lazy)
+    if (j->due)
       __atomic_store_n(&j->c->upgrade_lazy, false, __ATOMIC_RELAXED); /* no more nudges */
     if (j->fn) {
       /* May block (a re-send on TCP): drop the agent lock so fork and
@@ -200,7 +207,7 @@ static int fs_agent_next_timeout(void)
   bool any = A.jobs != NULL;
   uint64_t due = any ? UINT64_MAX : 0;
   for (struct fs_agent_job *j = A.jobs; j; j = j->next) {
-    uint64_t at = j->lazy ? j->due + FS_AGENT_LAZY_NS : j->due;
+    uint64_t at = fs_agent_job_at(j);
     if (at < due)
       due = at;
   }
@@ -341,9 +348,8 @@ static void fs_agent_queue(struct fs_conn *c, void (*fn)(struct fs_conn *c))
   j->c = c;
   j->fn = fn;
   j->due = !fn && c->policy.upgrade_bytes > 0 ? fs_clock_ns() + FS_AGENT_UPGRADE_DELAY_NS : 0;
-  j->lazy = j->due != 0;
-  uint64_t at = j->lazy ? j->due + FS_AGENT_LAZY_NS : j->due;
-  if (j->lazy) { /* before the job is visible: the agent clears it */
+  uint64_t at = fs_agent_job_at(j);
+  if (j->due) { /* before the job is visible: the agent clears it */
     c->upgrade_due = j->due;
     __atomic_store_n(&c->upgrade_lazy, true, __ATOMIC_RELEASE);
   }

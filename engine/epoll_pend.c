@@ -47,18 +47,28 @@ void fs_ready_epoll_wake_made(struct fs_conn *c)
   pthread_mutex_unlock(&c->lock);
 }
 
+/* The whole queue, taken out of ep (*n entries, each referenced; NULL if
+ * none): the caller works on it unlocked, then frees it. */
+static struct fs_conn **fs_ep_pend_take(struct fs_ep *ep, int *n)
+{
+  *n = 0;
+  if (__atomic_load_n(&ep->npend, __ATOMIC_ACQUIRE) == 0)
+    return NULL;
+  pthread_mutex_lock(&ep->pend_lock);
+  struct fs_conn **pend = ep->pend;
+  *n = ep->npend;
+  ep->pend = NULL;
+  ep->npend = ep->pend_cap = 0;
+  pthread_mutex_unlock(&ep->pend_lock);
+  return pend;
+}
+
 /* Register the wake fds of the connections queued on ep's bell in the
  * kernel set, and look at their entries (ep->lock held). */
 void fs_ep_pend_run(struct fs_ep *ep)
 {
-  if (__atomic_load_n(&ep->npend, __ATOMIC_ACQUIRE) == 0)
-    return;
-  pthread_mutex_lock(&ep->pend_lock);
-  struct fs_conn **pend = ep->pend;
-  int n = ep->npend;
-  ep->pend = NULL;
-  ep->npend = ep->pend_cap = 0;
-  pthread_mutex_unlock(&ep->pend_lock);
+  int n;
+  struct fs_conn **pend = fs_ep_pend_take(ep, &n);
   for (int i = 0; i < n; i++) {
     struct fs_conn *c = pend[i];
     fs_ep_plain_convert(ep, c);
@@ -80,30 +90,26 @@ void fs_ep_pend_run(struct fs_ep *ep)
  * references. */
 void fs_ep_pend_drop(struct fs_ep *ep, struct fs_conn *c)
 {
+  if (!c) {
+    int n;
+    struct fs_conn **all = fs_ep_pend_take(ep, &n);
+    for (int i = 0; i < n; i++)
+      fs_conn_put(all[i]);
+    free(all);
+    return;
+  }
   if (__atomic_load_n(&ep->npend, __ATOMIC_ACQUIRE) == 0)
     return;
-  struct fs_conn **all = NULL;
-  int n = 0, drop = 0;
+  int kept = 0, drop = 0;
   pthread_mutex_lock(&ep->pend_lock);
-  if (!c) {
-    all = ep->pend;
-    n = ep->npend;
-    ep->pend = NULL;
-    ep->npend = ep->pend_cap = 0;
-  } else {
-    int kept = 0;
-    for (int i = 0; i < ep->npend; i++) {
-      if (ep->pend[i] == c)
-        drop++;
-      else
-        ep->pend[kept++] = ep->pend[i];
-    }
-    __atomic_store_n(&ep->npend, kept, __ATOMIC_RELEASE);
+  for (int i = 0; i < ep->npend; i++) {
+    if (ep->pend[i] == c)
+      drop++;
+    else
+      ep->pend[kept++] = ep->pend[i];
   }
+  __atomic_store_n(&ep->npend, kept, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&ep->pend_lock);
-  for (int i = 0; i < n; i++)
-    fs_conn_put(all[i]);
-  free(all);
   while (drop-- > 0)
     fs_conn_put(c);
 }
