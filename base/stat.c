@@ -393,6 +393,17 @@ void fs_stat_shutdown(void)
   errno = saved;
 }
 
+void fs_stat_exit_quick_slow(void)
+{
+  struct fs_stat_header *h = __atomic_load_n(&fs_stat_hdr, __ATOMIC_ACQUIRE);
+  if (h == NULL || __atomic_load_n(&fs_stat_mode, __ATOMIC_RELAXED) != FS_STAT_ON || fs_stat_path[0] == '\0')
+    return;
+  int saved = errno;
+  if (__atomic_load_n(&h->pid, __ATOMIC_RELAXED) == (int32_t)getpid())
+    unlink(fs_stat_path);
+  errno = saved;
+}
+
 /* ---- reading other processes' tables --------------------------------- */
 
 /* Does the table in fd (owner pid) list a live connection on inode?  Read
@@ -439,7 +450,8 @@ struct fs_stat_find_job {
 
 /* The scan itself: opens the directory and every table in it, so it runs
  * aside (base/aside.h), where those descriptors never meet the
- * application's.  Returns the number of holders, or -errno. */
+ * application's.  Returns the number of holders, or -errno.  Without a
+ * want (w NULL), a sweep: only the tables of processes gone are touched. */
 static int fs_stat_find_job(void *arg)
 {
   const struct fs_stat_find_job *j = arg;
@@ -455,17 +467,18 @@ static int fs_stat_find_job(void *arg)
     long pid = strtol(e->d_name + 8, &end, 10);
     if (end == e->d_name + 8 || strcmp(end, ".stat") != 0 || pid <= 0 || pid > INT_MAX || pid == self)
       continue;
-    int fd = fs_fdreg_high(openat(dirfd(d), e->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
-    if (fd < 0)
-      continue;
     if (kill((pid_t)pid, 0) < 0 && errno == ESRCH) {
       /* Left by a killed process (no exit handler ran): remove it where
        * we may, or every lookup pays for it.  A new process of that pid
        * replaces the file (O_EXCL) rather than reusing it. */
       (void)unlinkat(dirfd(d), e->d_name, 0);
-      FS_REAL(close)(fd);
       continue;
     }
+    if (!j->w)
+      continue; /* a sweep: the living are not looked at */
+    int fd = fs_fdreg_high(openat(dirfd(d), e->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+    if (fd < 0)
+      continue;
     if (fs_stat_file_has(fd, (int)pid, j->w)) {
       if (found < j->max)
         j->pids[found] = (int)pid;
@@ -481,6 +494,12 @@ static int fs_stat_find(const struct fs_stat_want *w, int *pids, int max)
 {
   struct fs_stat_find_job j = { w, pids, max };
   return fs_aside_run(fs_stat_find_job, &j); /* keeps errno */
+}
+
+void fs_stat_sweep(void)
+{
+  struct fs_stat_find_job j = { NULL, NULL, 0 };
+  (void)fs_aside_run(fs_stat_find_job, &j); /* keeps errno */
 }
 
 int fs_stat_holders(uint32_t inode, int *pids, int max)

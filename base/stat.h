@@ -115,6 +115,19 @@ static inline void fs_stat_exec(bool failed)
     fs_stat_exec_slow(failed);
 }
 void fs_stat_shutdown(void);                   /* unlink at exit */
+/* The process ends without its exit handlers (_exit, _Exit): its table
+ * goes now, as at exit.  A forked child that _exits (sshd's session
+ * children, Python's os._exit in multiprocessing workers) left its table
+ * in the directory for good, 8 KiB of shared memory each, and every later
+ * table creation there slowed with the count.  Only the table this very
+ * process made: a vfork child shares its parent's memory, not its pid.
+ * No lock (a signal handler may call _exit); errno kept. */
+void fs_stat_exit_quick_slow(void);
+static inline void fs_stat_exit_quick(void)
+{
+  if (fs_proc_fork_work_has(FS_FORK_STAT))
+    fs_stat_exit_quick_slow();
+}
 
 /* Which other processes' tables list a live (not listening, not closed)
  * connection on socket `inode`: up to max of their pids in pids[]; returns
@@ -124,6 +137,11 @@ void fs_stat_shutdown(void);                   /* unlink at exit */
 int fs_stat_holders(uint32_t inode, int *pids, int max);
 /* The same for a listening socket on TCP port `port` (any address). */
 int fs_stat_listeners(uint16_t port, int *pids, int max);
+/* Remove the tables of processes that no longer exist (killed: no exit
+ * handler ran), as every lookup does on its way: a server restarted after
+ * `kill` would otherwise leave one more each time in the directory until a
+ * lookup passed.  Runs aside; errno kept. */
+void fs_stat_sweep(void);
 
 
 #define FS_STAT_ADD(slot, field, n) \

@@ -1,5 +1,5 @@
 /* Process events: fork, vfork, the exec family, posix_spawn, system, popen,
- * setuid and kin, and prctl(PR_SET_SECCOMP).
+ * setuid and kin, prctl(PR_SET_SECCOMP), and _exit.
  *
  * Before an exec (including the ones glibc does behind posix_spawn, system
  * and popen) every accelerated connection is brought back to plain TCP, so a
@@ -11,6 +11,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "base/aside.h"
@@ -67,6 +68,37 @@ FS_EXPORT int setresuid(uid_t ruid, uid_t euid, uid_t suid)
 {
   uid_t r = getuid(), e = geteuid();
   return fs_setuid_done(FS_REAL(setresuid)(ruid, euid, suid), r, e);
+}
+
+/* An end without exit handlers: what the library keeps outside the process
+ * (its stat table) goes with it, as at exit (base/stat.h).  The process
+ * then ends as libc's own _exit ends it, with exit_group, made directly:
+ * _exit may run in a signal handler, where a first dlsym of libc's could
+ * wait for the loader's lock forever. */
+static _Noreturn void fs_exit_now(int status)
+{
+  fs_stat_exit_quick();
+  for (;;) {
+#if defined(__x86_64__)
+    __asm__ volatile("syscall" : : "a"((long)SYS_exit_group), "D"((long)status) : "rcx", "r11", "memory");
+#elif defined(__aarch64__)
+    register long x8 __asm__("x8") = SYS_exit_group;
+    register long x0 __asm__("x0") = status;
+    __asm__ volatile("svc 0" : "+r"(x0) : "r"(x8) : "memory");
+#else
+    (void)FS_REAL(syscall)(SYS_exit_group, status, 0, 0, 0, 0, 0);
+#endif
+  }
+}
+
+FS_EXPORT void _exit(int status)
+{
+  fs_exit_now(status);
+}
+
+FS_EXPORT void _Exit(int status)
+{
+  fs_exit_now(status);
 }
 
 FS_EXPORT pid_t vfork(void)
