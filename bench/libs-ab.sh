@@ -11,8 +11,9 @@
 # transaction (tps); then the median per LIB, its ratio to the first LIB's
 # median, and the median of the per-round ratios to the first LIB (each
 # round's builds run one after the other, so a round's ratio is paired: on
-# this machine the speed of a whole round moves by tens of percent), as a
-# table and as JSON on the last line.
+# this machine the speed of a whole round moves by tens of percent; each
+# round starts with the next LIB, so that none is always first), as a table
+# and as JSON on the last line.
 #
 # usage: bench/libs-ab.sh [-r ROUNDS] [-s SECONDS] LIB...
 #   LIB      a libfabsock.so, or "plain" for no library
@@ -45,7 +46,11 @@ pre() { if [ "$1" = plain ]; then echo env; else echo "env LD_PRELOAD=$1"; fi; }
 [ $have_nginx = 1 ] || [ $have_pg = 1 ] || { echo "# SKIP libs-ab: neither nginx + wrk nor postgresql is installed"; exit 77; }
 
 for r in $(seq "$rounds"); do
-  for i in "${!libs[@]}"; do
+  # Each round starts one LIB later (round 2 of plain A B: A B plain): the
+  # second of two runs is often slower whatever it runs (never-slower.sh).
+  n=${#libs[@]}
+  for k in $(seq 0 $((n - 1))); do
+    i=$(((k + r - 1) % n))
     lib=${libs[$i]}; line="round $r $(basename "$lib"):"
     if [ $have_nginx = 1 ]; then
       rm -f "$tmp/nginx.pid"

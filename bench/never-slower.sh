@@ -4,9 +4,10 @@
 # against the targets (a verdict per row; the script exits 0 either
 # way: it measures, it does not judge the build).
 #
-# Rows (plain and LIB alternate, ROUNDS rounds; a row's figure is the median
-# of its per-round paired ratios, since on this machine a whole round's
-# speed moves by tens of percent):
+# Rows (plain and LIB alternate, ROUNDS rounds, plain first in odd rounds
+# and LIB first in even ones; a row's figure is the median of its per-round
+# paired ratios, since on this machine a whole round's speed moves by tens
+# of percent):
 #   start      /bin/true in a shell loop (us per process start; target: at
 #              most 100 us more than plain)
 #   wrk-close  nginx as Debian ships it (servers-common.sh), wrk -t2 -c8 with
@@ -31,12 +32,12 @@
 #              process, and memory per idle connection after a burst
 #
 # usage: bench/never-slower.sh [-r ROUNDS] [-s SECONDS] [-n CONNS] [--big] LIB
-#   LIB a libfabsock.so; ROUNDS (default 3), SECONDS per timed run (default 5)
+#   LIB a libfabsock.so; ROUNDS (default 4), SECONDS per timed run (default 5)
 # Needs root (nginx's workers run as www-data, PostgreSQL as postgres); a
 # workload whose programs are missing is reported as skipped.  The table goes
 # to stdout, then the JSON of every row on the last line.
 set -u
-rounds=3 secs=5 conns=1000 big=0
+rounds=4 secs=5 conns=1000 big=0
 while [ $# -gt 0 ]; do
   case $1 in
   -r) rounds=$2; shift 2 ;;
@@ -84,7 +85,12 @@ iperf_bps() { # SIDE [ARGS]: bits/s received, one stream
 }
 
 for r in $(seq "$rounds"); do
-  for s in "${sides[@]}"; do
+  # Odd rounds plain first, even rounds LIB first: the second of two runs
+  # is often slower whatever it runs (pgbench -C, plain after plain, here:
+  # 0.89x, 1.01x, 0.93x of the first), and LIB always second counted that
+  # against it.  An even ROUNDS cancels the order.
+  order=("${sides[@]}"); [ $((r % 2)) = 0 ] && order=("${sides[1]}" "${sides[0]}")
+  for s in "${order[@]}"; do
     n=$(side_name "$s"); line="round $r $n:"
     v=$(start_us "$s"); put start $n "$v"; line="$line start ${v}us"
     if [ $have_nginx = 1 ]; then
