@@ -51,61 +51,6 @@ static void fs_sock_release(struct fs_conn *c)
   }
 }
 
-#define FS_SOCK_EXIT_MS 2000 /* the most exit() waits for writes to land */
-
-static void fs_sock_exit_look(int fd, struct fs_conn *c, void *arg)
-{
-  (void)fd;
-  struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
-  if (ch && ch->ops->lingering(ch))
-    ++*(int *)arg;
-}
-
-static bool fs_sock_exit_pending(void)
-{
-  for (const struct fs_fabric_ops *const *f = fs_fabrics; *f; f++)
-    if ((*f)->exit_pending())
-      return true;
-  return false;
-}
-
-/* Process exit: a fabric's writes we posted may not have left the device
- * yet (rdma: the kernel flushes them with the queue pair, where TCP would
- * deliver them after the process is gone; the peer would read EOF early).
- * So wait, bounded, until the writes of open and of closed connections
- * landed (or their peers are gone).  Costs a load per fabric where none
- * was set up. */
-static void fs_sock_exit_drain(void)
-{
-  if (!fs_sock_exit_pending())
-    return;
-  int saved = errno;
-  uint64_t t0 = fs_clock_ns(), deadline = t0 + (uint64_t)FS_SOCK_EXIT_MS * 1000000u;
-  int busy;
-  for (;;) {
-    busy = 0;
-    fs_fdtab_foreach(fs_sock_exit_look, &busy);
-    if (!busy || !fs_clock_nap(deadline, 100000))
-      break;
-  }
-  bool closed_ok = fs_agent_exit_drain(deadline);
-  uint64_t ms = (fs_clock_ns() - t0) / 1000000u;
-  if (busy || !closed_ok)
-    fs_log(FS_LOG_WARN, "exit: fabric writes still unconfirmed after %llu ms; the peer may miss the last bytes",
-           (unsigned long long)ms);
-  else
-    fs_log(FS_LOG_DEBUG, "exit: fabric writes confirmed (%llu ms)", (unsigned long long)ms);
-  errno = saved;
-}
-
-__attribute__((destructor)) static void fs_sock_fini(void)
-{
-  fs_sock_exit_drain();
-  /* No table, nothing to unlink (and none of its pages to fault in). */
-  if (fs_proc_fork_work_has(FS_FORK_STAT))
-    fs_stat_shutdown();
-}
-
 void fs_sock_init(void)
 {
   if (__atomic_load_n(&fs_sock_inited, __ATOMIC_ACQUIRE))

@@ -18,6 +18,7 @@
 #include "base/reason.h"
 #include "engine/agent.h"
 #include "engine/batch.h"
+#include "engine/exit.h"
 #include "engine/sock.h"
 #include "preload/export.h"
 #include "preload/proc.h"
@@ -70,14 +71,14 @@ FS_EXPORT int setresuid(uid_t ruid, uid_t euid, uid_t suid)
   return fs_setuid_done(FS_REAL(setresuid)(ruid, euid, suid), r, e);
 }
 
-/* An end without exit handlers: what the library keeps outside the process
- * (its stat table) goes with it, as at exit (base/stat.h).  The process
- * then ends as libc's own _exit ends it, with exit_group, made directly:
- * _exit may run in a signal handler, where a first dlsym of libc's could
- * wait for the loader's lock forever. */
+/* An end without exit handlers: what exit would do for the library, it
+ * does now (engine/exit.h: a fabric's last writes land, the stat table
+ * goes).  The process then ends as libc's own _exit ends it, with
+ * exit_group, made directly: _exit may run in a signal handler, where a
+ * first dlsym of libc's could wait for the loader's lock forever. */
 static _Noreturn void fs_exit_now(int status)
 {
-  fs_stat_exit_quick();
+  fs_exit_quick();
   for (;;) {
 #if defined(__x86_64__)
     __asm__ volatile("syscall" : : "a"((long)SYS_exit_group), "D"((long)status) : "rcx", "r11", "memory");

@@ -31,7 +31,7 @@
 #include "fabric/rdma/rdma.h"
 
 struct fs_cm_state fs_cm_m = { -1, false, NULL, NULL, 0, PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, { { { 0 } }, { 0 } },
-                               NULL, false };
+                               NULL, false, 0 };
 #define M fs_cm_m
 
 uint64_t fs_cm_wall_ms(void)
@@ -95,6 +95,7 @@ bool fs_rdmacm_available(void)
     M.ec = NULL;
     return false;
   }
+  M.pid = getpid();
   M.avail = 1;
   return true;
 }
@@ -625,9 +626,11 @@ bool fs_rdmacm_exit_drain(uint64_t deadline_ns)
   }
 }
 
+/* rdma set up in this very process: a vfork child that ends with _exit
+ * sees its parent's memory, and must not poll the parent's queues. */
 bool fs_rdmacm_up(void)
 {
-  return __atomic_load_n(&M.avail, __ATOMIC_RELAXED) == 1;
+  return __atomic_load_n(&M.avail, __ATOMIC_RELAXED) == 1 && M.pid == getpid();
 }
 
 int fs_rdmacm_next_timeout(void)

@@ -7,6 +7,7 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <sys/types.h>
 #include <stdint.h>
 #include <sys/socket.h>
 
@@ -60,6 +61,7 @@ struct fs_cm_state {
   struct fs_rdmacm_seen seen;   /* authenticated requests taken */
   struct ibv_context **devs;    /* librdmacm's devices, held open */
   bool resume_news;             /* atomic: a channel asked for a resume */
+  pid_t pid;                    /* the process that set it up (avail 1) */
 };
 
 extern struct fs_cm_state fs_cm_m;

@@ -3,8 +3,8 @@
 #
 #  - two preloaded processes over 10.0.2.15 (FABSOCK_TRANSPORT=rdma): bytes identical, and the
 #    connection went rdma according to `fabsock stat --json`;
-#  - a writer that exits right after its last bytes (after close, or with the socket open): the
-#    reader gets all of them;
+#  - a writer that exits right after its last bytes (after close, or with the socket open, or
+#    through _exit): the reader gets all of them;
 #  - a preloaded guest client to a plain server on this machine (10.0.2.2, no RDMA) and to a
 #    preloaded one: bytes identical, the connection stays tcp, and no delay beyond a plain run;
 #    and redis-cli (an event loop: non-blocking connect) to the plain one answers (rsocket hangs);
@@ -245,8 +245,8 @@ host_echo() {
 }
 
 # ---- a writer that quits right after its last bytes ----------------------------------------
-# exit_burst PORT close|exit: 8 MiB, the second half on rdma, then exit() at once (after close, or
-# with the socket open).  The kernel flushes unfinished rdma writes with the queue pair, so the
+# exit_burst PORT close|exit|_exit: 8 MiB, the second half on rdma, then exit() at once (after
+# close, or with the socket open), or _exit() with the socket open (no exit handler runs).  The kernel flushes unfinished rdma writes with the queue pair, so the
 # library waits at exit until they landed; the reader must get every byte.  (Soft-RoCE posts
 # synchronously, so here this guards the exit path rather than reproducing the loss.)
 exit_burst() {
@@ -289,6 +289,7 @@ echo_wedge client 15004
 echo_wedge server 15005
 exit_burst 15020 close
 exit_burst 15021 exit
+exit_burst 15022 _exit
 echo_auth 15010 a a rdma
 echo_auth 15011 a b auth
 echo_auth 15012 a - auth

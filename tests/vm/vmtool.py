@@ -19,12 +19,13 @@
       Exit 0 when the echo matched, 1 when it did not, 2 on a socket error.
   vmtool.py sink-server [--bind ADDR] --port N --out F
       Take one connection, read it to EOF, write {"bytes": N, "sha": ...} to F and exit.
-  vmtool.py burst-client HOST:PORT --bytes N --end close|exit [--chunk N] [--seed S]
+  vmtool.py burst-client HOST:PORT --bytes N --end close|exit|_exit [--chunk N] [--seed S]
                          [--ready-file F --hold-file F]
       Send half the bytes, create the ready file and wait until the hold file is gone (the test
       sees the connection go rdma meanwhile), send the rest and end at once through C's exit():
       after close() (--end close) or with the socket still open (--end exit), as programs that
-      write their last bytes and quit do.  Prints {"bytes", "sha"} of what it sent first.
+      write their last bytes and quit do; --end _exit: socket open, through _exit() (no exit
+      handler runs).  Prints {"bytes", "sha"} of what it sent first.
   vmtool.py stat [--peer A:P] [--local A:P] [--pid N] < fabsock-stat.json
       Print the matching connections of `fabsock stat --json`, one per line:
       "pid program fd state fabric reason tx_bytes rx_bytes local peer resumes" (A:* matches any
@@ -237,6 +238,8 @@ def burst_client(args):
     if end == "close":
         s.close()
     sys.stdout.flush()
+    if end == "_exit":
+        os._exit(0)  # libc's _exit(): no destructor, no atexit handler
     ctypes.CDLL(None).exit(0)  # C's exit(): destructors run, Python's clean-up does not
     return 3
 
