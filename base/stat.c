@@ -498,8 +498,14 @@ static int fs_stat_find(const struct fs_stat_want *w, int *pids, int max)
 
 void fs_stat_sweep(void)
 {
+  /* In place, not aside: it opens the directory alone (moved high, as the
+   * agent's own fds are), and an aside thread started for it in every
+   * server would cost each of its forked children that module's fork
+   * work (PostgreSQL: a backend per connection). */
   struct fs_stat_find_job j = { NULL, NULL, 0 };
-  (void)fs_aside_run(fs_stat_find_job, &j); /* keeps errno */
+  int saved = errno;
+  (void)fs_stat_find_job(&j);
+  errno = saved;
 }
 
 int fs_stat_holders(uint32_t inode, int *pids, int max)

@@ -140,7 +140,7 @@ int fs_stat_listeners(uint16_t port, int *pids, int max);
 /* Remove the tables of processes that no longer exist (killed: no exit
  * handler ran), as every lookup does on its way: a server restarted after
  * `kill` would otherwise leave one more each time in the directory until a
- * lookup passed.  Runs aside; errno kept. */
+ * lookup passed.  For the agent thread (it runs in place); errno kept. */
 void fs_stat_sweep(void);
 
 
