@@ -450,8 +450,7 @@ struct fs_stat_find_job {
 
 /* The scan itself: opens the directory and every table in it, so it runs
  * aside (base/aside.h), where those descriptors never meet the
- * application's.  Returns the number of holders, or -errno.  Without a
- * want (w NULL), a sweep: only the tables of processes gone are touched. */
+ * application's.  Returns the number of holders, or -errno. */
 static int fs_stat_find_job(void *arg)
 {
   const struct fs_stat_find_job *j = arg;
@@ -474,8 +473,6 @@ static int fs_stat_find_job(void *arg)
       (void)unlinkat(dirfd(d), e->d_name, 0);
       continue;
     }
-    if (!j->w)
-      continue; /* a sweep: the living are not looked at */
     int fd = fs_fdreg_high(openat(dirfd(d), e->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
     if (fd < 0)
       continue;
@@ -494,18 +491,6 @@ static int fs_stat_find(const struct fs_stat_want *w, int *pids, int max)
 {
   struct fs_stat_find_job j = { w, pids, max };
   return fs_aside_run(fs_stat_find_job, &j); /* keeps errno */
-}
-
-void fs_stat_sweep(void)
-{
-  /* In place, not aside: it opens the directory alone (moved high, as the
-   * agent's own fds are), and an aside thread started for it in every
-   * server would cost each of its forked children that module's fork
-   * work (PostgreSQL: a backend per connection). */
-  struct fs_stat_find_job j = { NULL, NULL, 0 };
-  int saved = errno;
-  (void)fs_stat_find_job(&j);
-  errno = saved;
 }
 
 int fs_stat_holders(uint32_t inode, int *pids, int max)

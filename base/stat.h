@@ -137,11 +137,6 @@ static inline void fs_stat_exit_quick(void)
 int fs_stat_holders(uint32_t inode, int *pids, int max);
 /* The same for a listening socket on TCP port `port` (any address). */
 int fs_stat_listeners(uint16_t port, int *pids, int max);
-/* Remove the tables of processes that no longer exist (killed: no exit
- * handler ran), as every lookup does on its way: a server restarted after
- * `kill` would otherwise leave one more each time in the directory until a
- * lookup passed.  For the agent thread (it runs in place); errno kept. */
-void fs_stat_sweep(void);
 
 
 #define FS_STAT_ADD(slot, field, n) \

@@ -13,7 +13,6 @@
 #include "base/proc.h"
 #include "base/log.h"
 #include "base/real.h"
-#include "base/stat.h"
 #include "engine/agent.h"
 #include "engine/trim.h"
 #include "fabric/fabric.h"
@@ -73,8 +72,7 @@ static struct {
   uint64_t wake_at;           /* qlock: the agent runs its jobs by then at the
                                  latest (UINT64_MAX: it sleeps until kicked) */
   uint64_t trim_at;           /* agent: the next idle-ring pass (0: none due) */
-  uint8_t sweep;              /* stat tables of dead processes: 1 due, 2 done */
-} A = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, false, -1, -1, { 0 }, NULL, NULL, UINT64_MAX, 0, 0 };
+} A = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, false, -1, -1, { 0 }, NULL, NULL, UINT64_MAX, 0 };
 
 #define FS_FOREACH_FABRIC(f) for (const struct fs_fabric_ops *const *f = fs_fabrics; *f; f++)
 
@@ -272,12 +270,6 @@ static void *fs_agent_main(void *arg)
     FS_FOREACH_FABRIC(f)
       (*f)->tick();
     fs_agent_trim();
-    if (A.sweep == 1) {
-      A.sweep = 2;
-      pthread_mutex_unlock(&A.lock);
-      fs_stat_sweep();
-      pthread_mutex_lock(&A.lock);
-    }
   }
   return NULL;
 }
@@ -415,22 +407,13 @@ void fs_agent_nudge(struct fs_conn *c)
 
 bool fs_agent_listen(struct fs_conn *c, int fd, int fabric)
 {
-  bool served = false, kick = false;
+  bool served = false;
   pthread_mutex_lock(&A.lock);
-  if (fs_agent_start() == 0) {
+  if (fs_agent_start() == 0)
     FS_FOREACH_FABRIC(f)
       if (fabric == FS_FABRIC_AUTO || fabric == (*f)->id)
         served |= (*f)->listen(&c->link, fd);
-    /* A server's first listener: the tables its killed predecessors left
-     * go now, on the agent (a restart after `kill` left one more each
-     * time; a fork inherits "done", so workers do not sweep again). */
-    kick = A.sweep == 0;
-    if (kick)
-      A.sweep = 1;
-  }
   pthread_mutex_unlock(&A.lock);
-  if (kick)
-    fs_agent_kick();
   return served;
 }
 

@@ -16,8 +16,7 @@
 # expected fabric} in [both]: the process serving a connection is not the
 # one whose listener the client finds, so the client looks the holder up
 # (docs/design.md, 1.3).
-# Last, forked children that end with _exit must leave no stat table, and a
-# server's first listen() removes those of killed processes.
+# Last, forked children that end with _exit must leave no stat table.
 . "$(dirname "$0")/lib.sh"
 require_progs forksrv mtclient
 IT_CLIENT_TIMEOUT=${IT_CLIENT_TIMEOUT:-40} # quick clients: a hang must not eat the budget
@@ -103,30 +102,5 @@ print(sum(os.waitstatus_to_exitcode(os.waitpid(p, 0)[1]) == 7 for p in kids), "o
   left=$(find "$sdir" -name 'fabsock.*.stat' | wc -l)
   if [ "$out" = "20 of 20 exited 7" ] && [ "$left" = 0 ]; then tap_ok "$name" "$out"
   else tap_not_ok "$name" "$out; $left tables left in $sdir"; fi
-fi
-
-# A process killed by a signal runs no handler at all: its table stays
-# until a lookup passes, or until the next server's first listen() sweeps.
-if [ -n "$FABSOCK_LIB" ]; then
-  name="a server's first listen() removes the tables of killed processes"
-  sdir=$IT_TMP/statdir.kill; mkdir -p "$sdir"
-  FABSOCK_STATDIR=$sdir LD_PRELOAD=$FABSOCK_LIB "$IT_PYTHON" -c 'import socket, time; s = socket.socket(); time.sleep(30)' &
-  victim=$!
-  for _ in $(seq 100); do [ -e "$sdir/fabsock.$victim.stat" ] && break; sleep 0.05; done
-  kill -9 $victim; wait $victim 2>/dev/null
-  before=$(find "$sdir" -name "fabsock.$victim.stat" | wc -l)
-  out=$(FABSOCK_STATDIR=$sdir LD_PRELOAD=$FABSOCK_LIB timeout 30 "$IT_PYTHON" -c '
-import os, socket, sys, time
-s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
-path = os.path.join(sys.argv[1], "fabsock.%s.stat" % sys.argv[2])
-for _ in range(100):
-    if not os.path.exists(path):
-        print("gone"); break
-    time.sleep(0.05)
-else:
-    print("still there after 5 s")
-' "$sdir" "$victim" 2>&1)
-  if [ "$before" = 1 ] && [ "$out" = gone ]; then tap_ok "$name"
-  else tap_not_ok "$name" "table of the killed process there before: $before; after listen(): $out"; fi
 fi
 it_done

@@ -443,47 +443,6 @@ START_TEST(test_exit_quick)
 }
 END_TEST
 
-/* A sweep removes the tables of processes gone (killed: no exit handler
- * ran) and leaves the living's, zombies' and other files alone. */
-START_TEST(test_sweep)
-{
-  ck_assert_ptr_nonnull(fs_stat_slot_alloc()); /* our own table: alive */
-  pid_t dead = fork();
-  ck_assert_int_ge(dead, 0);
-  if (dead == 0)
-    _exit(0);
-  ck_assert_int_eq(waitpid(dead, NULL, 0), dead);
-  pid_t zombie = fork();
-  ck_assert_int_ge(zombie, 0);
-  if (zombie == 0)
-    _exit(0);
-  char p[PATH_MAX + 64];
-  int pids[2] = { (int)dead, (int)zombie };
-  for (int i = 0; i < 2; i++) {
-    table_path(pids[i], p, sizeof p);
-    FILE *f = fopen(p, "w");
-    ck_assert_ptr_nonnull(f);
-    fputs("a table left behind", f);
-    fclose(f);
-  }
-  snprintf(p, sizeof p, "%s/fabsock.notapid.stat", tmpdir);
-  FILE *f = fopen(p, "w");
-  ck_assert_ptr_nonnull(f);
-  fclose(f);
-  /* Let the zombie be one (it exits on its own). */
-  siginfo_t si;
-  ck_assert_int_eq(waitid(P_PID, (id_t)zombie, &si, WEXITED | WNOWAIT), 0);
-  errno = 44;
-  fs_stat_sweep();
-  ck_assert_int_eq(errno, 44);
-  ck_assert(!table_exists((int)dead));
-  ck_assert(table_exists((int)zombie));
-  ck_assert(table_exists((int)getpid()));
-  ck_assert_int_eq(access(p, F_OK), 0);
-  ck_assert_int_eq(waitpid(zombie, NULL, 0), zombie);
-}
-END_TEST
-
 START_TEST(test_fork_fallback)
 {
   int ppid = (int)getpid();
@@ -1078,7 +1037,6 @@ static Suite *stat_suite(void)
   tcase_add_test(tc, test_fork_rehome);
   tcase_add_test(tc, test_fork_fallback);
   tcase_add_test(tc, test_exit_quick);
-  tcase_add_test(tc, test_sweep);
   tcase_add_test(tc, test_fork_without_table_touches_nothing);
   tcase_add_test(tc, test_fork_child_slot_above_its_rows);
   tcase_add_test(tc, test_holders);
