@@ -337,6 +337,15 @@ END_TEST
 /* In the child: report the first failed check by exit code. */
 #define CHILD_CHECK(n, cond) do { if (!(cond)) _exit(n); } while (0)
 
+/* In the parent: the child exited 0, or the number of its failed check. */
+static void child_passed(pid_t pid)
+{
+  int status;
+  ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+  ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child check %d failed (status %#x)",
+                WEXITSTATUS(status), status);
+}
+
 START_TEST(test_fork_rehome)
 {
   int ppid = (int)getpid();
@@ -382,10 +391,7 @@ START_TEST(test_fork_rehome)
     CHILD_CHECK(12, !table_exists(me) && table_exists(ppid));
     _exit(0);
   }
-  int status;
-  ck_assert_int_eq(waitpid(child, &status, 0), child);
-  ck_assert(WIFEXITED(status));
-  ck_assert_int_eq(WEXITSTATUS(status), 0);
+  child_passed(child);
   ck_assert(table_exists(ppid));
   struct fs_stat_header h;
   struct fs_stat_conn c;
@@ -429,14 +435,9 @@ START_TEST(test_exit_quick)
     CHILD_CHECK(5, table_exists(ppid));
     _exit(0);
   }
-  int status;
-  ck_assert_int_eq(waitpid(own, &status, 0), own);
-  ck_assert(WIFEXITED(status));
-  ck_assert_int_eq(WEXITSTATUS(status), 0);
+  child_passed(own);
   ck_assert(!table_exists(own));
-  ck_assert_int_eq(waitpid(shared, &status, 0), shared);
-  ck_assert(WIFEXITED(status));
-  ck_assert_int_eq(WEXITSTATUS(status), 0);
+  child_passed(shared);
   ck_assert(table_exists(ppid));
   fs_stat_exit_quick(); /* the parent's own, as its _exit would */
   ck_assert(!table_exists(ppid));
@@ -470,10 +471,7 @@ START_TEST(test_fork_fallback)
     CHILD_CHECK(4, table_exists(ppid));
     _exit(0);
   }
-  int status;
-  ck_assert_int_eq(waitpid(child, &status, 0), child);
-  ck_assert(WIFEXITED(status));
-  ck_assert_int_eq(WEXITSTATUS(status), 0);
+  child_passed(child);
   ck_assert_uint_eq(s->tx_bytes, 0);
   ck_assert_uint_eq(s->used, 1);
 }
@@ -505,9 +503,7 @@ START_TEST(test_fork_child_slot_above_its_rows)
     CHILD_CHECK(5, read_slot(me, 3, &c) == 0 && c.used == 1 && c.fd == 20);
     _exit(0);
   }
-  int status;
-  ck_assert_int_eq(waitpid(child, &status, 0), child);
-  ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child check %d failed", WEXITSTATUS(status));
+  child_passed(child);
 }
 END_TEST
 
