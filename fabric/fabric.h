@@ -129,8 +129,9 @@ struct fs_fabric_ops {
   void (*creds_changed)(void);
   /* Process exit: may channels of this fabric have writes in flight that
    * the kernel would drop with the process (one load, then a getpid where
-   * it was set up: false in a vfork child of the process that did)?  And with the agent
-   * lock, let closed ones land them until deadline_ns; true if none waits. */
+   * it was set up: false in a vfork child of the process that did)?  And
+   * with the agent lock, let closed ones land them until deadline_ns; true
+   * if none waits. */
   bool (*exit_pending)(void);
   bool (*exit_drain)(uint64_t deadline_ns);
 };
