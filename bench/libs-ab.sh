@@ -16,7 +16,8 @@
 # and as JSON on the last line.
 #
 # usage: bench/libs-ab.sh [-r ROUNDS] [-s SECONDS] LIB...
-#   LIB      a libfabsock.so, or "plain" for no library
+#   LIB      a libfabsock.so, or "plain" for no library; LIB,VAR=VALUE[,...]
+#            runs it with those environment variables (FABSOCK_DOORBELL=1)
 #   ROUNDS   rounds (default 3); SECONDS per run (default 5)
 # Needs root, nginx, wrk and postgresql; a workload whose programs are
 # missing is left out.
@@ -35,12 +36,12 @@ shift $((OPTIND - 1))
 libs=()
 for l in "$@"; do
   if [ "$l" = plain ]; then libs+=(plain); continue; fi
-  [ -f "$l" ] || { echo "libs-ab: no library at $l" >&2; exit 1; }
-  libs+=("$(readlink -f "$l")")
+  [ -f "${l%%,*}" ] || { echo "libs-ab: no library at ${l%%,*}" >&2; exit 1; }
+  libs+=("$(readlink -f "${l%%,*}")${l#"${l%%,*}"}")
 done
 tmp=$(mktemp -d /tmp/fabsock-libs-ab.XXXXXX) && chmod 755 "$tmp" || exit 1
 NGINX_PORT=18096 PG_PORT=18097
-pre() { if [ "$1" = plain ]; then echo env; else echo "env LD_PRELOAD=$1"; fi; }
+pre() { if [ "$1" = plain ]; then echo env; else echo "env LD_PRELOAD=${1%%,*} ${1#"${1%%,*}"}" | tr , ' '; fi; }
 # shellcheck source=bench/servers-common.sh
 . "$(cd "$(dirname "$0")" && pwd)/servers-common.sh"
 [ $have_nginx = 1 ] || [ $have_pg = 1 ] || { echo "# SKIP libs-ab: neither nginx + wrk nor postgresql is installed"; exit 77; }
