@@ -37,6 +37,7 @@ const char *fs_conn_state_name(int state);
 
 struct fs_chan;     /* fabric channel (fabric/chan.h) */
 struct fs_hookset;  /* hook instances (hooks/hook.h) */
+struct fs_door;     /* an epoll set's doorbell (engine/door.h) */
 
 struct fs_conn {
   uint32_t refs;              /* atomic */
@@ -127,6 +128,12 @@ struct fs_conn {
   int ep_plain_fd;
   uint32_t ep_plain_events;
   uint64_t ep_plain_data;
+  /* The door its peer rings instead of a wake fd of ours (engine/door.h;
+   * set once, at the rendezvous, before the channel; referenced), and
+   * its slot there.  wake_fd is then local: made for a blocking call or a
+   * poll, written by whoever drains the door. */
+  struct fs_door *door;
+  uint32_t door_slot;
   struct fs_conn *free_next;  /* free list link */
 };
 

@@ -13,6 +13,7 @@
 #include "base/real.h"
 #include "engine/agent.h"
 #include "engine/cutover.h"
+#include "engine/wake.h"
 #include "engine/sockopt.h"
 
 void fs_cutover_tcp_for_good(struct fs_conn *c, int reason)
@@ -160,8 +161,7 @@ bool fs_cutover_peer_died(struct fs_conn *c, struct fs_chan *ch)
   c->reset_tx = c->reset_rx = unread;
   __atomic_store_n(&ch->peer->closed, 1, __ATOMIC_RELEASE); /* nobody else will */
   fs_log(FS_LOG_INFO, "fd %d: the peer's process is gone (%s)", c->fd, unread ? "reset" : "closed");
-  if (c->wake_fd >= 0)
-    fs_chan_efd_write(c->wake_fd); /* our other direction may be waiting */
+  fs_wake_own(c); /* our other direction may be waiting */
   return true;
 }
 
@@ -182,8 +182,7 @@ void fs_cutover_broken(struct fs_conn *c, struct fs_chan *ch, int fd)
   fs_log(FS_LOG_INFO, "fd %d: the %s channel broke (tcp_tx %llu fab_tx %llu); resetting", fd, ch->ops->name,
          (unsigned long long)c->tcp_tx, (unsigned long long)c->fab_tx);
   fs_cutover_reset_tcp(fd);
-  if (c->wake_fd >= 0)
-    fs_chan_efd_write(c->wake_fd); /* our other direction may be waiting */
+  fs_wake_own(c); /* our other direction may be waiting */
 }
 
 void fs_cutover_last_close(struct fs_conn *c, struct fs_chan *ch, int abort_fd)
@@ -281,6 +280,5 @@ void fs_cutover_resend_job(struct fs_conn *c)
     fs_log(FS_LOG_INFO, "fd %d: peer went back to tcp", fd);
   }
   fs_unlock(&c->txlock);
-  if (c->wake_fd >= 0) /* our own waiters: writable again, on TCP */
-    fs_chan_efd_write(c->wake_fd);
+  fs_wake_own(c); /* our own waiters: writable again, on TCP */
 }

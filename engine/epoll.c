@@ -97,7 +97,7 @@ char *fs_ep_arena;
 static char *fs_ep_bump;
 static struct fs_ep_ent *fs_ep_free;
 
-static struct fs_ep_ent *fs_ep_ent_new(void)
+struct fs_ep_ent *fs_ep_ent_new(void)
 {
   struct fs_ep_ent *e = NULL;
   pthread_mutex_lock(&fs_ep_alloc_lock);
@@ -119,7 +119,7 @@ static struct fs_ep_ent *fs_ep_ent_new(void)
   return e;
 }
 
-static void fs_ep_ent_free(struct fs_ep_ent *e)
+void fs_ep_ent_free(struct fs_ep_ent *e)
 {
   e->magic = 0;
   e->alive = false;
@@ -161,6 +161,8 @@ void fs_ep_unlink(struct fs_ep_ent *e)
     if (c->wake_fd >= 0)
       FS_REAL(epoll_ctl)(e->ep->epfd, EPOLL_CTL_DEL, c->wake_fd, NULL);
   }
+  if (e->door_reg) /* the door stays in the kernel set for the others */
+    e->ep->nwake--;
   if (e->wait_fd >= 0)
     FS_REAL(epoll_ctl)(e->ep->epfd, EPOLL_CTL_DEL, e->wait_fd, NULL);
   if (e->tcp_parked)
@@ -309,6 +311,7 @@ struct fs_ep *fs_ep_get(int epfd, bool create)
     return NULL;
   pthread_mutex_init(&ep->lock, NULL);
   pthread_mutex_init(&ep->pend_lock, NULL);
+  pthread_mutex_init(&ep->door_lock, NULL);
   ep->bell = -1;
   ep->epfd = epfd;
   ep->spin_us = 50;
@@ -475,13 +478,11 @@ static int fs_ep_make(struct fs_ep *ep, int epfd, int fd, struct fs_conn *c, uin
    * one made meanwhile rang the bell only for the sets already there
    * (both go through c->lock).  It may move to a fabric: the safety net
    * applies. */
-  int wfd = __atomic_load_n(&c->wake_fd, __ATOMIC_ACQUIRE);
-  if (wfd >= 0)
-    fs_ep_reg_wake(ep, e, wfd);
+  fs_ep_reg_conn(ep, e);
   /* A listener never becomes a connection: left to the setup pass, it
    * would have each epoll_wait walk every entry (nginx: all of them).
    * A connection still connecting waits there for its end of connect. */
-  if (!e->wake_reg && may && (c->connecting || !c->dir || ep->bell < 0)) {
+  if (!e->wake_reg && !e->door_reg && may && (c->connecting || !c->dir || ep->bell < 0)) {
     e->needs_setup = true;
     ep->nsetup++;
   }
@@ -677,14 +678,14 @@ int fs_ready_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
      * on a fabric the TCP fd's kernel mask (IN, RDHUP) hears nothing until
      * the end, so a level-triggered one stays in the kernel set while
      * parked: the DEL and the re-ADD cost no system call. */
-    if (e->wake_reg && fs_cutover_chan(c) && c->tx_flow == FS_FLOW_FABRIC && e->out_masked &&
+    if ((e->wake_reg || e->door_reg) && fs_cutover_chan(c) && c->tx_flow == FS_FLOW_FABRIC && e->out_masked &&
         !(e->kmask & (EPOLLOUT | EPOLLET | EPOLLONESHOT | EPOLLEXCLUSIVE))) {
       e->tcp_parked = true;
       rc = 0;
     } else {
       rc = FS_REAL(epoll_ctl)(epfd, EPOLL_CTL_DEL, fd, NULL) < 0 ? -errno : 0;
     }
-    if (rc == 0 && e->wake_reg)
+    if (rc == 0 && (e->wake_reg || e->door_reg))
       fs_ep_park(ep, e);
     else
       fs_ep_unlink(e);
@@ -710,9 +711,8 @@ void fs_ready_epoll_close(int epfd)
   for (int l = 0; l < 2; l++)
     for (struct fs_ep_ent *e = lists[l], *n; e; e = n) {
       n = e->next;
-      if (e->wake_reg)
-        ep->nwake--;
-      e->wake_reg = e->tcp_parked = false; /* the kernel set dies with the fd */
+      ep->nwake -= e->wake_reg + e->door_reg;
+      e->wake_reg = e->door_reg = e->tcp_parked = false; /* the kernel set dies with the fd */
       e->wait_fd = -1;
       fs_ep_unlink(e);
     }
@@ -722,6 +722,7 @@ void fs_ready_epoll_close(int epfd)
     fs_ep_ent_free(ep->bell_ent); /* its tag reads as stale from now on */
     ep->bell_ent = NULL;
   }
+  fs_ep_door_close(ep);
   pthread_mutex_unlock(&ep->lock);
   fs_ep_pend_drop(ep, NULL); /* no entry is left to queue a connection */
   /* ep itself is not freed: a thread may still be in epoll_wait on it. */

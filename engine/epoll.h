@@ -21,6 +21,11 @@ struct fs_ep_ent {
   bool alive, oneshot_fired, edge_pending, out_masked, wake_reg;
   bool parked;               /* DELeted, wake fds kept in the kernel set (ep->parked) */
   bool is_bell;              /* not an fd's entry: the tag of ep->bell */
+  bool is_door;              /* not an fd's entry: the tag of a door's eventfd
+                                (engine/door.h), referenced in `door` */
+  bool door_reg;             /* its connection's door is in the kernel set:
+                                its wakes reach us (counted in nwake) */
+  struct fs_door *door;      /* is_door: the door it tags */
   bool tcp_parked;           /* parked with its TCP fd still in the kernel set */
   struct fs_ep *ep;
   int fd;
@@ -91,6 +96,17 @@ struct fs_ep {
   pthread_mutex_t pend_lock;
   struct fs_conn **pend;     /* referenced */
   int npend, pend_cap;       /* npend: atomic reads outside pend_lock */
+  /* Doors (engine/door.h, docs/design.md 1.7): the set's own, which its
+   * connections give their peers at the rendezvous (NULL until the first
+   * does), and the tags of other sets' doors that connections of ours
+   * hold (a connection ADDed to a second set, or kept after its first set
+   * closed), linked by `next`.  Each eventfd is in the kernel set once,
+   * edge-triggered.  `door` is made under door_lock, not the set's lock:
+   * the agent makes it at a rendezvous, holding its own lock, which a
+   * thread in epoll_wait may want under the set's (to queue an upgrade). */
+  pthread_mutex_t door_lock;
+  struct fs_door *door;      /* atomic reads */
+  struct fs_ep_ent *door_ent, *doors;
 };
 
 #define FS_EP_IDLE_MAX 64
@@ -104,6 +120,17 @@ extern char *fs_ep_arena;
 #define FS_EP_STALE ((struct fs_ep_ent *)&fs_ep_arena)
 int fs_ep_add_wake(int epfd, int fd, struct fs_ep_ent *e);
 void fs_ep_reg_wake(struct fs_ep *ep, struct fs_ep_ent *e, int wfd);
+/* e's wakes into the kernel set: its connection's door, or its wake fd if
+ * it has one (ep->lock held). */
+void fs_ep_reg_conn(struct fs_ep *ep, struct fs_ep_ent *e);
+struct fs_ep_ent *fs_ep_ent_new(void);
+void fs_ep_ent_free(struct fs_ep_ent *e);
+/* A door's tag came up in ep's kernel set (ep->lock held): drain it.
+ * Up to max entries of ep that rang go in got (the count is returned),
+ * for the caller to look at now; any more go on the re-check list. */
+int fs_ep_door_event(struct fs_ep *ep, struct fs_ep_ent *tag, struct fs_ep_ent **got, int max);
+/* The set's epoll fd is closing: its doors go (ep->lock held). */
+void fs_ep_door_close(struct fs_ep *ep);
 
 /* Some entry is (or may become) a fabric one: sleeps are cut into slices
  * (the safety net).  Counted, not sticky: an event loop whose upgraded
@@ -116,6 +143,8 @@ static inline bool fs_ep_fabric(const struct fs_ep *ep)
 struct fs_ep *fs_ep_get(int epfd, bool create);
 int fs_ep_bell(struct fs_ep *ep);
 void fs_ep_pend_run(struct fs_ep *ep);
+/* Queue c on ep's bell and ring it (c->lock held). */
+void fs_ep_pend_push(struct fs_ep *ep, struct fs_conn *c);
 void fs_ep_pend_drop(struct fs_ep *ep, struct fs_conn *c); /* c NULL: all */
 void fs_ep_plain_convert(struct fs_ep *ep, struct fs_conn *c);
 void fs_ep_idle_del(struct fs_ep *ep, struct fs_ep_ent *e);

@@ -14,7 +14,7 @@
 #include "fabric/chan.h"
 
 /* Queue c on ep's bell and ring it (c->lock held). */
-static void fs_ep_pend_push(struct fs_ep *ep, struct fs_conn *c)
+void fs_ep_pend_push(struct fs_ep *ep, struct fs_conn *c)
 {
   int bell = __atomic_load_n(&ep->bell, __ATOMIC_ACQUIRE);
   if (bell < 0)
@@ -74,8 +74,16 @@ void fs_ep_pend_run(struct fs_ep *ep)
     fs_ep_plain_convert(ep, c);
     pthread_mutex_lock(&c->lock);
     int wfd = c->wake_fd;
+    bool door = __atomic_load_n(&c->door, __ATOMIC_ACQUIRE) != NULL;
     for (struct fs_ep_ent *e = c->ep_ents; e; e = e->cnext) {
-      if (e->ep != ep || !e->alive || e->parked || e->wake_reg || wfd < 0)
+      if (e->ep != ep || !e->alive || e->parked)
+        continue;
+      if (door) { /* its door rang, or is new: look at it */
+        fs_ep_reg_conn(ep, e);
+        fs_ep_recheck_add(ep, e);
+        continue;
+      }
+      if (e->wake_reg || wfd < 0)
         continue;
       fs_ep_reg_wake(ep, e, wfd);
       fs_ep_recheck_add(ep, e);

@@ -227,9 +227,8 @@ static void fs_ep_setup(struct fs_ep *ep)
     bool up = e->c->dir && !e->c->connecting;
     if (up && ep->bell < 0 && fs_ep_bell(ep) < 0)
       fs_wake_for_epoll(e->c);
-    if (e->c->wake_fd >= 0)
-      fs_ep_reg_wake(ep, e, e->c->wake_fd);
-    if (e->wake_reg || (up && ep->bell >= 0) || (e->c->no_upgrade && !e->c->connecting) ||
+    fs_ep_reg_conn(ep, e);
+    if (e->wake_reg || e->door_reg || (up && ep->bell >= 0) || (e->c->no_upgrade && !e->c->connecting) ||
         fs_conn_state(e->c) == FS_STATE_LISTEN) {
       e->needs_setup = false;
       ep->nsetup--;
@@ -265,13 +264,12 @@ static int fs_ep_report(struct fs_ep *ep, int epfd, struct fs_ep_ent *e, uint32_
   bool masked = false;
   if (fs_cutover_chan(c)) {
     ep->had_chan = true;
-    /* Its bell may not have been heard yet: register it now. */
-    int wfd = __atomic_load_n(&c->wake_fd, __ATOMIC_ACQUIRE);
-    if (!e->wake_reg && !e->parked) {
-      if (wfd >= 0)
-        fs_ep_reg_wake(ep, e, wfd); /* on failure the safety net stays on */
-      else
-        ep->any_fabric = true; /* only the safety net hears of it */
+    /* Its bell may not have been heard yet: register its wakes now (on
+     * failure, or with nothing to register, the safety net stays on). */
+    if (!e->wake_reg && !e->door_reg && !e->parked) {
+      fs_ep_reg_conn(ep, e);
+      if (!e->wake_reg && !e->door_reg)
+        ep->any_fabric = true;
     }
     masked = c->tx_flow == FS_FLOW_FABRIC;
     if (e->wait_fd < 0)
@@ -337,6 +335,13 @@ static int fs_ep_results(struct fs_ep *ep, int epfd, const struct epoll_event *k
     }
     if (e == FS_EP_STALE)
       continue;
+    if (e->is_door) { /* connections rang: look at their entries now */
+      struct fs_ep_ent *rang[32];
+      int nr = fs_ep_door_event(ep, e, rang, 32);
+      for (int j = 0; j < nr; j++)
+        n = fs_ep_report(ep, epfd, rang[j], 0, out, src, n, max);
+      continue;
+    }
     if (e->is_bell) { /* wake fds to register: their entries are looked at next */
       fs_ep_pend_run(ep); /* edge-triggered: never drained, each ring is an edge */
       continue;

@@ -4,6 +4,7 @@
 #include "engine/conn.h"
 #include "engine/hold.h"
 #include "engine/lend.h"
+#include "engine/ready.h"
 #include "engine/sock.h"
 #include "engine/wake.h"
 
@@ -43,6 +44,11 @@ static int fs_lend_wake(struct fs_link *l)
   return fs_wake_get(fs_conn_of(l));
 }
 
+static int fs_lend_bell(struct fs_link *l, int *efd, int *memfd, uint32_t *slot)
+{
+  return fs_ready_door_offer(fs_conn_of(l), efd, memfd, slot);
+}
+
 static int fs_lend_attach(struct fs_link *l, struct fs_chan *ch)
 {
   return fs_sock_attach(fs_conn_of(l), ch);
@@ -71,6 +77,7 @@ const struct fs_fabric_host fs_lend_host = {
   .hold = fs_lend_hold,
   .may_attach = fs_lend_may_attach,
   .wake = fs_lend_wake,
+  .bell = fs_lend_bell,
   .attach = fs_lend_attach,
   .failed = fs_lend_failed,
   .refused = fs_lend_refused,

@@ -8,6 +8,7 @@
 #include "engine/hold.h"
 #include "engine/batch.h"
 #include "engine/cutover.h"
+#include "engine/door.h"
 #include "engine/ready.h"
 #include "engine/sock.h"
 #include "engine/sockio.h"
@@ -96,6 +97,14 @@ int fs_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const
       k[i].events |= POLLRDHUP;
       if (ch->wait_fd >= 0)
         kw[nw++] = (struct pollfd){ ch->wait_fd, POLLIN, 0 };
+      /* Its peer rings its epoll set's door: a local wake fd, written by
+       * whoever drains the door, and the door (with the fabric fds: a
+       * door has no wait fd of its own), in case nobody else drains it. */
+      struct fs_door *d = __atomic_load_n(&c->door, __ATOMIC_ACQUIRE);
+      if (d && c->wake_fd < 0)
+        (void)fs_wake_get(c);
+      if (d && fs_door_mine(d) && ch->wait_fd < 0 && (nw == 0 || kw[nw - 1].fd != d->efd))
+        kw[nw++] = (struct pollfd){ d->efd, POLLIN, 0 };
     }
     if (c->wake_fd >= 0 && (ch || !c->no_upgrade)) {
       k[kn].fd = c->wake_fd;
@@ -140,6 +149,14 @@ int fs_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const
       if (k[j].revents & POLLIN) {
         uint64_t v;
         (void)FS_REAL(read)(k[j].fd, &v, sizeof v);
+      }
+    for (nfds_t j = kwake; j < kn; j++)
+      if ((k[j].revents & POLLIN) && fs_door_live()) {
+        struct fs_door *d = fs_door_by_efd(k[j].fd);
+        if (d) {
+          fs_door_woken(d);
+          fs_door_put(d);
+        }
       }
     rc = 0;
     for (nfds_t i = 0; i < n; i++) {

@@ -12,7 +12,11 @@
 #include <stdbool.h>
 #include <sys/epoll.h>
 #include <sys/select.h>
+#include <stdint.h>
 #include <time.h>
+
+struct fs_conn;
+struct fs_door;
 
 /* ppoll-style: ts NULL = forever.  Returns count or -errno. */
 int fs_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const sigset_t *mask);
@@ -37,6 +41,16 @@ void fs_ready_epoll_forget_conn(struct fs_conn *c);
 /* c's wake fd was just made (its rendezvous): every epoll set holding c
  * registers it, woken by its bell if a thread sleeps there. */
 void fs_ready_epoll_wake_made(struct fs_conn *c);
+
+/* Doors (engine/door.h).  The rendezvous offers c's peer the door of the
+ * one epoll set c is in: 0 and the door's eventfd, memfd (lent, not to be
+ * closed) and c's slot, or -1: c is in no set, or in more than one, or
+ * has a wake fd already, or FABSOCK_DOORBELL is off (the caller makes a
+ * wake fd).  Once offered, c keeps its door until it is released. */
+int fs_ready_door_offer(struct fs_conn *c, int *efd, int *memfd, uint32_t *slot);
+void fs_ready_door_release(struct fs_conn *c);
+/* c's own news (attached, reverted): its waiters look at it. */
+void fs_ready_door_kick(struct fs_conn *c);
 /* fd of c is about to be closed (c lives on in another fd): registrations
  * of that fd the library kept in kernel epoll sets go first. */
 void fs_ready_epoll_fd_closing(struct fs_conn *c, int fd);

@@ -49,6 +49,7 @@ static void fs_sock_release(struct fs_conn *c)
     fs_fdreg_close(c->wake_fd);
     c->wake_fd = -1;
   }
+  fs_ready_door_release(c);
 }
 
 void fs_sock_init(void)
@@ -396,7 +397,7 @@ int fs_sock_attach(struct fs_conn *c, struct fs_chan *ch)
     fs_unlock(&c->txlock);
   }
   /* Wake our own threads blocked on the TCP path: data may now come here. */
-  fs_chan_efd_write(c->wake_fd);
+  fs_wake_own(c);
   return 0;
 }
 

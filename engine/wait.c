@@ -13,7 +13,9 @@
 #include "base/real.h"
 #include "engine/batch.h"
 #include "engine/cutover.h"
+#include "engine/door.h"
 #include "engine/wait.h"
+#include "engine/wake.h"
 
 int fs_wait_timeo(int fd, int opt)
 {
@@ -105,6 +107,13 @@ int fs_wait_sleep(struct fs_conn *c, int fd, bool tx, size_t need, int *budget_m
   fs_batch_flush(); /* never sleep on wakes we hold */
   struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
   int wfd = ch ? ch->wait_fd : -1;
+  /* Its peer rings its epoll set's door: a local wake fd for us (whoever
+   * drains the door writes it while we sleep), and the door itself, in
+   * case nobody else drains it. */
+  struct fs_door *door = ch ? __atomic_load_n(&c->door, __ATOMIC_ACQUIRE) : NULL;
+  if (door && c->wake_fd < 0)
+    (void)fs_wake_get(c);
+  int dfd = door && fs_door_mine(door) ? door->efd : -1;
   uint32_t *sleeping = tx ? &c->tx_sleeping : &c->rx_sleeping;
   /* A wait on the ring itself; or a receiver still on TCP that armed the
    * ring for the peer's SWITCH: the wake it is owed may be drained by the
@@ -128,10 +137,23 @@ int fs_wait_sleep(struct fs_conn *c, int fd, bool tx, size_t need, int *budget_m
   /* A sender watches for the peer's FIN (its death, fs_cutover_peer_died),
    * unless the peer half-closed alive: then only HUP/ERR, or it would spin. */
   short tcp_ev = tx ? (c->alive_ns ? 0 : POLLRDHUP) : (POLLIN | POLLRDHUP);
-  struct pollfd p[3] = { { c->wake_fd, POLLIN, 0 }, { fd, tcp_ev, 0 },
-                         { wfd, POLLIN, 0 } };
-  int nfds = (c->wake_fd >= 0 ? 2 : 1) + (wfd >= 0);
-  struct pollfd *pp = c->wake_fd >= 0 ? p : &p[1];
+  /* p[0] the wake fd, p[1] the TCP socket, then the fabric's event fd and
+   * the door where they are. */
+  struct pollfd p[4] = { { c->wake_fd, POLLIN, 0 }, { fd, tcp_ev, 0 } };
+  int nfds = 2, iwait = -1, idoor = -1;
+  if (wfd >= 0) {
+    iwait = nfds;
+    p[nfds++] = (struct pollfd){ wfd, POLLIN, 0 };
+  }
+  if (dfd >= 0) {
+    idoor = nfds;
+    p[nfds++] = (struct pollfd){ dfd, POLLIN, 0 };
+  }
+  struct pollfd *pp = p;
+  if (c->wake_fd < 0) {
+    pp = &p[1];
+    nfds--;
+  }
   uint64_t t0 = *budget_ms >= 0 ? fs_clock_us() : 0;
   /* The wake fd is shared by this connection's sender and receiver (and
    * any poll), and each drains it; fs_wait_pass_wake hands on a wake the
@@ -158,11 +180,13 @@ int fs_wait_sleep(struct fs_conn *c, int fd, bool tx, size_t need, int *budget_m
     if (FS_REAL(read)(c->wake_fd, &v, sizeof v) == (ssize_t)sizeof v && marked)
       fs_wait_pass_wake(c, ch, tx);
   }
-  if (wfd >= 0 && (p[2].revents & POLLIN)) {
+  if (iwait >= 0 && (p[iwait].revents & POLLIN)) {
     ch->ops->drain(ch);
     if (marked)
       fs_wait_pass_wake(c, ch, tx);
   }
+  if (idoor >= 0 && (p[idoor].revents & POLLIN))
+    fs_door_woken(door); /* our own wait's end is looked at by the caller */
   if (r == 0 && ch && cap == FS_WAIT_BOUND_MS && FS_LOG_DEBUG <= fs_log_level)
     fs_wait_bound_report(c, ch, fd, tx, counted, need);
   return 0;

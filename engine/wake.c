@@ -8,8 +8,9 @@
 #include "fabric/chan.h"
 #include "engine/wake.h"
 
-/* Acceleration costs two extra fds per upgraded connection (its wake
- * eventfd, the peer's).  Near RLIMIT_NOFILE the application must get every
+/* Acceleration costs up to two extra fds per upgraded connection (its
+ * wake eventfd, the peer's; none where both ring doorbells, engine/door.h).
+ * Near RLIMIT_NOFILE the application must get every
  * fd it would get without us: above 3/4 of the soft limit we stop
  * accelerating new connections. */
 bool fs_wake_fd_budget_ok(int fd)
@@ -31,6 +32,24 @@ static void (*fs_wake_made_hook)(struct fs_conn *c);
 void fs_wake_on_made(void (*fn)(struct fs_conn *c))
 {
   __atomic_store_n(&fs_wake_made_hook, fn, __ATOMIC_RELEASE);
+}
+
+/* Set by the epoll module with its first door (engine/door.h). */
+static void (*fs_wake_door_hook)(struct fs_conn *c);
+
+void fs_wake_on_door(void (*fn)(struct fs_conn *c))
+{
+  __atomic_store_n(&fs_wake_door_hook, fn, __ATOMIC_RELEASE);
+}
+
+void fs_wake_own(struct fs_conn *c)
+{
+  int wfd = __atomic_load_n(&c->wake_fd, __ATOMIC_ACQUIRE);
+  if (wfd >= 0)
+    fs_chan_efd_write(wfd);
+  void (*hook)(struct fs_conn *) = __atomic_load_n(&fs_wake_door_hook, __ATOMIC_ACQUIRE);
+  if (hook && __atomic_load_n(&c->door, __ATOMIC_ACQUIRE))
+    hook(c);
 }
 
 int fs_wake_get(struct fs_conn *c)

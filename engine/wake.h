@@ -43,6 +43,14 @@ static inline void fs_wake_for_epoll(struct fs_conn *c)
     (void)fs_wake_get(c);
 }
 
+/* Wake our own waiters of c (its other direction, a poll, its epoll
+ * sets): its wake fd, and its sets where its peer rings a door. */
+void fs_wake_own(struct fs_conn *c);
+
+/* fn runs for fs_wake_own of a connection with a door (the readiness
+ * module's, set with its first door: fs_ready_door_kick). */
+void fs_wake_on_door(void (*fn)(struct fs_conn *c));
+
 /* c may still upgrade and has no wake fd yet: a sleep on its TCP socket
  * would be blind to a channel attached meanwhile. */
 static inline bool fs_wake_none(const struct fs_conn *c)

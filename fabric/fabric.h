@@ -69,6 +69,11 @@ struct fs_fabric_host {
    * gets one only once a rendezvous needs it.  0, or a reason (l then
    * stays on TCP). */
   int (*wake)(struct fs_link *l);
+  /* Before wake: may l's peer ring a doorbell of ours instead of a wake
+   * fd of l's own (engine/door.h; base/bell.h is the format)?  0 and the
+   * bell's eventfd and memfd (lent: sent, never closed) and l's slot in
+   * it, or -1: use wake.  Agent. */
+  int (*bell)(struct fs_link *l, int *efd, int *memfd, uint32_t *slot);
   /* Put ch on l (0), or -ESTALE if l can no longer take it (the caller drops ch). */
   int (*attach)(struct fs_link *l, struct fs_chan *ch);
   /* The rendezvous failed for good: l stays on TCP with this reason. */

@@ -559,6 +559,7 @@ static bool fs_policy_env_off; /* FABSOCK_DISABLE: not even tracked */
 static uint32_t fs_policy_ring;  /* FABSOCK_SHM_RING, bytes; 0 = the fabric's default */
 static uint32_t fs_policy_drop;  /* FABSOCK_TEST_RDMA_DROP or _WEDGE: test seams, see policy.h */
 static bool fs_policy_wedge;     /* ... it was _WEDGE */
+static bool fs_policy_door = true; /* FABSOCK_DOORBELL (0: off) */
 static struct fs_policy fs_policy_fallback; /* no rules, every match tcp */
 static bool fs_policy_hooks_any;  /* some connection may get inspection hooks */
 
@@ -599,6 +600,12 @@ static void fs_policy_load(void)
     else if (*end == 'M' || *end == 'm')
       n <<= 20;
     fs_policy_ring = n > UINT32_MAX ? 0 : (uint32_t)n; /* the fabric checks the bounds */
+  }
+  v = getenv("FABSOCK_DOORBELL");
+  if (v != NULL && *v) {
+    if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0)
+      fs_log(FS_LOG_WARN, "FABSOCK_DOORBELL: '%.32s' taken as 1", v);
+    fs_policy_door = strcmp(v, "0") != 0;
   }
   v = getenv("FABSOCK_TEST_RDMA_DROP");
   if (v != NULL && *v)
@@ -655,6 +662,12 @@ bool fs_policy_test_rdma_wedge(void)
 {
   (void)fs_policy_get(NULL);
   return fs_policy_wedge;
+}
+
+bool fs_policy_doorbell(void)
+{
+  (void)fs_policy_get(NULL);
+  return fs_policy_door;
 }
 
 uint32_t fs_policy_ring_size(void)

@@ -83,6 +83,11 @@ bool fs_policy_may_hook(void);
  * it against its bounds and uses its default otherwise. */
 uint32_t fs_policy_ring_size(void);
 
+/* FABSOCK_DOORBELL (default 1; 0: off): a connection in one epoll set
+ * gives its shm peer the set's doorbell instead of a wake eventfd of its
+ * own (engine/door.h). */
+bool fs_policy_doorbell(void);
+
 /* FABSOCK_TEST_RDMA_DROP=N (tests only): the rdma fabric holds back its
  * pushes of records from the Nth in this process on, as a requester that
  * stalled silently would (0: never), until its stall watch posts them.

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/bell.h"
 #include "base/fdreg.h"
 #include "base/proc.h"
 #include "base/clock.h"
@@ -45,7 +46,9 @@ struct fs_rdv_item {
                                  (K_CLI, S_WAIT_ACK); referenced */
   struct fs_chan *ch;         /* K_CLI: not attached yet */
   int state;                  /* K_SRV */
-  int fds[3];                 /* K_SRV held: tcp dup, memfd, client efd */
+  int fds[4];                 /* K_SRV held: tcp dup, memfd, client efd or
+                                 bell efd, bell memfd (or -1) */
+  uint32_t slot;              /* K_SRV: the client's slot in its bell */
   uint32_t uid;
   uint64_t give_up;           /* K_CLI, K_CLI_RETRY: the connecting end's set-up bound */
   uint64_t look_ns;           /* K_SRV held: when to ask again whether another process holds it */
@@ -74,20 +77,32 @@ static bool fs_rdv_event(void *arg);
 
 int fs_rdv_check_req(const struct fs_rdv_req *r, size_t len, int nfds)
 {
-  if (len != sizeof *r || nfds != 3 || r->magic != FS_RDV_MAGIC_REQ)
+  if (len < FS_RDV_REQ_LEN || r->magic != FS_RDV_MAGIC_REQ)
     return FS_REASON_PROTOCOL;
   if (r->version != FS_RDV_VERSION)
     return FS_REASON_VERSION;
-  if (r->fabric != FS_FABRIC_SHM || r->flags != 0 || r->ring_size < FS_SHM_RING_MIN ||
+  bool plain = len == FS_RDV_REQ_LEN && nfds == 3 && r->flags == 0;
+  bool bell = len == FS_RDV_REQ_BELL_LEN && nfds == 4 && r->flags == FS_RDV_F_BELL && r->slot < FS_BELL_SLOTS;
+  if (!(plain || bell) || r->fabric != FS_FABRIC_SHM || r->ring_size < FS_SHM_RING_MIN ||
       r->ring_size > FS_SHM_RING_MAX || (r->ring_size & (r->ring_size - 1)))
     return FS_REASON_PROTOCOL;
   return 0;
 }
 
+/* A refusal (status: the reason; efd -1). */
 static void fs_rdv_reply(int ufd, uint32_t status, int efd)
 {
   struct fs_rdv_rep rep = { FS_RDV_MAGIC_REP, FS_RDV_VERSION, 0, status, 0 };
   (void)fs_rdv_sendfds(ufd, &rep, sizeof rep, &efd, status == 0 ? 1 : 0);
+}
+
+/* The accept: our wake eventfd, or our epoll set's bell and our slot. */
+static void fs_rdv_accept(int ufd, int efd, const struct fs_rdv_bell *b)
+{
+  bool bell = b->efd >= 0;
+  struct fs_rdv_rep rep = { FS_RDV_MAGIC_REP, FS_RDV_VERSION, bell ? FS_RDV_F_BELL : 0, 0, bell ? b->slot : 0 };
+  int fds[2] = { bell ? b->efd : efd, b->memfd };
+  (void)fs_rdv_sendfds(ufd, &rep, sizeof rep, fds, bell ? 2 : 1);
 }
 
 /* ---- item bookkeeping ------------------------------------------------- */
@@ -125,7 +140,7 @@ static void fs_rdv_drop(struct fs_rdv_item *it)
     fs_fdreg_close(it->ufd);
   }
   if (it->kind == K_SRV)
-    fs_rdv_closefds(it->fds, 3);
+    fs_rdv_closefds(it->fds, 4);
   if (it->ch)
     fs_chan_detach(it->ch);
   if (it->c)
@@ -158,7 +173,7 @@ static bool fs_rdv_srv_new(struct fs_rdv_item *l)
   it->kind = K_SRV;
   it->ufd = ufd;
   it->state = S_WAIT_REQ;
-  it->fds[0] = it->fds[1] = it->fds[2] = -1;
+  it->fds[0] = it->fds[1] = it->fds[2] = it->fds[3] = -1;
   it->shared_listener = l->c ? l->c->listener_shared : false;
   it->deadline = fs_clock_ns() + (uint64_t)FS_RDV_HOLD_MS * 1000000u;
   it->next = A.items;
@@ -206,16 +221,18 @@ static bool fs_rdv_srv_try(struct fs_rdv_item *it)
   }
   int status = fs_host->may_attach(c, it->uid);
   struct fs_chan *ch = NULL;
-  if (status == 0)
+  struct fs_rdv_bell bell = { -1, -1, 0 };
+  if (status == 0 && fs_host->bell(c, &bell.efd, &bell.memfd, &bell.slot) < 0)
     status = fs_host->wake(c);
   if (status == 0) {
-    int rc = fs_shm_attach(it->fds[1], c->wake_fd, it->fds[2], &ch);
+    struct fs_shm_wake w = { it->fds[2], it->fds[3], it->slot };
+    int rc = fs_shm_attach(it->fds[1], c->wake_fd, &w, &ch);
     if (rc < 0)
       status = rc == -ENOMEM ? FS_REASON_RESOURCES : FS_REASON_PROTOCOL;
-    else
-      it->fds[2] = -1; /* the channel owns the client's eventfd now */
+    it->fds[2] = w.efd; /* -1 where the channel took it */
+    it->fds[3] = w.bell_memfd;
   }
-  fs_rdv_closefds(it->fds, 3);
+  fs_rdv_closefds(it->fds, 4);
   /* Attach before the reply: a process that forks right after (sshd's
    * monitor, between the pre-auth child's exit and the session's fork)
    * then forks with the channel, as any upgraded connection, instead of
@@ -235,7 +252,7 @@ static bool fs_rdv_srv_try(struct fs_rdv_item *it)
     fs_rdv_drop(it);
     return true;
   }
-  fs_rdv_reply(it->ufd, 0, c->wake_fd);
+  fs_rdv_accept(it->ufd, c->wake_fd, &bell);
   it->c = c;
   it->state = S_WAIT_ACK;
   it->deadline = 0; /* wait for the ack or EOF, however long */
@@ -263,9 +280,9 @@ static void fs_rdv_srv_event(struct fs_rdv_item *it)
       fs_rdv_drop(it);
     return;
   }
-  struct fs_rdv_req req;
+  struct fs_rdv_req req = { 0 };
   int nf = 0;
-  ssize_t n = fs_rdv_recvfds(it->ufd, &req, sizeof req, it->fds, 3, &nf);
+  ssize_t n = fs_rdv_recvfds(it->ufd, &req, sizeof req, it->fds, 4, &nf);
   if (n == -EAGAIN)
     return;
   if (n == 0 && nf == 0) { /* the client gave up before asking (its connection closed): no news */
@@ -291,6 +308,7 @@ static void fs_rdv_srv_event(struct fs_rdv_item *it)
     return;
   }
   it->uid = cr.uid;
+  it->slot = req.slot;
   /* The tcp dup proved the client's identity; we keep only its addresses. */
   fs_fdreg_close(it->fds[0]);
   it->fds[0] = -1;
@@ -403,7 +421,8 @@ static int fs_rdv_attempt(struct fs_link *c, bool holder_only, uint64_t give_up,
     fs_rdv_cli_wait(it, now, backoff_ms);
     return 0;
   }
-  if (!reason)
+  struct fs_rdv_bell bell = { -1, -1, 0 }; /* our epoll set's doorbell, or our wake fd */
+  if (!reason && fs_host->bell(c, &bell.efd, &bell.memfd, &bell.slot) < 0)
     reason = fs_host->wake(c);
   if (reason)
     goto fail;
@@ -429,9 +448,11 @@ static int fs_rdv_attempt(struct fs_link *c, bool holder_only, uint64_t give_up,
     reason = FS_REASON_RESOURCES;
     goto fail;
   }
-  struct fs_rdv_req req = { FS_RDV_MAGIC_REQ, FS_RDV_VERSION, FS_FABRIC_SHM, ring, 0 };
-  int fds[3] = { dupfd, memfd, c->wake_fd };
-  if (fs_rdv_sendfds(ufd, &req, sizeof req, fds, 3) < 0) {
+  bool rings = bell.efd >= 0;
+  struct fs_rdv_req req = { FS_RDV_MAGIC_REQ, FS_RDV_VERSION, FS_FABRIC_SHM, ring, rings ? FS_RDV_F_BELL : 0,
+                            bell.slot, 0 };
+  int fds[4] = { dupfd, memfd, rings ? bell.efd : c->wake_fd, bell.memfd };
+  if (fs_rdv_sendfds(ufd, &req, rings ? FS_RDV_REQ_BELL_LEN : FS_RDV_REQ_LEN, fds, rings ? 4 : 3) < 0) {
     reason = FS_REASON_NO_PEER;
     goto fail;
   }
@@ -491,21 +512,26 @@ static void fs_rdv_cli_again(struct fs_rdv_item *it, bool holder_only)
 static void fs_rdv_cli_event(struct fs_rdv_item *it)
 {
   struct fs_rdv_rep rep;
-  int fds[1] = { -1 }, nf = 0;
-  ssize_t n = fs_rdv_recvfds(it->ufd, &rep, sizeof rep, fds, 1, &nf);
+  int fds[2] = { -1, -1 }, nf = 0;
+  ssize_t n = fs_rdv_recvfds(it->ufd, &rep, sizeof rep, fds, 2, &nf);
   if (n == -EAGAIN)
     return;
   int reason = n == -EMFILE ? FS_REASON_RESOURCES : FS_REASON_PROTOCOL;
   if (n == (ssize_t)sizeof rep && rep.magic == FS_RDV_MAGIC_REP && rep.version == FS_RDV_VERSION) {
-    if (rep.status == 0 && nf == 1) {
+    bool bell = rep.pad == FS_RDV_F_BELL;
+    if (rep.status == 0 && ((rep.pad == 0 && nf == 1) || (bell && nf == 2))) {
       struct fs_rdv_ack ack = { FS_RDV_MAGIC_ACK, FS_RDV_VERSION, 0 };
-      if (fs_shm_set_peer(it->ch, fds[0]) < 0) {
-        fs_fdreg_close(fds[0]);
+      struct fs_shm_wake w = { fds[0], bell ? fds[1] : -1, rep.pad2 };
+      int rc = fs_shm_set_peer(it->ch, &w);
+      fds[0] = w.efd; /* -1 where the channel took it */
+      if (bell)
+        fds[1] = w.bell_memfd;
+      if (rc < 0) {
+        fs_rdv_closefds(fds, 2);
         fs_host->failed(it->c, FS_REASON_PROTOCOL);
         fs_rdv_drop(it);
         return;
       }
-      fds[0] = -1;
       if (fs_rdv_sendfds(it->ufd, &ack, sizeof ack, NULL, 0) == 0 && fs_host->attach(it->c, it->ch) == 0) {
         it->ch = NULL;
         fs_rdv_drop(it);
@@ -539,8 +565,7 @@ static void fs_rdv_cli_event(struct fs_rdv_item *it)
       reason = (int)rep.status;
     }
   }
-  if (fds[0] >= 0)
-    fs_fdreg_close(fds[0]);
+  fs_rdv_closefds(fds, 2);
   fs_host->failed(it->c, reason);
   fs_rdv_drop(it);
 }
@@ -714,7 +739,7 @@ static void fs_rdv_after_fork_child(void)
     if (it->ufd >= 0)
       fs_fdreg_close(it->ufd);
     if (it->kind == K_SRV)
-      fs_rdv_closefds(it->fds, 3);
+      fs_rdv_closefds(it->fds, 4);
     if (it->ch) /* a mapping the child never attached: unmap only */
       it->ch->ops->release(it->ch);
     if (it->c)

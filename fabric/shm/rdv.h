@@ -6,9 +6,16 @@
  *   request  (connecting end -> listener), 16 bytes, host order:
  *     u32 magic "FSRQ" | u16 version 1 | u16 fabric (2 = shm) | u32 ring_size | u32 flags (0)
  *     SCM_RIGHTS: [a dup of the client's TCP socket, the sealed memfd, the client's eventfd]
+ *   or, where the client's connection is in an epoll set with a doorbell
+ *   (base/bell.h, engine/door.h), 24 bytes:
+ *     ... | u32 flags (1: bell) | u32 slot (< 65536) | u32 pad
+ *     SCM_RIGHTS: [TCP dup, memfd, the bell's eventfd, the bell's sealed memfd]
  *   reply    (listener -> connecting end), 16 bytes:
- *     u32 magic "FSRP" | u16 version 1 | u16 pad | u32 status (0 accept, else enum fs_reason) | u32 pad
- *     SCM_RIGHTS on accept: [the server's eventfd]
+ *     u32 magic "FSRP" | u16 version 1 | u16 flags (0, or 1: bell) | u32 status (0 accept, else
+ *     enum fs_reason) | u32 slot (bell) or 0
+ *     SCM_RIGHTS on accept: [the server's eventfd], or [the bell's eventfd, the bell's memfd]
+ *   Each end chooses for itself: either may ring a bell and be woken by
+ *   an eventfd, or the other way round.
  *   ack      (connecting end -> listener), 8 bytes, only after an accept:
  *     u32 magic "FSAK" | u16 version 1 | u16 pad
  *
@@ -55,15 +62,26 @@ struct fs_rdv_req {
   uint16_t version;
   uint16_t fabric;
   uint32_t ring_size;
-  uint32_t flags;
+  uint32_t flags;            /* 0, or FS_RDV_F_BELL */
+  uint32_t slot;             /* FS_RDV_F_BELL only (FS_RDV_REQ_BELL_LEN) */
+  uint32_t pad;
+};
+#define FS_RDV_REQ_LEN 16u
+#define FS_RDV_REQ_BELL_LEN 24u
+#define FS_RDV_F_BELL 1u
+
+/* A doorbell offered to the peer (host->bell): lent fds, -1 if none. */
+struct fs_rdv_bell {
+  int efd, memfd;
+  uint32_t slot;
 };
 
 struct fs_rdv_rep {
   uint32_t magic;
   uint16_t version;
-  uint16_t pad;
+  uint16_t pad;              /* 0, or FS_RDV_F_BELL */
   uint32_t status;
-  uint32_t pad2;
+  uint32_t pad2;             /* FS_RDV_F_BELL: the slot */
 };
 
 struct fs_rdv_ack {

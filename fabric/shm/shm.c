@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/bell.h"
 #include "base/fdreg.h"
 #include "fabric/shm/rdv.h"
 #include "fabric/shm/shm.h"
@@ -16,10 +17,12 @@
 
 _Static_assert(sizeof(struct fs_shm_hdr) <= FS_SHM_HDR_SIZE, "shm header fits its page");
 
-/* The shm channel: the generic one plus its mapping and the peer's eventfd. */
+/* The shm channel: the generic one plus its mapping and the peer's wake. */
 struct fs_shm_chan {
   struct fs_chan ch;
-  int peer_efd;              /* the peer's wake eventfd (ours to close) */
+  int peer_efd;              /* the peer's wake eventfd (ours to close), or -1 */
+  struct fs_bell_peer *peer_bell; /* or the peer's doorbell (referenced) */
+  uint32_t peer_slot;        /* and its slot there */
   void *map;
   size_t map_len;
 };
@@ -36,12 +39,17 @@ static void fs_shm_release(struct fs_chan *ch)
   /* my_efd belongs to the connection; the peer's is ours to close. */
   if (s->peer_efd >= 0)
     fs_fdreg_close(s->peer_efd);
+  fs_bell_peer_put(s->peer_bell);
   free(s);
 }
 
 static void fs_shm_wake_peer(struct fs_chan *ch)
 {
-  fs_chan_efd_write(fs_shm_of(ch)->peer_efd);
+  struct fs_shm_chan *s = fs_shm_of(ch);
+  if (s->peer_bell)
+    fs_bell_peer_ring(s->peer_bell, s->peer_slot);
+  else
+    fs_chan_efd_write(s->peer_efd);
 }
 
 /* Same host: the kernel knows whether any process still holds the peer's
@@ -167,41 +175,36 @@ int fs_shm_create(uint32_t ring, int my_efd, int *memfd_out, struct fs_chan **ou
 
 /* The peer's wake fd must be an eventfd, non-blocking: our data path
  * writes to it, and a peer of another user could pass a pipe it never
- * drains (we would block) or a file (we would write into it). */
-static int fs_shm_check_efd(int fd)
+ * drains (we would block) or a file (we would write into it).  A doorbell
+ * is checked the same way, and its page's memfd must be sealed at its
+ * size (base/bell.h). */
+int fs_shm_set_peer(struct fs_chan *ch, struct fs_shm_wake *w)
 {
-  char path[48], link[32];
-  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
-  static const char want[] = "anon_inode:[eventfd]";
-  ssize_t n = readlink(path, link, sizeof link);
-  if (n < 0 && errno == ENOENT) {
-    /* No /proc: an anonymous inode at least (no file type); a write to one
-     * of another kind (timerfd, epoll) fails harmlessly. */
-    struct stat st;
-    if (fstat(fd, &st) < 0 || (st.st_mode & S_IFMT) != 0)
+  struct fs_shm_chan *s = fs_shm_of(ch);
+  if (w->bell_memfd >= 0) {
+    if (w->slot >= FS_BELL_SLOTS)
       return -EPROTO;
-  } else if (n != (ssize_t)sizeof want - 1 || memcmp(link, want, sizeof want - 1) != 0) {
-    return -EPROTO;
+    struct fs_bell_peer *p;
+    int rc = fs_bell_peer_get(w->efd, w->bell_memfd, &p);
+    w->efd = w->bell_memfd = -1; /* taken: kept or closed */
+    if (rc < 0)
+      return -EPROTO;
+    s->peer_bell = p;
+    s->peer_slot = w->slot;
+    return 0;
   }
-  int fl = fcntl(fd, F_GETFL);
-  if (fl < 0 || (!(fl & O_NONBLOCK) && fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0))
+  if (fs_bell_check_efd(w->efd) < 0)
     return -EPROTO;
+  fs_fdreg_set(w->efd, true);
+  s->peer_efd = w->efd;
+  w->efd = -1;
   return 0;
 }
 
-int fs_shm_set_peer(struct fs_chan *ch, int peer_efd)
-{
-  if (fs_shm_check_efd(peer_efd) < 0)
-    return -EPROTO;
-  fs_fdreg_set(peer_efd, true);
-  fs_shm_of(ch)->peer_efd = peer_efd;
-  return 0;
-}
-
-int fs_shm_attach(int memfd, int my_efd, int peer_efd, struct fs_chan **out)
+int fs_shm_attach(int memfd, int my_efd, struct fs_shm_wake *peer, struct fs_chan **out)
 {
   struct stat st;
-  if (fs_shm_check_efd(peer_efd) < 0)
+  if (peer->bell_memfd < 0 && fs_bell_check_efd(peer->efd) < 0)
     return -EPROTO;
   if (fstat(memfd, &st) < 0)
     return -errno;
@@ -232,12 +235,15 @@ int fs_shm_attach(int memfd, int my_efd, int peer_efd, struct fs_chan **out)
     return -EPROTO;
   }
   h->ep[1].pid = (uint32_t)getpid();
-  struct fs_chan *ch = fs_shm_view(map, len, ring, 1, my_efd, peer_efd);
+  struct fs_chan *ch = fs_shm_view(map, len, ring, 1, my_efd, -1);
   if (!ch) {
     munmap(map, len);
     return -ENOMEM;
   }
-  fs_fdreg_set(peer_efd, true);
+  if (fs_shm_set_peer(ch, peer) < 0) {
+    ch->ops->release(ch);
+    return -EPROTO;
+  }
   *out = ch;
   return 0;
 }

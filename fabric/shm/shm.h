@@ -42,11 +42,21 @@ struct fs_shm_hdr {
  * channel (the caller still owns it: it is the connection's wake fd). */
 int fs_shm_create(uint32_t ring_size, int my_efd, int *memfd_out, struct fs_chan **out);
 
-/* Connecting end: the accepting end's eventfd arrived; the channel is whole. */
-int fs_shm_set_peer(struct fs_chan *ch, int peer_efd); /* 0, or -EPROTO: not an eventfd */
+/* How we wake the peer, as it sent it: its eventfd (bell_memfd -1), or
+ * its epoll set's doorbell (efd and bell_memfd) and its slot there
+ * (base/bell.h).  The calls below take the fds they keep or close
+ * (setting them to -1 here); any left are the caller's to close. */
+struct fs_shm_wake {
+  int efd, bell_memfd;
+  uint32_t slot;
+};
+
+/* Connecting end: the accepting end's wake arrived; the channel is whole.
+ * 0, or -EPROTO: not an eventfd, not a doorbell. */
+int fs_shm_set_peer(struct fs_chan *ch, struct fs_shm_wake *peer);
 
 /* Accepting end: validate and map a received memfd. -EPROTO on anything odd. */
-int fs_shm_attach(int memfd, int my_efd, int peer_efd, struct fs_chan **out);
+int fs_shm_attach(int memfd, int my_efd, struct fs_shm_wake *peer, struct fs_chan **out);
 
 /* The ring size to use: asked (policy's ring size: bytes, a power of two
  * within the bounds above) or else the default. */

@@ -59,6 +59,10 @@ if [ -n "${FABSOCK_IT_UPGRADE:-}" ]; then
   export IT_NAME_SUFFIX=" {upgrade at $point bytes${seed:+, seed $seed}}"
   echo "# every preloaded process upgrades at $point bytes${seed:+ (FABSOCK_IT_UPGRADE=random:$seed replays it)}"
 fi
+if [ "${FABSOCK_DOORBELL:-1}" = 0 ]; then
+  export IT_NAME_SUFFIX="${IT_NAME_SUFFIX:- }{no doorbells}"
+  echo "# FABSOCK_DOORBELL=0: every upgraded connection wakes on eventfds of its own"
+fi
 
 n=0 pass=0 fail=0 skip=0 todo=0
 suite_t0=$(date +%s)

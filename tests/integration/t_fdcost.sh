@@ -14,6 +14,9 @@
 #   connection upgrades at once, and then holds its wake eventfd and the
 #   peer's (the measure sees them: the first case could fail).
 . "$(dirname "$0")/lib.sh"
+# What a connection costs with a wake eventfd of its own at each end
+# (doorbells off); doorbells are t_doorbell's.
+export FABSOCK_DOORBELL=0
 require_cmd python3
 IT_CLIENT_TIMEOUT=${IT_CLIENT_TIMEOUT:-40}
 N=40

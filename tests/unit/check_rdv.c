@@ -47,25 +47,40 @@ END_TEST
 
 START_TEST(t_check_req)
 {
-  struct fs_rdv_req ok = { FS_RDV_MAGIC_REQ, FS_RDV_VERSION, FS_FABRIC_SHM, 1u << 20, 0 };
-  ck_assert_int_eq(fs_rdv_check_req(&ok, sizeof ok, 3), 0);
-  ck_assert_int_eq(fs_rdv_check_req(&ok, sizeof ok - 1, 3), FS_REASON_PROTOCOL);
-  ck_assert_int_eq(fs_rdv_check_req(&ok, sizeof ok, 2), FS_REASON_PROTOCOL);
-  ck_assert_int_eq(fs_rdv_check_req(&ok, sizeof ok, 4), FS_REASON_PROTOCOL);
+  struct fs_rdv_req ok = { FS_RDV_MAGIC_REQ, FS_RDV_VERSION, FS_FABRIC_SHM, 1u << 20, 0, 0, 0 };
+  ck_assert_int_eq(fs_rdv_check_req(&ok, FS_RDV_REQ_LEN, 3), 0);
+  ck_assert_int_eq(fs_rdv_check_req(&ok, FS_RDV_REQ_LEN - 1, 3), FS_REASON_PROTOCOL);
+  ck_assert_int_eq(fs_rdv_check_req(&ok, FS_RDV_REQ_LEN, 2), FS_REASON_PROTOCOL);
+  ck_assert_int_eq(fs_rdv_check_req(&ok, FS_RDV_REQ_LEN, 4), FS_REASON_PROTOCOL);
   struct fs_rdv_req r = ok;
   r.magic = 1;
-  ck_assert_int_eq(fs_rdv_check_req(&r, sizeof r, 3), FS_REASON_PROTOCOL);
+  ck_assert_int_eq(fs_rdv_check_req(&r, FS_RDV_REQ_LEN, 3), FS_REASON_PROTOCOL);
   r = ok;
   r.version = 9;
-  ck_assert_int_eq(fs_rdv_check_req(&r, sizeof r, 3), FS_REASON_VERSION);
+  ck_assert_int_eq(fs_rdv_check_req(&r, FS_RDV_REQ_LEN, 3), FS_REASON_VERSION);
   r = ok;
   r.ring_size = 3u << 20; /* not a power of two */
-  ck_assert_int_eq(fs_rdv_check_req(&r, sizeof r, 3), FS_REASON_PROTOCOL);
+  ck_assert_int_eq(fs_rdv_check_req(&r, FS_RDV_REQ_LEN, 3), FS_REASON_PROTOCOL);
   r.ring_size = 1u << 30;
-  ck_assert_int_eq(fs_rdv_check_req(&r, sizeof r, 3), FS_REASON_PROTOCOL);
+  ck_assert_int_eq(fs_rdv_check_req(&r, FS_RDV_REQ_LEN, 3), FS_REASON_PROTOCOL);
   r = ok;
   r.fabric = FS_FABRIC_RDMA;
-  ck_assert_int_eq(fs_rdv_check_req(&r, sizeof r, 3), FS_REASON_PROTOCOL);
+  ck_assert_int_eq(fs_rdv_check_req(&r, FS_RDV_REQ_LEN, 3), FS_REASON_PROTOCOL);
+  /* A doorbell: 24 bytes, flag, four fds, a slot in range; nothing else. */
+  r = ok;
+  r.flags = FS_RDV_F_BELL;
+  r.slot = 65535;
+  ck_assert_int_eq(fs_rdv_check_req(&r, FS_RDV_REQ_BELL_LEN, 4), 0);
+  ck_assert_int_eq(fs_rdv_check_req(&r, FS_RDV_REQ_BELL_LEN, 3), FS_REASON_PROTOCOL);
+  ck_assert_int_eq(fs_rdv_check_req(&r, FS_RDV_REQ_LEN, 4), FS_REASON_PROTOCOL);
+  ck_assert_int_eq(fs_rdv_check_req(&r, FS_RDV_REQ_LEN, 3), FS_REASON_PROTOCOL);
+  r.slot = 65536;
+  ck_assert_int_eq(fs_rdv_check_req(&r, FS_RDV_REQ_BELL_LEN, 4), FS_REASON_PROTOCOL);
+  r.slot = 0;
+  r.flags = 3;
+  ck_assert_int_eq(fs_rdv_check_req(&r, FS_RDV_REQ_BELL_LEN, 4), FS_REASON_PROTOCOL);
+  r = ok; /* no flag: 16 bytes only */
+  ck_assert_int_eq(fs_rdv_check_req(&r, FS_RDV_REQ_BELL_LEN, 3), FS_REASON_PROTOCOL);
 }
 END_TEST
 
@@ -159,9 +174,9 @@ START_TEST(t_hostile_requests)
   ck_assert_int_eq(reply_status(u, 2000), FS_REASON_PROTOCOL);
   FS_REAL(close)(u);
   /* right shape, one fd */
-  struct fs_rdv_req req = { FS_RDV_MAGIC_REQ, FS_RDV_VERSION, FS_FABRIC_SHM, 1u << 20, 0 };
+  struct fs_rdv_req req = { FS_RDV_MAGIC_REQ, FS_RDV_VERSION, FS_FABRIC_SHM, 1u << 20, 0, 0, 0 };
   u = rdv_connect();
-  send_req(u, &req, sizeof req, &cfd, 1);
+  send_req(u, &req, FS_RDV_REQ_LEN, &cfd, 1);
   ck_assert_int_eq(reply_status(u, 2000), FS_REASON_PROTOCOL);
   FS_REAL(close)(u);
   /* truncated */
@@ -175,7 +190,7 @@ START_TEST(t_hostile_requests)
   int efd = eventfd(0, 0);
   int fds[3] = { cfd, mfd, efd };
   u = rdv_connect();
-  send_req(u, &req, sizeof req, fds, 3);
+  send_req(u, &req, FS_RDV_REQ_LEN, fds, 3);
   ck_assert_int_eq(reply_status(u, 2000), FS_REASON_PROTOCOL);
   FS_REAL(close)(u);
   /* a valid memfd, but a socket that is not the peer of any of our
@@ -188,7 +203,7 @@ START_TEST(t_hostile_requests)
   ck_assert_int_eq(fs_shm_create(1u << 20, efd, &goodmem, &ch), 0);
   int fds2[3] = { ofd, goodmem, efd };
   u = rdv_connect();
-  send_req(u, &req, sizeof req, fds2, 3);
+  send_req(u, &req, FS_RDV_REQ_LEN, fds2, 3);
   ck_assert_int_eq(reply_status(u, 5000), FS_REASON_TIMEOUT);
   FS_REAL(close)(u);
   /* a flood of silent connections does not stop the listener */
@@ -239,9 +254,9 @@ START_TEST(t_truncated_fds)
   low = old;
   low.rlim_cur = (rlim_t)first + 2;
   ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
-  struct fs_rdv_req req = { FS_RDV_MAGIC_REQ, FS_RDV_VERSION, FS_FABRIC_SHM, 1u << 20, 0 };
+  struct fs_rdv_req req = { FS_RDV_MAGIC_REQ, FS_RDV_VERSION, FS_FABRIC_SHM, 1u << 20, 0, 0, 0 };
   int fds[3] = { cfd, mem, efd };
-  ck_assert_int_eq(send_req(u, &req, sizeof req, fds, 3), (int)sizeof req);
+  ck_assert_int_eq(send_req(u, &req, FS_RDV_REQ_LEN, fds, 3), (int)FS_RDV_REQ_LEN);
   int status = reply_status(u, 3000);
   ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &old), 0);
   ck_assert_int_eq(status, FS_REASON_RESOURCES);
@@ -280,9 +295,9 @@ static void vreq_send(struct vreq *r)
   r->efd = eventfd(0, EFD_CLOEXEC);
   ck_assert_int_eq(fs_shm_create(1u << 20, r->efd, &r->mem, &r->ch), 0);
   r->u = rdv_connect();
-  struct fs_rdv_req req = { FS_RDV_MAGIC_REQ, FS_RDV_VERSION, FS_FABRIC_SHM, 1u << 20, 0 };
+  struct fs_rdv_req req = { FS_RDV_MAGIC_REQ, FS_RDV_VERSION, FS_FABRIC_SHM, 1u << 20, 0, 0, 0 };
   int fds[3] = { cfd, r->mem, r->efd };
-  ck_assert_int_eq(send_req(r->u, &req, sizeof req, fds, 3), (int)sizeof req);
+  ck_assert_int_eq(send_req(r->u, &req, FS_RDV_REQ_LEN, fds, 3), (int)FS_RDV_REQ_LEN);
 }
 
 static void vreq_free(struct vreq *r)

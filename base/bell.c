@@ -1,0 +1,217 @@
+/* Doorbells.  See base/bell.h. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/bell.h"
+#include "base/fdreg.h"
+#include "base/real.h"
+
+#define FS_BELL_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+
+int fs_bell_make(int *efd_out, int *memfd_out, struct fs_bell_page **page_out)
+{
+  int efd = fs_fdreg_move_high(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (efd < 0)
+    return -errno;
+  int fd = fs_fdreg_move_high(memfd_create("fabsock-bell", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  int rc;
+  if (fd < 0) {
+    rc = -errno;
+    fs_fdreg_close(efd);
+    return rc;
+  }
+  void *map = MAP_FAILED;
+  if (ftruncate(fd, FS_BELL_BYTES) < 0 || fcntl(fd, F_ADD_SEALS, FS_BELL_SEALS) < 0 ||
+      (map = mmap(NULL, FS_BELL_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+    rc = -errno;
+    fs_fdreg_close(fd);
+    fs_fdreg_close(efd);
+    return rc;
+  }
+  struct fs_bell_page *p = map;
+  p->magic = FS_BELL_MAGIC;
+  p->version = FS_BELL_VERSION;
+  p->nslots = FS_BELL_SLOTS;
+  *efd_out = efd;
+  *memfd_out = fd;
+  *page_out = p;
+  return 0;
+}
+
+void fs_bell_unmap(struct fs_bell_page *page)
+{
+  if (page)
+    munmap(page, FS_BELL_BYTES);
+}
+
+unsigned fs_bell_drain(struct fs_bell_page *page, int efd, void (*fn)(void *arg, uint32_t slot), void *arg)
+{
+  int saved = errno;
+  uint64_t v;
+  (void)FS_REAL(read)(efd, &v, sizeof v);
+  errno = saved;
+  __atomic_exchange_n(&page->rung, 0, __ATOMIC_SEQ_CST);
+  unsigned n = 0;
+  for (uint32_t s = 0; s < FS_BELL_SUMS; s++) {
+    if (!__atomic_load_n(&page->summary[s], __ATOMIC_RELAXED))
+      continue;
+    uint64_t sum = __atomic_exchange_n(&page->summary[s], 0, __ATOMIC_SEQ_CST);
+    while (sum) {
+      uint32_t w = s * 64 + (uint32_t)__builtin_ctzll(sum);
+      sum &= sum - 1;
+      uint64_t bits = __atomic_exchange_n(&page->bits[w], 0, __ATOMIC_SEQ_CST);
+      while (bits) {
+        fn(arg, w * 64 + (uint32_t)__builtin_ctzll(bits));
+        bits &= bits - 1;
+        n++;
+      }
+    }
+  }
+  return n;
+}
+
+void fs_bell_ring(struct fs_bell_page *page, int efd, uint32_t slot)
+{
+  if (slot >= FS_BELL_SLOTS)
+    return;
+  uint32_t w = slot / 64;
+  uint64_t bit = 1ull << (slot % 64), sbit = 1ull << (w % 64);
+  /* Already set and not yet taken: the drain that takes it is owed (a
+   * ringer found `rung` clear after the bit, or will). */
+  if (!(__atomic_load_n(&page->bits[w], __ATOMIC_SEQ_CST) & bit))
+    __atomic_fetch_or(&page->bits[w], bit, __ATOMIC_SEQ_CST);
+  if (!(__atomic_load_n(&page->summary[w / 64], __ATOMIC_SEQ_CST) & sbit))
+    __atomic_fetch_or(&page->summary[w / 64], sbit, __ATOMIC_SEQ_CST);
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  if (__atomic_load_n(&page->rung, __ATOMIC_SEQ_CST) || __atomic_exchange_n(&page->rung, 1, __ATOMIC_SEQ_CST))
+    return;
+  uint64_t one = 1;
+  int saved = errno;
+  (void)FS_REAL(write)(efd, &one, sizeof one);
+  errno = saved;
+}
+
+int fs_bell_check_efd(int fd)
+{
+  char path[48], link[32];
+  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  static const char want[] = "anon_inode:[eventfd]";
+  ssize_t n = readlink(path, link, sizeof link);
+  if (n < 0 && errno == ENOENT) {
+    /* No /proc: an anonymous inode at least (no file type); a write to one
+     * of another kind (timerfd, epoll) fails harmlessly. */
+    struct stat st;
+    if (fstat(fd, &st) < 0 || (st.st_mode & S_IFMT) != 0)
+      return -EPROTO;
+  } else if (n != (ssize_t)sizeof want - 1 || memcmp(link, want, sizeof want - 1) != 0) {
+    return -EPROTO;
+  }
+  int fl = fcntl(fd, F_GETFL);
+  if (fl < 0 || (!(fl & O_NONBLOCK) && fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0))
+    return -EPROTO;
+  return 0;
+}
+
+static pthread_mutex_t fs_bell_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct fs_bell_peer *fs_bell_peers;
+
+static int fs_bell_peer_check(int efd, int memfd, struct stat *st)
+{
+  if (fs_bell_check_efd(efd) < 0 || fstat(memfd, st) < 0 || !S_ISREG(st->st_mode) ||
+      st->st_size != FS_BELL_BYTES)
+    return -EPROTO;
+  int seals = fcntl(memfd, F_GET_SEALS);
+  /* Unsealed, its owner could shrink it under our stores (SIGBUS). */
+  return seals >= 0 && (seals & FS_BELL_SEALS) == FS_BELL_SEALS ? 0 : -EPROTO;
+}
+
+int fs_bell_peer_get(int efd, int memfd, struct fs_bell_peer **out)
+{
+  struct stat st;
+  int rc = fs_bell_peer_check(efd, memfd, &st);
+  struct fs_bell_peer *p = NULL;
+  if (rc == 0) {
+    pthread_mutex_lock(&fs_bell_lock);
+    for (p = fs_bell_peers; p; p = p->next)
+      if (p->dev == (uint64_t)st.st_dev && p->ino == (uint64_t)st.st_ino) {
+        p->refs++;
+        break;
+      }
+    pthread_mutex_unlock(&fs_bell_lock);
+  }
+  if (rc == 0 && !p) {
+    void *map = mmap(NULL, FS_BELL_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+    p = map == MAP_FAILED ? NULL : calloc(1, sizeof *p);
+    if (!p) {
+      rc = map == MAP_FAILED ? -errno : -ENOMEM;
+      if (map != MAP_FAILED)
+        munmap(map, FS_BELL_BYTES);
+    } else {
+      struct fs_bell_page *pg = map;
+      if (__atomic_load_n(&pg->magic, __ATOMIC_RELAXED) != FS_BELL_MAGIC ||
+          __atomic_load_n(&pg->version, __ATOMIC_RELAXED) != FS_BELL_VERSION) {
+        munmap(map, FS_BELL_BYTES);
+        free(p);
+        p = NULL;
+        rc = -EPROTO;
+      } else {
+        p->page = pg;
+        p->efd = efd;
+        p->refs = 1;
+        p->dev = (uint64_t)st.st_dev;
+        p->ino = (uint64_t)st.st_ino;
+        fs_fdreg_set(efd, true);
+        efd = -1; /* kept */
+        pthread_mutex_lock(&fs_bell_lock);
+        /* Another thread may have made the same one meanwhile: two
+         * entries for one bell only cost a descriptor. */
+        p->next = fs_bell_peers;
+        fs_bell_peers = p;
+        pthread_mutex_unlock(&fs_bell_lock);
+      }
+    }
+  }
+  if (efd >= 0)
+    fs_fdreg_close(efd);
+  fs_fdreg_close(memfd);
+  *out = rc == 0 ? p : NULL;
+  return rc;
+}
+
+void fs_bell_peer_put(struct fs_bell_peer *p)
+{
+  if (!p)
+    return;
+  pthread_mutex_lock(&fs_bell_lock);
+  bool last = --p->refs == 0;
+  if (last)
+    for (struct fs_bell_peer **pp = &fs_bell_peers; *pp; pp = &(*pp)->next)
+      if (*pp == p) {
+        *pp = p->next;
+        break;
+      }
+  pthread_mutex_unlock(&fs_bell_lock);
+  if (!last)
+    return;
+  munmap(p->page, FS_BELL_BYTES);
+  fs_fdreg_close(p->efd);
+  free(p);
+}
+
+unsigned fs_bell_peer_count(void)
+{
+  unsigned n = 0;
+  pthread_mutex_lock(&fs_bell_lock);
+  for (struct fs_bell_peer *p = fs_bell_peers; p; p = p->next)
+    n++;
+  pthread_mutex_unlock(&fs_bell_lock);
+  return n;
+}

@@ -1,0 +1,170 @@
+/* Doors: an epoll set's doorbell, owner side.  See engine/door.h. */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "base/fdreg.h"
+#include "engine/door.h"
+
+static pthread_mutex_t fs_door_all_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct fs_door *fs_door_all; /* atomic reads (fs_door_live) */
+
+bool fs_door_live(void)
+{
+  return __atomic_load_n(&fs_door_all, __ATOMIC_RELAXED) != NULL;
+}
+
+int fs_door_new(struct fs_door **out)
+{
+  struct fs_door *d = calloc(1, sizeof *d);
+  if (!d)
+    return -ENOMEM;
+  int rc = fs_bell_make(&d->efd, &d->memfd, &d->page);
+  if (rc < 0) {
+    free(d);
+    return rc;
+  }
+  d->refs = 1;
+  d->pid = getpid();
+  pthread_mutex_init(&d->lock, NULL);
+  pthread_mutex_lock(&fs_door_all_lock);
+  d->gnext = fs_door_all;
+  __atomic_store_n(&fs_door_all, d, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&fs_door_all_lock);
+  *out = d;
+  return 0;
+}
+
+void fs_door_get(struct fs_door *d)
+{
+  __atomic_fetch_add(&d->refs, 1, __ATOMIC_RELAXED);
+}
+
+void fs_door_put(struct fs_door *d)
+{
+  if (!d || __atomic_sub_fetch(&d->refs, 1, __ATOMIC_ACQ_REL) != 0)
+    return;
+  pthread_mutex_lock(&fs_door_all_lock);
+  for (struct fs_door **pp = &fs_door_all; *pp; pp = &(*pp)->gnext)
+    if (*pp == d) {
+      __atomic_store_n(pp, d->gnext, __ATOMIC_RELEASE);
+      break;
+    }
+  pthread_mutex_unlock(&fs_door_all_lock);
+  /* A thread of ours still in a drain holds a reference; a peer that still
+   * rings writes a page and an eventfd that live on in its process. */
+  fs_bell_unmap(d->page);
+  fs_fdreg_close(d->efd);
+  fs_fdreg_close(d->memfd);
+  for (uint32_t i = 0; i < FS_DOOR_CHUNKS; i++)
+    free(d->chunk[i]);
+  free(d->free);
+  pthread_mutex_destroy(&d->lock);
+  free(d);
+}
+
+int fs_door_slot_get(struct fs_door *d, struct fs_conn *c, uint32_t *slot)
+{
+  int rc = 0;
+  uint32_t s = 0;
+  pthread_mutex_lock(&d->lock);
+  if (d->nfree) {
+    s = d->free[--d->nfree];
+  } else if (d->next < FS_BELL_SLOTS) {
+    s = d->next;
+    if (!d->chunk[s / FS_DOOR_CHUNK]) {
+      struct fs_conn **ch = calloc(FS_DOOR_CHUNK, sizeof *ch);
+      if (ch)
+        __atomic_store_n(&d->chunk[s / FS_DOOR_CHUNK], ch, __ATOMIC_RELEASE);
+      else
+        rc = -ENOMEM;
+    }
+    if (rc == 0)
+      d->next++;
+  } else {
+    rc = -ENOSPC;
+  }
+  if (rc == 0)
+    __atomic_store_n(&d->chunk[s / FS_DOOR_CHUNK][s % FS_DOOR_CHUNK], c, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&d->lock);
+  *slot = s;
+  return rc;
+}
+
+void fs_door_slot_put(struct fs_door *d, uint32_t s)
+{
+  pthread_mutex_lock(&d->lock);
+  __atomic_store_n(&d->chunk[s / FS_DOOR_CHUNK][s % FS_DOOR_CHUNK], NULL, __ATOMIC_RELEASE);
+  if (d->nfree == d->free_cap) {
+    uint32_t cap = d->free_cap ? 2 * d->free_cap : 64;
+    uint32_t *f = realloc(d->free, cap * sizeof *f);
+    if (f) {
+      d->free = f;
+      d->free_cap = cap;
+    }
+  }
+  if (d->nfree < d->free_cap) /* else the slot is lost: never reused */
+    d->free[d->nfree++] = s;
+  pthread_mutex_unlock(&d->lock);
+}
+
+struct fs_door_drain_arg {
+  struct fs_door *d;
+  void (*fn)(void *arg, struct fs_conn *c);
+  void *arg;
+};
+
+static void fs_door_slot_rang(void *arg, uint32_t s)
+{
+  struct fs_door_drain_arg *a = arg;
+  struct fs_conn **ch = __atomic_load_n(&a->d->chunk[s / FS_DOOR_CHUNK], __ATOMIC_ACQUIRE);
+  struct fs_conn *c = ch ? __atomic_load_n(&ch[s % FS_DOOR_CHUNK], __ATOMIC_ACQUIRE) : NULL;
+  /* Connections are type-stable: a reference taken on one that died
+   * meanwhile (and maybe lives again as another) is checked below. */
+  if (!c || !fs_conn_tryget(c))
+    return;
+  if (__atomic_load_n(&c->door, __ATOMIC_ACQUIRE) == a->d && c->door_slot == s)
+    a->fn(a->arg, c);
+  fs_conn_put(c);
+}
+
+unsigned fs_door_drain(struct fs_door *d, void (*fn)(void *arg, struct fs_conn *c), void *arg)
+{
+  struct fs_door_drain_arg a = { d, fn, arg };
+  return fs_bell_drain(d->page, d->efd, fs_door_slot_rang, &a);
+}
+
+static void (*fs_door_deliver_fn)(void *arg, struct fs_conn *c);
+
+void fs_door_on_deliver(void (*fn)(void *arg, struct fs_conn *c))
+{
+  __atomic_store_n(&fs_door_deliver_fn, fn, __ATOMIC_RELEASE);
+}
+
+void fs_door_woken(struct fs_door *d)
+{
+  void (*fn)(void *, struct fs_conn *) = __atomic_load_n(&fs_door_deliver_fn, __ATOMIC_ACQUIRE);
+  if (fn && fs_door_mine(d))
+    (void)fs_door_drain(d, fn, NULL);
+}
+
+struct fs_door *fs_door_by_efd(int efd)
+{
+  pthread_mutex_lock(&fs_door_all_lock);
+  struct fs_door *d = fs_door_all;
+  while (d && d->efd != efd)
+    d = d->gnext;
+  if (d)
+    fs_door_get(d);
+  pthread_mutex_unlock(&fs_door_all_lock);
+  return d;
+}
+
+unsigned fs_door_count(void)
+{
+  unsigned n = 0;
+  pthread_mutex_lock(&fs_door_all_lock);
+  for (struct fs_door *d = fs_door_all; d; d = d->gnext)
+    n++;
+  pthread_mutex_unlock(&fs_door_all_lock);
+  return n;
+}

@@ -1,0 +1,237 @@
+/* Doors of epoll sets (engine/door.h): the offer at the rendezvous, the
+ * kernel registrations, and handing a rung connection to its waiters. */
+#include <errno.h>
+#include <pthread.h>
+
+#include "base/log.h"
+#include "base/real.h"
+#include "engine/door.h"
+#include "engine/epoll.h"
+#include "engine/ready.h"
+#include "engine/wake.h"
+#include "fabric/chan.h"
+#include "policy/policy.h"
+
+static void fs_door_deliver(void *arg, struct fs_conn *c);
+
+/* The door's eventfd into ep's kernel set under tag t (ep->lock held).
+ * Edge-triggered: every drainer reads it, and an edge is all a sleeper
+ * in the set needs. */
+static int fs_ep_door_add(struct fs_ep *ep, struct fs_door *d, struct fs_ep_ent *t)
+{
+  t->magic = FS_EP_MAGIC;
+  t->ep = ep;
+  t->is_door = t->alive = true;
+  t->door = d;
+  t->wait_fd = -1;
+  struct epoll_event kev = { .events = EPOLLIN | EPOLLET, .data.u64 = (uint64_t)(uintptr_t)t };
+  int saved = errno;
+  int rc = FS_REAL(epoll_ctl)(ep->epfd, EPOLL_CTL_ADD, d->efd, &kev) < 0 ? -errno : 0;
+  errno = saved;
+  return rc == -EEXIST ? 0 : rc;
+}
+
+/* ep's own door, made on first need (ep->door_lock held; not ep->lock,
+ * see engine/epoll.h): NULL on failure. */
+static struct fs_door *fs_ep_door_own(struct fs_ep *ep)
+{
+  if (ep->door)
+    return ep->door;
+  /* A set being closed makes none; deliveries from other threads go
+   * through the set's bell, which it must have. */
+  if (fs_ep_get(ep->epfd, false) != ep || __atomic_load_n(&ep->bell, __ATOMIC_ACQUIRE) < 0)
+    return NULL;
+  struct fs_door *d;
+  struct fs_ep_ent *t = fs_ep_ent_new();
+  if (!t)
+    return NULL;
+  if (fs_door_new(&d) < 0) {
+    fs_ep_ent_free(t);
+    return NULL;
+  }
+  fs_wake_on_door(fs_ready_door_kick);
+  fs_door_on_deliver(fs_door_deliver);
+  if (fs_ep_door_add(ep, d, t) < 0) {
+    fs_ep_ent_free(t);
+    fs_door_put(d);
+    return NULL;
+  }
+  ep->door_ent = t;
+  __atomic_store_n(&ep->door, d, __ATOMIC_RELEASE);
+  return d;
+}
+
+void fs_ep_reg_conn(struct fs_ep *ep, struct fs_ep_ent *e)
+{
+  /* Both where it has both: a wake fd beside a door is written by our
+   * own drains (for a blocking call or a poll), or by a fabric that took
+   * the connection after the shm rendezvous offered its door and failed. */
+  int wfd = __atomic_load_n(&e->c->wake_fd, __ATOMIC_ACQUIRE);
+  if (wfd >= 0 && !e->wake_reg && !e->parked)
+    fs_ep_reg_wake(ep, e, wfd);
+  struct fs_door *d = __atomic_load_n(&e->c->door, __ATOMIC_ACQUIRE);
+  if (!d || e->door_reg || e->parked)
+    return;
+  bool in = __atomic_load_n(&ep->door, __ATOMIC_ACQUIRE) == d;
+  for (struct fs_ep_ent *t = ep->doors; t && !in; t = t->next)
+    in = t->door == d;
+  if (!in) {
+    /* Another set's door (or ours from before a close of the set that
+     * made it): in our kernel set too, held while we are. */
+    struct fs_ep_ent *t = fs_ep_bell(ep) == 0 ? fs_ep_ent_new() : NULL;
+    if (t && fs_ep_door_add(ep, d, t) == 0) {
+      fs_door_get(d);
+      t->next = ep->doors;
+      ep->doors = t;
+      in = true;
+    } else if (t) {
+      fs_ep_ent_free(t);
+    }
+  }
+  if (in) {
+    e->door_reg = true;
+    ep->nwake++;
+  } else {
+    ep->any_fabric = true; /* the safety net alone */
+  }
+}
+
+/* ---- delivery ----------------------------------------------------------- */
+
+/* Entries of the set whose epoll_wait drains a door: reported by that
+ * very call (a trip through the re-check list cost it one more kernel
+ * call per wake). */
+struct fs_door_here {
+  struct fs_ep *ep;
+  struct fs_ep_ent **got;
+  int n, max;
+};
+
+/* c rang its door: every waiter of ours looks at it.  Entries of the set
+ * draining it (arg: a struct fs_door_here whose set's lock the caller
+ * holds; NULL: none) are handed back to it, other sets' go through their
+ * bells, blocking calls and polls through c's local wake fd. */
+static void fs_door_deliver(void *arg, struct fs_conn *c)
+{
+  struct fs_door_here *h = arg;
+  struct fs_ep *ep = h ? h->ep : NULL;
+  pthread_mutex_lock(&c->lock);
+  for (struct fs_ep_ent *e = c->ep_ents; e; e = e->cnext) {
+    if (!e->alive || e->parked)
+      continue;
+    if (e->ep != ep)
+      fs_ep_pend_push(e->ep, c);
+    else if (h->n < h->max)
+      h->got[h->n++] = e; /* lives while the caller holds ep->lock */
+    else
+      fs_ep_recheck_add(ep, e);
+  }
+  if (c->ep_plain)
+    fs_ep_pend_push(c->ep_plain, c);
+  bool others = c->pollers || __atomic_load_n(&c->rx_sleeping, __ATOMIC_RELAXED) ||
+                __atomic_load_n(&c->tx_sleeping, __ATOMIC_RELAXED);
+  int wfd = c->wake_fd;
+  pthread_mutex_unlock(&c->lock);
+  if (others && wfd >= 0)
+    fs_chan_efd_write(wfd);
+}
+
+int fs_ep_door_event(struct fs_ep *ep, struct fs_ep_ent *t, struct fs_ep_ent **got, int max)
+{
+  struct fs_door_here h = { ep, got, 0, max };
+  if (fs_door_mine(t->door))
+    (void)fs_door_drain(t->door, fs_door_deliver, &h);
+  return h.n;
+}
+
+void fs_ready_door_kick(struct fs_conn *c)
+{
+  fs_door_deliver(NULL, c);
+}
+
+void fs_ep_door_close(struct fs_ep *ep)
+{
+  pthread_mutex_lock(&ep->door_lock);
+  if (ep->door_ent) {
+    fs_ep_ent_free(ep->door_ent); /* its tag reads as stale from now on */
+    ep->door_ent = NULL;
+  }
+  fs_door_put(ep->door);
+  __atomic_store_n(&ep->door, NULL, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&ep->door_lock);
+  for (struct fs_ep_ent *t = ep->doors, *n; t; t = n) {
+    n = t->next;
+    fs_door_put(t->door);
+    fs_ep_ent_free(t);
+  }
+  ep->doors = NULL;
+}
+
+/* ---- the offer ---------------------------------------------------------- */
+
+/* The one set c is in, if it is in exactly one (as an entry or as a plain
+ * registration) and has no wake fd (c->lock held). */
+static struct fs_ep *fs_door_set_of(struct fs_conn *c)
+{
+  if (c->wake_fd >= 0 || c->chan || c->door)
+    return NULL;
+  struct fs_ep_ent *e = c->ep_ents;
+  if (c->ep_plain)
+    return e ? NULL : c->ep_plain;
+  if (!e || e->cnext || !e->alive || e->parked)
+    return NULL;
+  return e->ep;
+}
+
+int fs_ready_door_offer(struct fs_conn *c, int *efd, int *memfd, uint32_t *slot)
+{
+  struct fs_door *d = __atomic_load_n(&c->door, __ATOMIC_ACQUIRE);
+  if (!d) {
+    /* Near RLIMIT_NOFILE, host->wake says resources, as before doorbells:
+     * the peer's eventfd would cost us one descriptor anyway. */
+    if (!fs_policy_doorbell() || !fs_wake_fd_budget_ok(c->fd))
+      return -1;
+    pthread_mutex_lock(&c->lock);
+    struct fs_ep *ep = fs_door_set_of(c);
+    pthread_mutex_unlock(&c->lock);
+    if (!ep)
+      return -1;
+    pthread_mutex_lock(&ep->door_lock);
+    d = fs_ep_door_own(ep);
+    if (d)
+      fs_door_get(d);
+    pthread_mutex_unlock(&ep->door_lock);
+    if (!d)
+      return -1;
+    uint32_t s;
+    pthread_mutex_lock(&c->lock);
+    bool ok = fs_door_set_of(c) == ep && fs_door_slot_get(d, c, &s) == 0;
+    if (ok) {
+      c->door_slot = s;
+      __atomic_store_n(&c->door, d, __ATOMIC_RELEASE); /* the reference goes to c */
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (!ok) {
+      fs_door_put(d);
+      return -1;
+    }
+    fs_log(FS_LOG_DEBUG, "fd %d: its peer rings slot %u of its epoll set's door", c->fd, s);
+  }
+  *efd = d->efd;
+  *memfd = d->memfd;
+  *slot = c->door_slot;
+  /* Its sets look at it (a plain registration becomes an entry, which
+   * takes the door into the kernel set), as for a new wake fd. */
+  fs_door_deliver(NULL, c);
+  return 0;
+}
+
+void fs_ready_door_release(struct fs_conn *c)
+{
+  struct fs_door *d = c->door;
+  if (!d)
+    return;
+  c->door = NULL;
+  fs_door_slot_put(d, c->door_slot);
+  fs_door_put(d);
+}

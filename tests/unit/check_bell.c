@@ -1,0 +1,247 @@
+/* Unit tests for base/bell: a ring is seen once by a drain, the eventfd is
+ * written once per drain whatever the number of rings, no ring is lost
+ * to concurrent drains (threads ringing and draining at once), a peer's
+ * bell is held once per page, and hostile fds (a pipe, an unsealed or
+ * short memfd, a page of another format) are refused with nothing kept. */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "base/bell.h"
+#include "tests/unit/check_run.h"
+
+struct seen {
+  uint32_t n;
+  uint8_t *hit; /* FS_BELL_SLOTS counters */
+};
+
+static void note(void *arg, uint32_t slot)
+{
+  struct seen *s = arg;
+  ck_assert_uint_lt(slot, FS_BELL_SLOTS);
+  __atomic_add_fetch(&s->hit[slot], 1, __ATOMIC_RELAXED);
+  __atomic_add_fetch(&s->n, 1, __ATOMIC_RELAXED);
+}
+
+static uint64_t efd_count(int efd)
+{
+  uint64_t v = 0;
+  if (read(efd, &v, sizeof v) != (ssize_t)sizeof v)
+    return 0;
+  return v;
+}
+
+static bool fd_open(int fd)
+{
+  return fcntl(fd, F_GETFD) >= 0;
+}
+
+START_TEST(t_ring_then_drain)
+{
+  int efd, memfd;
+  struct fs_bell_page *pg;
+  ck_assert_int_eq(fs_bell_make(&efd, &memfd, &pg), 0);
+  struct seen s = { 0, calloc(FS_BELL_SLOTS, 1) };
+  ck_assert_uint_eq(fs_bell_drain(pg, efd, note, &s), 0);
+  /* Three slots far apart, one rung twice: one eventfd write in all. */
+  fs_bell_ring(pg, efd, 0);
+  fs_bell_ring(pg, efd, 4097);
+  fs_bell_ring(pg, efd, FS_BELL_SLOTS - 1);
+  fs_bell_ring(pg, efd, 4097);
+  fs_bell_ring(pg, efd, FS_BELL_SLOTS); /* out of range: nothing */
+  struct pollfd p = { efd, POLLIN, 0 };
+  ck_assert_int_eq(poll(&p, 1, 0), 1);
+  ck_assert_uint_eq(fs_bell_drain(pg, efd, note, &s), 3);
+  ck_assert_uint_eq(s.hit[0], 1);
+  ck_assert_uint_eq(s.hit[4097], 1);
+  ck_assert_uint_eq(s.hit[FS_BELL_SLOTS - 1], 1);
+  /* The drain read the eventfd: a level-triggered waiter sleeps again. */
+  ck_assert_int_eq(poll(&p, 1, 0), 0);
+  /* After a drain, the next ring writes the eventfd again. */
+  fs_bell_ring(pg, efd, 7);
+  ck_assert_int_eq(poll(&p, 1, 0), 1);
+  ck_assert_uint_eq(efd_count(efd), 1);
+  ck_assert_uint_eq(fs_bell_drain(pg, efd, note, &s), 1);
+  ck_assert_uint_eq(s.hit[7], 1);
+  free(s.hit);
+  fs_bell_unmap(pg);
+  close(efd);
+  close(memfd);
+}
+END_TEST
+
+/* Ringers count each ring before it; drainers race each other.  Once the
+ * ringers stop and a last drain runs, every slot's rings were seen at
+ * least once after its last ring: a slot whose last ring found `rung`
+ * set was taken by a drain that started after it, or `rung` was clear
+ * and the eventfd is readable. */
+#define RINGERS 3
+#define ROUNDS 20000
+struct stress {
+  struct fs_bell_page *pg;
+  int efd;
+  uint32_t last_ring[RINGERS];  /* round of each ringer's last ring */
+  uint32_t seen_round[RINGERS]; /* highest round a drain saw (slot = ringer) */
+  uint32_t rounds[RINGERS];     /* published round per ringer */
+  bool stop;
+};
+
+static void stress_note(void *arg, uint32_t slot)
+{
+  struct stress *st = arg;
+  ck_assert_uint_lt(slot, RINGERS);
+  uint32_t r = __atomic_load_n(&st->rounds[slot], __ATOMIC_SEQ_CST);
+  uint32_t cur = __atomic_load_n(&st->seen_round[slot], __ATOMIC_RELAXED);
+  while (cur < r && !__atomic_compare_exchange_n(&st->seen_round[slot], &cur, r, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+    ;
+}
+
+struct ringer {
+  struct stress *st;
+  uint32_t id;
+};
+
+static void *ringer_run(void *arg)
+{
+  struct ringer *r = arg;
+  for (uint32_t i = 1; i <= ROUNDS; i++) {
+    __atomic_store_n(&r->st->rounds[r->id], i, __ATOMIC_SEQ_CST);
+    fs_bell_ring(r->st->pg, r->st->efd, r->id);
+  }
+  return NULL;
+}
+
+static void *drainer_run(void *arg)
+{
+  struct stress *st = arg;
+  while (!__atomic_load_n(&st->stop, __ATOMIC_ACQUIRE)) {
+    struct pollfd p = { st->efd, POLLIN, 0 };
+    if (poll(&p, 1, 5) > 0)
+      fs_bell_drain(st->pg, st->efd, stress_note, st);
+  }
+  return NULL;
+}
+
+START_TEST(t_concurrent_rings_and_drains)
+{
+  struct stress st;
+  memset(&st, 0, sizeof st);
+  int memfd;
+  ck_assert_int_eq(fs_bell_make(&st.efd, &memfd, &st.pg), 0);
+  pthread_t rt[RINGERS], dt[2];
+  struct ringer rg[RINGERS];
+  for (int i = 0; i < 2; i++)
+    ck_assert_int_eq(pthread_create(&dt[i], NULL, drainer_run, &st), 0);
+  for (uint32_t i = 0; i < RINGERS; i++) {
+    rg[i] = (struct ringer){ &st, i };
+    ck_assert_int_eq(pthread_create(&rt[i], NULL, ringer_run, &rg[i]), 0);
+  }
+  for (int i = 0; i < RINGERS; i++)
+    pthread_join(rt[i], NULL);
+  __atomic_store_n(&st.stop, true, __ATOMIC_RELEASE);
+  for (int i = 0; i < 2; i++)
+    pthread_join(dt[i], NULL);
+  /* What is still owed is announced: the eventfd is readable, or nothing
+   * is owed. */
+  bool owed = false;
+  for (int i = 0; i < RINGERS; i++)
+    owed |= st.seen_round[i] != ROUNDS;
+  struct pollfd p = { st.efd, POLLIN, 0 };
+  if (owed)
+    ck_assert_int_eq(poll(&p, 1, 0), 1);
+  fs_bell_drain(st.pg, st.efd, stress_note, &st);
+  for (int i = 0; i < RINGERS; i++)
+    ck_assert_uint_eq(st.seen_round[i], ROUNDS);
+  fs_bell_unmap(st.pg);
+  close(st.efd);
+  close(memfd);
+}
+END_TEST
+
+START_TEST(t_peer_held_once)
+{
+  int efd, memfd;
+  struct fs_bell_page *pg;
+  ck_assert_int_eq(fs_bell_make(&efd, &memfd, &pg), 0);
+  struct fs_bell_peer *a, *b;
+  int e1 = dup(efd), m1 = dup(memfd), e2 = dup(efd), m2 = dup(memfd);
+  ck_assert_int_eq(fs_bell_peer_get(e1, m1, &a), 0);
+  ck_assert_int_eq(fs_bell_peer_get(e2, m2, &b), 0);
+  ck_assert_ptr_eq(a, b); /* one per bell, however many connections */
+  ck_assert_uint_eq(fs_bell_peer_count(), 1);
+  ck_assert(!fd_open(m1) && !fd_open(m2) && !fd_open(e2)); /* one eventfd kept */
+  ck_assert(fd_open(e1));
+  fs_bell_peer_ring(a, 12);
+  struct seen s = { 0, calloc(FS_BELL_SLOTS, 1) };
+  ck_assert_uint_eq(fs_bell_drain(pg, efd, note, &s), 1);
+  ck_assert_uint_eq(s.hit[12], 1);
+  fs_bell_peer_put(b);
+  ck_assert_uint_eq(fs_bell_peer_count(), 1);
+  fs_bell_peer_put(a);
+  ck_assert_uint_eq(fs_bell_peer_count(), 0);
+  ck_assert(!fd_open(e1));
+  free(s.hit);
+  fs_bell_unmap(pg);
+  close(efd);
+  close(memfd);
+}
+END_TEST
+
+static int memfd_of(size_t size, bool seal, uint32_t magic)
+{
+  int fd = memfd_create("t", MFD_ALLOW_SEALING);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(ftruncate(fd, (off_t)size), 0);
+  if (size >= 8) {
+    uint32_t hdr[2] = { magic, FS_BELL_VERSION };
+    ck_assert_int_eq(pwrite(fd, hdr, sizeof hdr, 0), (ssize_t)sizeof hdr);
+  }
+  if (seal)
+    ck_assert_int_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL), 0);
+  return fd;
+}
+
+START_TEST(t_peer_hostile)
+{
+  struct fs_bell_peer *p = (void *)1;
+  int pp[2];
+  ck_assert_int_eq(pipe(pp), 0);
+  struct {
+    int efd, memfd;
+  } bad[] = {
+    { pp[0], memfd_of(FS_BELL_BYTES, true, FS_BELL_MAGIC) },                    /* not an eventfd */
+    { eventfd(0, 0), memfd_of(FS_BELL_BYTES, false, FS_BELL_MAGIC) },          /* unsealed: could shrink */
+    { eventfd(0, 0), memfd_of(4096, true, FS_BELL_MAGIC) },                    /* short */
+    { eventfd(0, 0), memfd_of(FS_BELL_BYTES, true, 0x12345678) },              /* another format */
+    { eventfd(0, 0), eventfd(0, 0) },                                          /* not a memfd */
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    ck_assert_int_eq(fs_bell_peer_get(bad[i].efd, bad[i].memfd, &p), -EPROTO);
+    ck_assert_ptr_null(p);
+    ck_assert(!fd_open(bad[i].efd) && !fd_open(bad[i].memfd)); /* nothing kept */
+    p = (void *)1;
+  }
+  ck_assert_uint_eq(fs_bell_peer_count(), 0);
+  close(pp[1]);
+}
+END_TEST
+
+int main(void)
+{
+  Suite *s = suite_create("bell");
+  TCase *tc = tcase_create("core");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, t_ring_then_drain);
+  tcase_add_test(tc, t_concurrent_rings_and_drains);
+  tcase_add_test(tc, t_peer_held_once);
+  tcase_add_test(tc, t_peer_hostile);
+  suite_add_tcase(s, tc);
+  return run_suite(s, false);
+}

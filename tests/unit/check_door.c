@@ -1,0 +1,150 @@
+/* Unit tests for engine/door: slots are handed out once and come back when
+ * given back; a drain names each connection that rang, once, and none
+ * whose slot was given back (or whose object now belongs to another
+ * door); only the maker drains (a fork child does not); a door lives as
+ * long as its last reference, its eventfd with it. */
+#include <check.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "engine/conn.h"
+#include "engine/door.h"
+#include "tests/unit/check_run.h"
+
+static struct fs_conn *seen[8];
+static int nseen;
+
+static void note(void *arg, struct fs_conn *c)
+{
+  (void)arg;
+  ck_assert_int_lt(nseen, 8);
+  seen[nseen++] = c;
+}
+
+static struct fs_conn *conn_new(void)
+{
+  int sv[2];
+  ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+  close(sv[1]);
+  struct fs_conn *c = fs_conn_new(sv[0], AF_INET);
+  ck_assert_ptr_nonnull(c);
+  return c;
+}
+
+/* Give c slot s in d, as the offer does. */
+static uint32_t take_slot(struct fs_door *d, struct fs_conn *c)
+{
+  uint32_t s;
+  ck_assert_int_eq(fs_door_slot_get(d, c, &s), 0);
+  c->door_slot = s;
+  fs_door_get(d);
+  __atomic_store_n(&c->door, d, __ATOMIC_RELEASE);
+  return s;
+}
+
+static void drop_slot(struct fs_conn *c)
+{
+  struct fs_door *d = c->door;
+  c->door = NULL;
+  fs_door_slot_put(d, c->door_slot);
+  fs_door_put(d);
+}
+
+START_TEST(t_slots_and_drain)
+{
+  struct fs_door *d;
+  ck_assert_int_eq(fs_door_new(&d), 0);
+  ck_assert(fs_door_live());
+  struct fs_conn *a = conn_new(), *b = conn_new(), *c = conn_new();
+  uint32_t sa = take_slot(d, a), sb = take_slot(d, b);
+  ck_assert_uint_ne(sa, sb);
+  /* Rung twice and once: each named once; the one not rung, not at all. */
+  fs_bell_ring(d->page, d->efd, sb);
+  fs_bell_ring(d->page, d->efd, sb);
+  fs_bell_ring(d->page, d->efd, sa);
+  nseen = 0;
+  ck_assert_uint_eq(fs_door_drain(d, note, NULL), 2);
+  ck_assert_int_eq(nseen, 2);
+  ck_assert((seen[0] == a && seen[1] == b) || (seen[0] == b && seen[1] == a));
+  /* A slot given back: a late ring from its old peer names nobody; the
+   * next connection gets the slot, and then that one is named. */
+  drop_slot(a);
+  fs_bell_ring(d->page, d->efd, sa);
+  nseen = 0;
+  ck_assert_uint_eq(fs_door_drain(d, note, NULL), 1);
+  ck_assert_int_eq(nseen, 0);
+  ck_assert_uint_eq(take_slot(d, c), sa);
+  fs_bell_ring(d->page, d->efd, sa);
+  nseen = 0;
+  fs_door_drain(d, note, NULL);
+  ck_assert_int_eq(nseen, 1);
+  ck_assert_ptr_eq(seen[0], c);
+  /* A connection whose object now names another door is not named. */
+  struct fs_door *other;
+  ck_assert_int_eq(fs_door_new(&other), 0);
+  c->door = other;
+  fs_bell_ring(d->page, d->efd, sa);
+  nseen = 0;
+  fs_door_drain(d, note, NULL);
+  ck_assert_int_eq(nseen, 0);
+  c->door = d;
+  fs_door_put(other);
+  /* The door by its eventfd; it lives while a connection holds it. */
+  int efd = d->efd;
+  struct fs_door *byfd = fs_door_by_efd(efd);
+  ck_assert_ptr_eq(byfd, d);
+  fs_door_put(byfd);
+  fs_door_put(d); /* the maker's reference */
+  ck_assert(fcntl(efd, F_GETFD) >= 0);
+  drop_slot(b);
+  drop_slot(c);
+  ck_assert(fcntl(efd, F_GETFD) < 0); /* the last one closed it */
+  ck_assert(!fs_door_live());
+  fs_conn_put(a);
+  fs_conn_put(b);
+  fs_conn_put(c);
+}
+END_TEST
+
+START_TEST(t_only_the_maker_drains)
+{
+  struct fs_door *d;
+  ck_assert_int_eq(fs_door_new(&d), 0);
+  struct fs_conn *a = conn_new();
+  uint32_t sa = take_slot(d, a);
+  fs_door_on_deliver(note);
+  fs_bell_ring(d->page, d->efd, sa);
+  pid_t pid = fork();
+  if (pid == 0) {
+    /* The child's woken drain takes nothing: the rings are its parent's. */
+    nseen = 0;
+    fs_door_woken(d);
+    _exit(!fs_door_mine(d) && nseen == 0 ? 0 : 1);
+  }
+  int st;
+  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+  ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  nseen = 0;
+  fs_door_woken(d);
+  ck_assert_int_eq(nseen, 1);
+  ck_assert_ptr_eq(seen[0], a);
+  fs_door_on_deliver(NULL);
+  drop_slot(a);
+  fs_door_put(d);
+  fs_conn_put(a);
+}
+END_TEST
+
+int main(void)
+{
+  Suite *s = suite_create("door");
+  TCase *tc = tcase_create("core");
+  tcase_add_test(tc, t_slots_and_drain);
+  tcase_add_test(tc, t_only_the_maker_drains);
+  suite_add_tcase(s, tc);
+  return run_suite(s, true);
+}
