@@ -11,16 +11,22 @@
 #include "base/real.h"
 
 static uint64_t fs_fdreg_bits[FS_FDREG_MAX / 64];
+static uint32_t fs_fdreg_n; /* bits set (fs_fdreg_budget_ok) */
 
 void fs_fdreg_set(int fd, bool on)
 {
   if (fd < 0 || fd >= FS_FDREG_MAX)
     return;
-  uint64_t bit = 1ull << (fd & 63);
-  if (on)
-    __atomic_fetch_or(&fs_fdreg_bits[fd / 64], bit, __ATOMIC_RELEASE);
-  else
-    __atomic_fetch_and(&fs_fdreg_bits[fd / 64], ~bit, __ATOMIC_RELEASE);
+  uint64_t bit = 1ull << (fd & 63), was;
+  if (on) {
+    was = __atomic_fetch_or(&fs_fdreg_bits[fd / 64], bit, __ATOMIC_RELEASE);
+    if (!(was & bit))
+      __atomic_add_fetch(&fs_fdreg_n, 1, __ATOMIC_RELAXED);
+  } else {
+    was = __atomic_fetch_and(&fs_fdreg_bits[fd / 64], ~bit, __ATOMIC_RELEASE);
+    if (was & bit)
+      __atomic_sub_fetch(&fs_fdreg_n, 1, __ATOMIC_RELAXED);
+  }
 }
 
 bool fs_fdreg_is(int fd)
@@ -93,4 +99,22 @@ DIR *fs_fdreg_opendir(const char *path)
     errno = err;
   }
   return d;
+}
+
+/* Acceleration costs up to two extra fds per upgraded connection (its
+ * wake eventfd, the peer's; none where both ring doorbells, engine/door.h).
+ * Near RLIMIT_NOFILE the application must get every
+ * fd it would get without us: above 3/4 of the soft limit we stop
+ * accelerating new connections. */
+bool fs_fdreg_budget_ok(int fd, int need)
+{
+  static unsigned long cached;
+  unsigned long lim = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+  unsigned long n = __atomic_load_n(&fs_fdreg_n, __ATOMIC_RELAXED) + (unsigned long)need;
+  if (lim == 0 || (unsigned long)fd >= lim / 4 * 3 || n > lim - lim / 4 * 3) {
+    struct rlimit rl;
+    lim = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? (unsigned long)rl.rlim_cur : 1024;
+    __atomic_store_n(&cached, lim, __ATOMIC_RELAXED);
+  }
+  return (unsigned long)fd < lim / 4 * 3 && n <= lim - lim / 4 * 3;
 }

@@ -38,6 +38,14 @@ void fs_fdreg_reserve(int fd);
 /* fs_fdreg_high, and the fd is marked ours (one the library keeps: closed
  * with fs_fdreg_close). */
 int fs_fdreg_move_high(int fd);
+/* May a connection whose socket is fd take `need` more descriptors of the
+ * library's (a wake eventfd, a peer's)?  The application must get every
+ * fd it would get without us: not if fd is at 3/4 of the soft
+ * RLIMIT_NOFILE or above, nor if the library's registered fds would
+ * outgrow the top quarter (with fd alone as the measure, a blocking
+ * server's 100 upgraded connections under ulimit -n 140 held 200
+ * eventfds, and its accept() failed with EMFILE). */
+bool fs_fdreg_budget_ok(int fd, int need);
 /* opendir(), its descriptor moved high at once (fs_fdreg_high): for the
  * scans (stat tables, /proc/PID/fd), which run aside (base/aside.h), or in
  * the application's table where they cannot.  NULL and errno on failure. */

@@ -187,9 +187,9 @@ int fs_ready_door_offer(struct fs_conn *c, int *efd, int *memfd, uint32_t *slot)
 {
   struct fs_door *d = __atomic_load_n(&c->door, __ATOMIC_ACQUIRE);
   if (!d) {
-    /* Near RLIMIT_NOFILE, host->wake says resources, as before doorbells:
-     * the peer's eventfd would cost us one descriptor anyway. */
-    if (!fs_policy_doorbell() || !fs_wake_fd_budget_ok(c->fd))
+    /* No fd budget here (a door costs no descriptor per connection): the
+     * rendezvous asks fs_fdreg_budget_ok if the peer sends an eventfd. */
+    if (!fs_policy_doorbell())
       return -1;
     pthread_mutex_lock(&c->lock);
     struct fs_ep *ep = fs_door_set_of(c);

@@ -2,28 +2,10 @@
  * engine/wake.h. */
 #include <errno.h>
 #include <sys/eventfd.h>
-#include <sys/resource.h>
 
 #include "base/fdreg.h"
 #include "fabric/chan.h"
 #include "engine/wake.h"
-
-/* Acceleration costs up to two extra fds per upgraded connection (its
- * wake eventfd, the peer's; none where both ring doorbells, engine/door.h).
- * Near RLIMIT_NOFILE the application must get every
- * fd it would get without us: above 3/4 of the soft limit we stop
- * accelerating new connections. */
-bool fs_wake_fd_budget_ok(int fd)
-{
-  static unsigned long cached;
-  unsigned long lim = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-  if (lim == 0 || (unsigned long)fd >= lim / 4 * 3) {
-    struct rlimit rl;
-    lim = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? (unsigned long)rl.rlim_cur : 1024;
-    __atomic_store_n(&cached, lim, __ATOMIC_RELAXED);
-  }
-  return (unsigned long)fd < lim / 4 * 3;
-}
 
 /* Set by the epoll module with its first bell (engine/epoll.h): before
  * that no connection is in a set that waits for one. */

@@ -23,6 +23,7 @@
 
 #include <stdbool.h>
 
+#include "base/fdreg.h"
 #include "engine/conn.h"
 
 /* Make c's wake eventfd if it has none.  0, or FS_REASON_RESOURCES (the
@@ -60,7 +61,10 @@ static inline bool fs_wake_none(const struct fs_conn *c)
 
 /* The application may not get every fd it would get without us: near
  * RLIMIT_NOFILE no new connection is accelerated (fd: the socket's). */
-bool fs_wake_fd_budget_ok(int fd);
+static inline bool fs_wake_fd_budget_ok(int fd)
+{
+  return fs_fdreg_budget_ok(fd, 2); /* its wake fd and the peer's */
+}
 
 /* Before a sleep on the TCP socket alone of a connection that may still
  * upgrade: true (call fs_wake_blind_leave after it), or false: a channel

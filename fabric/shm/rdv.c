@@ -14,7 +14,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "base/bell.h"
 #include "base/fdreg.h"
 #include "base/proc.h"
 #include "base/clock.h"
@@ -57,6 +56,7 @@ struct fs_rdv_item {
   uint64_t seen_ns;           /* K_CLI_RETRY: when the peer's socket was first
                                  seen accepted, listed by nobody yet */
   bool via_holder;            /* K_CLI: asked the holder's own name */
+  bool rings;                 /* K_CLI: offered the peer our doorbell */
   bool shared_listener;
   bool paused;               /* K_LISTENER: unwatched while too many are in flight */
   struct sockaddr_storage tl, tp; /* K_SRV: the passed socket's local/peer */
@@ -74,20 +74,6 @@ static struct {
 } A;
 
 static bool fs_rdv_event(void *arg);
-
-int fs_rdv_check_req(const struct fs_rdv_req *r, size_t len, int nfds)
-{
-  if (len < FS_RDV_REQ_LEN || r->magic != FS_RDV_MAGIC_REQ)
-    return FS_REASON_PROTOCOL;
-  if (r->version != FS_RDV_VERSION)
-    return FS_REASON_VERSION;
-  bool plain = len == FS_RDV_REQ_LEN && nfds == 3 && r->flags == 0;
-  bool bell = len == FS_RDV_REQ_BELL_LEN && nfds == 4 && r->flags == FS_RDV_F_BELL && r->slot < FS_BELL_SLOTS;
-  if (!(plain || bell) || r->fabric != FS_FABRIC_SHM || r->ring_size < FS_SHM_RING_MIN ||
-      r->ring_size > FS_SHM_RING_MAX || (r->ring_size & (r->ring_size - 1)))
-    return FS_REASON_PROTOCOL;
-  return 0;
-}
 
 /* A refusal (status: the reason; efd -1). */
 static void fs_rdv_reply(int ufd, uint32_t status, int efd)
@@ -224,6 +210,8 @@ static bool fs_rdv_srv_try(struct fs_rdv_item *it)
   struct fs_rdv_bell bell = { -1, -1, 0 };
   if (status == 0 && fs_host->bell(c, &bell.efd, &bell.memfd, &bell.slot) < 0)
     status = fs_host->wake(c);
+  else if (status == 0 && it->fds[3] < 0 && !fs_fdreg_budget_ok(c->fd, 1))
+    status = FS_REASON_RESOURCES; /* the client's eventfd would be one fd more */
   if (status == 0) {
     struct fs_shm_wake w = { it->fds[2], it->fds[3], it->slot };
     int rc = fs_shm_attach(it->fds[1], c->wake_fd, &w, &ch);
@@ -467,6 +455,7 @@ static int fs_rdv_attempt(struct fs_link *c, bool holder_only, uint64_t give_up,
   it->ufd = ufd;
   it->ch = ch;
   it->via_holder = via_holder;
+  it->rings = rings;
   it->backoff_ms = backoff_ms;
   it->deadline = give_up;
   if (fs_rdv_watch(it) < 0) {
@@ -519,7 +508,10 @@ static void fs_rdv_cli_event(struct fs_rdv_item *it)
   int reason = n == -EMFILE ? FS_REASON_RESOURCES : FS_REASON_PROTOCOL;
   if (n == (ssize_t)sizeof rep && rep.magic == FS_RDV_MAGIC_REP && rep.version == FS_RDV_VERSION) {
     bool bell = rep.pad == FS_RDV_F_BELL;
-    if (rep.status == 0 && ((rep.pad == 0 && nf == 1) || (bell && nf == 2))) {
+    /* Our doorbell cost no fd; the server's eventfd would be one more. */
+    if (rep.status == 0 && !bell && it->rings && !fs_fdreg_budget_ok(it->c->fd, 1))
+      reason = FS_REASON_RESOURCES;
+    else if (rep.status == 0 && ((rep.pad == 0 && nf == 1) || (bell && nf == 2))) {
       struct fs_rdv_ack ack = { FS_RDV_MAGIC_ACK, FS_RDV_VERSION, 0 };
       struct fs_shm_wake w = { fds[0], bell ? fds[1] : -1, rep.pad2 };
       int rc = fs_shm_set_peer(it->ch, &w);

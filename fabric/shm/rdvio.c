@@ -14,7 +14,10 @@
 #include "base/real.h"
 #include "base/reason.h"
 #include "base/stat.h"
+#include "base/bell.h"
+#include "fabric/shm/rdv.h"
 #include "fabric/shm/rdvio.h"
+#include "fabric/shm/shm.h"
 
 int fs_rdv_name(char *buf, size_t len, const struct sockaddr *sa, bool wild)
 {
@@ -121,6 +124,22 @@ void fs_rdv_closefds(int *fds, int n)
       fs_fdreg_close(fds[i]); /* received fds are marked ours (fs_rdv_recvfds) */
       fds[i] = -1;
     }
+}
+
+/* ---- requests --------------------------------------------------------- */
+
+int fs_rdv_check_req(const struct fs_rdv_req *r, size_t len, int nfds)
+{
+  if (len < FS_RDV_REQ_LEN || r->magic != FS_RDV_MAGIC_REQ)
+    return FS_REASON_PROTOCOL;
+  if (r->version != FS_RDV_VERSION)
+    return FS_REASON_VERSION;
+  bool plain = len == FS_RDV_REQ_LEN && nfds == 3 && r->flags == 0;
+  bool bell = len == FS_RDV_REQ_BELL_LEN && nfds == 4 && r->flags == FS_RDV_F_BELL && r->slot < FS_BELL_SLOTS;
+  if (!(plain || bell) || r->fabric != FS_FABRIC_SHM || r->ring_size < FS_SHM_RING_MIN ||
+      r->ring_size > FS_SHM_RING_MAX || (r->ring_size & (r->ring_size - 1)))
+    return FS_REASON_PROTOCOL;
+  return 0;
 }
 
 /* ---- sock_diag -------------------------------------------------------- */

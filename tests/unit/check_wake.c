@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -90,6 +91,36 @@ START_TEST(t_made_on_first_need)
   ck_assert_int_eq(p.c->wake_fd, efd); /* once */
   ck_assert(fs_wake_fd_budget_ok(3));
   ck_assert(!fs_wake_fd_budget_ok(INT_MAX));
+}
+END_TEST
+
+/* The library's own descriptors stay within the top quarter of the soft
+ * limit, whatever the connection's number: a blocking server's 100
+ * upgraded connections under ulimit -n 140 held two eventfds each, and
+ * its accept() failed with EMFILE. */
+START_TEST(t_fd_budget_counts_the_library)
+{
+  struct rlimit rl = { 200, 200 };
+  ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+  ck_assert(fs_wake_fd_budget_ok(3));
+  ck_assert(!fs_wake_fd_budget_ok(150)); /* 3/4 of the limit */
+  for (int fd = 1000; fd < 1060; fd++) /* 60 of ours: more than the quarter */
+    fs_fdreg_set(fd, true);
+  ck_assert(!fs_wake_fd_budget_ok(3));
+  ck_assert(!fs_fdreg_budget_ok(3, 1));
+  for (int fd = 1000; fd < 1060; fd++)
+    fs_fdreg_set(fd, false);
+  ck_assert(fs_wake_fd_budget_ok(3));
+  fs_fdreg_set(1000, true); /* twice: counted once */
+  fs_fdreg_set(1000, true);
+  fs_fdreg_set(1000, false);
+  ck_assert(fs_wake_fd_budget_ok(3));
+  fs_fdreg_set(1000, false); /* not set: nothing to take back */
+  for (int fd = 1000; fd < 1044; fd++)
+    fs_fdreg_set(fd, true);
+  ck_assert(fs_fdreg_budget_ok(3, 1) != fs_fdreg_budget_ok(3, 200)); /* the need counts */
+  for (int fd = 1000; fd < 1044; fd++)
+    fs_fdreg_set(fd, false);
 }
 END_TEST
 
@@ -363,6 +394,7 @@ int main(void)
   tcase_set_timeout(tc, 30);
   tcase_add_test(tc, t_made_on_first_need);
   tcase_add_test(tc, t_wake_fd_leaves_the_low_numbers);
+  tcase_add_test(tc, t_fd_budget_counts_the_library);
   tcase_add_test(tc, t_attach_at_once_without_sleepers);
   tcase_add_test(tc, t_attach_waits_for_blocked_reader);
   tcase_add_test(tc, t_attach_waits_for_poll);
