@@ -14,7 +14,8 @@
 
 static void fs_door_deliver(void *arg, struct fs_conn *c);
 
-/* The door's eventfd into ep's kernel set under tag t (ep->lock held).
+/* The door's eventfd into ep's kernel set under tag t (ep->lock held, or
+ * ep->door_lock for its own door).
  * Edge-triggered: every drainer reads it, and an edge is all a sleeper
  * in the set needs. */
 static int fs_ep_door_add(struct fs_ep *ep, struct fs_door *d, struct fs_ep_ent *t)
