@@ -110,11 +110,13 @@ bool fs_fdreg_budget_ok(int fd, int need)
 {
   static unsigned long cached;
   unsigned long lim = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-  unsigned long n = __atomic_load_n(&fs_fdreg_n, __ATOMIC_RELAXED) + (unsigned long)need;
-  if (lim == 0 || (unsigned long)fd >= lim / 4 * 3 || n > lim - lim / 4 * 3) {
+  /* fd stands for the application's count (it takes the lowest free
+   * numbers); ours are counted: both together stay under 3/4. */
+  unsigned long n = (unsigned long)fd + __atomic_load_n(&fs_fdreg_n, __ATOMIC_RELAXED) + (unsigned long)need;
+  if (lim == 0 || n > lim / 4 * 3) {
     struct rlimit rl;
     lim = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? (unsigned long)rl.rlim_cur : 1024;
     __atomic_store_n(&cached, lim, __ATOMIC_RELAXED);
   }
-  return (unsigned long)fd < lim / 4 * 3 && n <= lim - lim / 4 * 3;
+  return fd >= 0 && n <= lim / 4 * 3;
 }

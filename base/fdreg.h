@@ -40,11 +40,12 @@ void fs_fdreg_reserve(int fd);
 int fs_fdreg_move_high(int fd);
 /* May a connection whose socket is fd take `need` more descriptors of the
  * library's (a wake eventfd, a peer's)?  The application must get every
- * fd it would get without us: not if fd is at 3/4 of the soft
- * RLIMIT_NOFILE or above, nor if the library's registered fds would
- * outgrow the top quarter (with fd alone as the measure, a blocking
- * server's 100 upgraded connections under ulimit -n 140 held 200
- * eventfds, and its accept() failed with EMFILE). */
+ * fd it would get without us: only while fd (the application's count,
+ * roughly: it takes the lowest free numbers) plus the library's
+ * registered fds plus need stay within 3/4 of the soft RLIMIT_NOFILE.
+ * With fd alone as the measure, a blocking server's 100 upgraded
+ * connections under ulimit -n 140 held 200 eventfds, and its accept()
+ * failed with EMFILE. */
 bool fs_fdreg_budget_ok(int fd, int need);
 /* opendir(), its descriptor moved high at once (fs_fdreg_high): for the
  * scans (stat tables, /proc/PID/fd), which run aside (base/aside.h), or in
