@@ -8,7 +8,7 @@
  * peer rings it for as long as its channel does).  Whoever drains it (the
  * set's epoll_wait, a second set holding one of its connections, a
  * blocking call or a poll on one) hands each rung connection to all its
- * waiters (engine/ready.h, fs_ready_door_deliver).  Only the process that
+ * waiters (engine/epoll_door.c, fs_door_deliver).  Only the process that
  * made it drains it: a fork child's drain would take wakes its parent's
  * threads wait for; the child's waits on such connections fall back to
  * their bounded slices. */
