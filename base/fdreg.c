@@ -36,13 +36,17 @@ bool fs_fdreg_is(int fd)
   return (__atomic_load_n(&fs_fdreg_bits[fd / 64], __ATOMIC_ACQUIRE) >> (fd & 63)) & 1;
 }
 
+/* The soft RLIMIT_NOFILE (1024 where it cannot be read or is infinite). */
+static unsigned long fs_fdreg_limit(void)
+{
+  struct rlimit rl;
+  return getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? (unsigned long)rl.rlim_cur : 1024;
+}
+
 /* The top quarter of RLIMIT_NOFILE: where the engine stops accelerating. */
 static unsigned long fs_fdreg_base(void)
 {
-  struct rlimit rl;
-  unsigned long lim = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? (unsigned long)rl.rlim_cur
-                                                                                          : 1024;
-  unsigned long base = lim / 4 * 3;
+  unsigned long base = fs_fdreg_limit() / 4 * 3;
   return base > FS_FDREG_MAX * 3ul / 4 ? FS_FDREG_MAX * 3ul / 4 : base;
 }
 
@@ -101,11 +105,10 @@ DIR *fs_fdreg_opendir(const char *path)
   return d;
 }
 
-/* Acceleration costs up to two extra fds per upgraded connection (its
- * wake eventfd, the peer's; none where both ring doorbells, engine/door.h).
- * Near RLIMIT_NOFILE the application must get every
- * fd it would get without us: above 3/4 of the soft limit we stop
- * accelerating new connections. */
+/* An upgraded connection costs up to two fds of ours (its wake eventfd,
+ * the peer's; none where both ring doorbells, engine/door.h).  See
+ * base/fdreg.h; the limit is read again only when the answer would be
+ * no (ulimit may have been raised). */
 bool fs_fdreg_budget_ok(int fd, int need)
 {
   static unsigned long cached;
@@ -114,8 +117,7 @@ bool fs_fdreg_budget_ok(int fd, int need)
    * numbers); ours are counted: both together stay under 3/4. */
   unsigned long n = (unsigned long)fd + __atomic_load_n(&fs_fdreg_n, __ATOMIC_RELAXED) + (unsigned long)need;
   if (lim == 0 || n > lim / 4 * 3) {
-    struct rlimit rl;
-    lim = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? (unsigned long)rl.rlim_cur : 1024;
+    lim = fs_fdreg_limit();
     __atomic_store_n(&cached, lim, __ATOMIC_RELAXED);
   }
   return fd >= 0 && n <= lim / 4 * 3;

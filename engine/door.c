@@ -158,13 +158,3 @@ struct fs_door *fs_door_by_efd(int efd)
   pthread_mutex_unlock(&fs_door_all_lock);
   return d;
 }
-
-unsigned fs_door_count(void)
-{
-  unsigned n = 0;
-  pthread_mutex_lock(&fs_door_all_lock);
-  for (struct fs_door *d = fs_door_all; d; d = d->gnext)
-    n++;
-  pthread_mutex_unlock(&fs_door_all_lock);
-  return n;
-}

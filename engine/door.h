@@ -74,7 +74,4 @@ struct fs_door *fs_door_by_efd(int efd);
 /* Any door alive in this process?  (One load.) */
 bool fs_door_live(void);
 
-/* Doors alive in this process (tests). */
-unsigned fs_door_count(void);
-
 #endif

@@ -97,13 +97,10 @@ int fs_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const
       k[i].events |= POLLRDHUP;
       if (ch->wait_fd >= 0)
         kw[nw++] = (struct pollfd){ ch->wait_fd, POLLIN, 0 };
-      /* Its peer rings its epoll set's door: a local wake fd, written by
-       * whoever drains the door, and the door (with the fabric fds: a
-       * door has no wait fd of its own), in case nobody else drains it. */
-      struct fs_door *d = __atomic_load_n(&c->door, __ATOMIC_ACQUIRE);
-      if (d && c->wake_fd < 0)
-        (void)fs_wake_get(c);
-      if (d && fs_door_mine(d) && ch->wait_fd < 0 && (nw == 0 || kw[nw - 1].fd != d->efd))
+      /* The door goes with the fabric fds (a door's connection has no
+       * wait fd of its own). */
+      struct fs_door *d = fs_wake_door(c);
+      if (d && ch->wait_fd < 0 && (nw == 0 || kw[nw - 1].fd != d->efd))
         kw[nw++] = (struct pollfd){ d->efd, POLLIN, 0 };
     }
     if (c->wake_fd >= 0 && (ch || !c->no_upgrade)) {

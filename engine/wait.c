@@ -107,13 +107,8 @@ int fs_wait_sleep(struct fs_conn *c, int fd, bool tx, size_t need, int *budget_m
   fs_batch_flush(); /* never sleep on wakes we hold */
   struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
   int wfd = ch ? ch->wait_fd : -1;
-  /* Its peer rings its epoll set's door: a local wake fd for us (whoever
-   * drains the door writes it while we sleep), and the door itself, in
-   * case nobody else drains it. */
-  struct fs_door *door = ch ? __atomic_load_n(&c->door, __ATOMIC_ACQUIRE) : NULL;
-  if (door && c->wake_fd < 0)
-    (void)fs_wake_get(c);
-  int dfd = door && fs_door_mine(door) ? door->efd : -1;
+  struct fs_door *door = ch ? fs_wake_door(c) : NULL;
+  int dfd = door ? door->efd : -1;
   uint32_t *sleeping = tx ? &c->tx_sleeping : &c->rx_sleeping;
   /* A wait on the ring itself; or a receiver still on TCP that armed the
    * ring for the peer's SWITCH: the wake it is owed may be drained by the

@@ -5,6 +5,7 @@
 
 #include "base/fdreg.h"
 #include "fabric/chan.h"
+#include "engine/door.h"
 #include "engine/wake.h"
 
 /* Set by the epoll module with its first bell (engine/epoll.h): before
@@ -32,6 +33,16 @@ void fs_wake_own(struct fs_conn *c)
   void (*hook)(struct fs_conn *) = __atomic_load_n(&fs_wake_door_hook, __ATOMIC_ACQUIRE);
   if (hook && __atomic_load_n(&c->door, __ATOMIC_ACQUIRE))
     hook(c);
+}
+
+struct fs_door *fs_wake_door(struct fs_conn *c)
+{
+  struct fs_door *d = __atomic_load_n(&c->door, __ATOMIC_ACQUIRE);
+  if (!d)
+    return NULL;
+  if (__atomic_load_n(&c->wake_fd, __ATOMIC_ACQUIRE) < 0)
+    (void)fs_wake_get(c);
+  return fs_door_mine(d) ? d : NULL;
 }
 
 int fs_wake_get(struct fs_conn *c)

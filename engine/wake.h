@@ -52,6 +52,13 @@ void fs_wake_own(struct fs_conn *c);
  * module's, set with its first door: fs_ready_door_kick). */
 void fs_wake_on_door(void (*fn)(struct fs_conn *c));
 
+/* c's peer rings its epoll set's door (engine/door.h): a waiter outside
+ * that set (a blocking call, a poll) sleeps on c's local wake fd, made now
+ * if c has none (whoever drains the door writes it), and on the door
+ * itself, in case nobody else drains it.  The door to sleep on, or NULL:
+ * c has none, or it is another process's (fs_door_mine). */
+struct fs_door *fs_wake_door(struct fs_conn *c);
+
 /* c may still upgrade and has no wake fd yet: a sleep on its TCP socket
  * would be blind to a channel attached meanwhile. */
 static inline bool fs_wake_none(const struct fs_conn *c)

@@ -84,4 +84,5 @@ def main():
         c.close()
 
 
-main()
+if __name__ == '__main__':
+    main()
