@@ -86,6 +86,9 @@ struct fs_conn {
   bool used;                  /* sent, received or waited on here (atomic): an
                                  accepted end unused may yet be handed on */
   int resend_fd;              /* the fd to re-send on */
+  bool resend_own;            /* closed before the re-send: resend_dup is the
+                                 job's own dup of the socket (txlock) */
+  int resend_dup;
   uint32_t spin_us;           /* adaptive spin budget */
   uint32_t tx_news;           /* the channel's news count at our last send (txlock) */
   /* A sender and a receiver asleep on wake_fd (each under its direction's

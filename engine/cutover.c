@@ -1,5 +1,6 @@
 /* The cutover rules.  See engine/cutover.h. */
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/sockios.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -9,10 +10,12 @@
 #include <sys/socket.h>
 
 #include "base/clock.h"
+#include "base/fdreg.h"
 #include "base/log.h"
 #include "base/real.h"
 #include "engine/agent.h"
 #include "engine/cutover.h"
+#include "engine/fdtab.h"
 #include "engine/wake.h"
 #include "engine/sockopt.h"
 
@@ -249,11 +252,43 @@ void fs_cutover_service(struct fs_conn *c, int fd)
   if (!ch || !fs_chan_peer_reverted(ch) || c->peer_revert_done ||
       fs_cutover_chan_known(c, false) != ch)
     return;
-  bool expect = false;
-  if (__atomic_compare_exchange_n(&c->resend_queued, &expect, true, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
-    c->resend_fd = fd;
-    fs_agent_run(c, fs_cutover_resend_job);
+  if (!__atomic_load_n(&c->resend_queued, __ATOMIC_ACQUIRE)) {
+    c->resend_fd = fd; /* before the job can run; a racing caller names c too */
+    fs_cutover_resend_queue(c);
   }
+}
+
+bool fs_cutover_close_resend(struct fs_conn *c, struct fs_chan *ch, int fd)
+{
+  if (fd < 0 || !fs_chan_peer_reverted(ch) || c->peer_revert_done || c->resend_own)
+    return false;
+  int dfd = fs_fdreg_move_high(FS_REAL(fcntl)(fd, F_DUPFD_CLOEXEC, 0));
+  if (dfd < 0) { /* no descriptor to spare: the bytes go now, close waits */
+    if (c->tx_flow != FS_FLOW_TCP)
+      (void)fs_cutover_resend(c, fd, ch);
+    c->tx_flow = FS_FLOW_TCP;
+    __atomic_store_n(&c->peer_revert_done, true, __ATOMIC_RELEASE);
+    return false;
+  }
+  c->resend_dup = dfd;
+  c->resend_own = true;
+  return true;
+}
+
+void fs_cutover_resend_queue(struct fs_conn *c)
+{
+  bool expect = false;
+  if (__atomic_compare_exchange_n(&c->resend_queued, &expect, true, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+    fs_agent_run(c, fs_cutover_resend_job);
+}
+
+/* Does fd still name c?  Each look takes and drops a reference. */
+static bool fs_cutover_names(int fd, struct fs_conn *c)
+{
+  struct fs_conn *o = fd >= 0 ? fs_fdtab_get(fd) : NULL;
+  if (o)
+    fs_conn_put(o);
+  return o == c;
 }
 
 void fs_cutover_resend_job(struct fs_conn *c)
@@ -261,18 +296,30 @@ void fs_cutover_resend_job(struct fs_conn *c)
   struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
   fs_lock(&c->txlock);
   if (ch && !c->peer_revert_done) {
-    int fd = c->resend_fd, was = c->tx_flow;
-    if (was != FS_FLOW_TCP)
+    /* The fd named when the job was queued may be closed by now and its
+     * number another socket's: a client's next connection got our
+     * SHUT_WR, and its server child read an early EOF (t_rdma_integration,
+     * forksrv).  Only an fd that still names c is written; with none, the
+     * application closed it and nothing can go anywhere.  txlock: c's last
+     * close waits for us before the kernel's close. */
+    int fd = c->resend_own ? c->resend_dup : c->resend_fd, was = c->tx_flow;
+    if (!c->resend_own && !fs_cutover_names(fd, c))
+      fd = fs_cutover_names(__atomic_load_n(&c->fd, __ATOMIC_ACQUIRE), c) ? c->fd : -1;
+    if (was != FS_FLOW_TCP && fd >= 0)
       (void)fs_cutover_resend(c, fd, ch);
-    if (was == FS_FLOW_EOF)
+    if (was == FS_FLOW_EOF && fd >= 0)
       FS_REAL(shutdown)(fd, SHUT_WR);
+    if (c->resend_own) {
+      c->resend_own = false;
+      fs_fdreg_close(fd); /* the last reference: the kernel's FIN, after the bytes */
+    }
     c->tx_flow = was == FS_FLOW_EOF ? FS_FLOW_EOF : FS_FLOW_TCP;
     c->no_upgrade = true;
     __atomic_store_n(&c->peer_revert_done, true, __ATOMIC_RELEASE);
     /* What stat shows: what the ring still holds for us is read first, the
      * rest comes on TCP.  An end that went back itself meanwhile (both ends
      * spliced) keeps its own reason: txlock orders us after it. */
-    if (!c->reverted) {
+    if (!c->reverted && fs_conn_state(c) != FS_STATE_CLOSED) {
       fs_conn_set_state(c, FS_STATE_TCP, FS_REASON_PEER_TCP);
       if (c->stat)
         c->stat->fabric = FS_FABRIC_TCP;

@@ -166,6 +166,13 @@ void fs_cutover_broken(struct fs_conn *c, struct fs_chan *ch, int fd);
 /* Answer a pending peer revert request (see fs_sock_downgrade): queue the
  * re-send of our unread ring bytes on the agent (fs_cutover_resend_job). */
 void fs_cutover_service(struct fs_conn *c, int fd);
+/* The last close of c, by fd, while the peer reverted and c's re-send has
+ * not run (txlock held): true if the re-send now has a dup of its own to
+ * write on and close (queue it with fs_cutover_resend_queue, after
+ * txlock), so that the bytes go before the FIN and close() never waits;
+ * without a descriptor to spare it re-sends here and now. */
+bool fs_cutover_close_resend(struct fs_conn *c, struct fs_chan *ch, int fd);
+void fs_cutover_resend_queue(struct fs_conn *c);
 void fs_cutover_resend_job(struct fs_conn *c);
 
 #endif

@@ -419,9 +419,11 @@ void fs_sock_refused(struct fs_conn *c, int reason)
   pthread_mutex_unlock(&c->lock);
 }
 
-/* The last close; abort_fd >= 0: the application's close of that fd with
- * SO_LINGER {1, 0}, an abort (fs_cutover_last_close). */
-static void fs_sock_last_close_fd(struct fs_conn *c, int abort_fd)
+/* The last close, of fd (-1: none, the socket is already gone); abort_fd
+ * >= 0: the application's close of that fd with SO_LINGER {1, 0}, an abort
+ * (fs_cutover_last_close).  A re-send the peer's revert still owes gets a
+ * dup of fd to finish on (fs_cutover_close_resend). */
+static void fs_sock_last_close_fd(struct fs_conn *c, int fd, int abort_fd)
 {
   pthread_mutex_lock(&c->lock);
   int st = fs_conn_state(c);
@@ -434,14 +436,17 @@ static void fs_sock_last_close_fd(struct fs_conn *c, int abort_fd)
   fs_ready_epoll_forget_conn(c);
   if (ch) {
     fs_lock(&c->txlock);
+    bool resend = abort_fd < 0 && fs_cutover_close_resend(c, ch, fd);
     fs_cutover_last_close(c, ch, abort_fd);
     fs_unlock(&c->txlock);
+    if (resend)
+      fs_cutover_resend_queue(c);
   }
 }
 
 void fs_sock_last_close(struct fs_conn *c)
 {
-  fs_sock_last_close_fd(c, -1);
+  fs_sock_last_close_fd(c, -1, -1);
 }
 
 struct fs_sock_refd_arg {
@@ -474,7 +479,7 @@ static void fs_sock_refd(struct fs_conn *c)
 void fs_sock_close(struct fs_conn *c, int fd)
 {
   if (__atomic_load_n(&c->nfds, __ATOMIC_ACQUIRE) == 0) {
-    fs_sock_last_close_fd(c, c->linger_abort ? fd : -1);
+    fs_sock_last_close_fd(c, fd, c->linger_abort ? fd : -1);
   } else {
     if (fd == __atomic_load_n(&c->fd, __ATOMIC_ACQUIRE))
       fs_sock_refd(c);

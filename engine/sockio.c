@@ -278,6 +278,8 @@ static ssize_t fs_sockio_fabric_send(struct fs_conn *c, int fd, struct fs_chan *
     fs_sockopt_buf_cap(c, ch); /* the peer set SO_RCVBUF since */
   while (sent < total || total == 0) {
     if (fs_chan_peer_closed(ch)) {
+      if (fs_chan_peer_reverted(ch))
+        break; /* it stopped reading first (fork on rdma): TCP takes it, after the re-send */
       fs_cutover_broken(c, ch, fd);
       if (sent)
         break;
@@ -458,37 +460,6 @@ static ssize_t fs_sock_send_up(struct fs_conn *c, int fd, struct fs_io *io)
 }
 
 /* ---- receive ----------------------------------------------------------- */
-
-/* The ring is empty and the fabric said nothing: what does TCP say?  The
- * peer's TCP socket closing before its fabric EOF means it died. */
-static ssize_t fs_sockio_liveness(int fd)
-{
-  char b;
-  ssize_t r = FS_REAL(recv)(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-  if (r == 0)
-    return 0;
-  if (r < 0 && errno != EAGAIN)
-    return -errno;
-  return -EAGAIN;
-}
-
-/* The ring is empty: does TCP say the peer went away?  Asked only when
- * something was seen on the TCP socket since (a poll, epoll or sleep of
- * ours reported it: c->tcp_news), or every FS_SOCKIO_LIVE_NS for a caller
- * that never waits: once a connection is on the fabric its TCP socket
- * carries nothing but the peer's FIN, and a peek per empty receive would be
- * a system call per message that kernel TCP does not make. */
-#define FS_SOCKIO_LIVE_NS 10000000ull
-
-static ssize_t fs_sockio_live_check(struct fs_conn *c, int fd)
-{
-  uint64_t now = fs_clock_coarse_ns();
-  if (!__atomic_load_n(&c->tcp_news, __ATOMIC_RELAXED) && now - c->live_ns < FS_SOCKIO_LIVE_NS)
-    return -EAGAIN;
-  __atomic_store_n(&c->tcp_news, false, __ATOMIC_RELAXED);
-  c->live_ns = now;
-  return fs_sockio_liveness(fd);
-}
 
 /* One step from whichever source is current: >0 bytes, 0 EOF, -EAGAIN
  * nothing now (then *tcp_wait tells what to sleep on), other -errno. */

@@ -1,8 +1,14 @@
 /* Readiness of a fabric connection for poll, select and epoll (engine/sockio.h,
  * docs/design.md 1.5): the kernel's answer for the TCP socket merged with
  * the rings', moving rx over a SWITCH or back over a REVERT that heads the
- * ring, as a receive would. */
+ * ring, as a receive would; and what the TCP socket says of the peer's
+ * life while the ring is empty. */
+#include <errno.h>
 #include <poll.h>
+#include <sys/socket.h>
+
+#include "base/clock.h"
+#include "base/real.h"
 
 #include "base/lock.h"
 #include "engine/cutover.h"
@@ -91,4 +97,35 @@ short fs_sockio_ready(struct fs_conn *c, struct fs_chan *ch, short want, short k
   }
   r |= dead;
   return r;
+}
+
+/* The ring is empty and the fabric said nothing: what does TCP say?  The
+ * peer's TCP socket closing before its fabric EOF means it died. */
+ssize_t fs_sockio_liveness(int fd)
+{
+  char b;
+  ssize_t r = FS_REAL(recv)(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (r == 0)
+    return 0;
+  if (r < 0 && errno != EAGAIN)
+    return -errno;
+  return -EAGAIN;
+}
+
+/* The ring is empty: does TCP say the peer went away?  Asked only when
+ * something was seen on the TCP socket since (a poll, epoll or sleep of
+ * ours reported it: c->tcp_news), or every FS_SOCKIO_LIVE_NS for a caller
+ * that never waits: once a connection is on the fabric its TCP socket
+ * carries nothing but the peer's FIN, and a peek per empty receive would be
+ * a system call per message that kernel TCP does not make. */
+#define FS_SOCKIO_LIVE_NS 10000000ull
+
+ssize_t fs_sockio_live_check(struct fs_conn *c, int fd)
+{
+  uint64_t now = fs_clock_coarse_ns();
+  if (!__atomic_load_n(&c->tcp_news, __ATOMIC_RELAXED) && now - c->live_ns < FS_SOCKIO_LIVE_NS)
+    return -EAGAIN;
+  __atomic_store_n(&c->tcp_news, false, __ATOMIC_RELAXED);
+  c->live_ns = now;
+  return fs_sockio_liveness(fd);
 }

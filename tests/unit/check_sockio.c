@@ -1,0 +1,228 @@
+/* Unit tests for engine/sockio: what a send does when the peer's end goes
+ * away under it.  A peer that stopped reading its ring (a downgrade: a
+ * parent before fork on rdma, an exec, SCM_RIGHTS) and then closed its end
+ * of the channel still has a live TCP socket behind it, held by another
+ * process: our unread ring and everything after go there, never EPIPE, and
+ * no byte is dropped; and the re-send that does it touches no other
+ * socket. */
+#include <check.h>
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine/cutover.h"
+#include "engine/io.h"
+#include "engine/sock.h"
+#include "tests/unit/check_run.h"
+#include "tests/unit/pair.h"
+
+/* The stream's byte at offset i: a pattern whose offset shows where a
+ * byte went missing or came twice. */
+static unsigned char pattern(uint64_t i)
+{
+  return (unsigned char)((i * 7 + i / 251) & 0xff);
+}
+
+static ssize_t send_at(struct pair *p, uint64_t at, size_t len, int flags)
+{
+  unsigned char buf[4096];
+  ck_assert_uint_le(len, sizeof buf);
+  for (size_t i = 0; i < len; i++)
+    buf[i] = pattern(at + i);
+  struct iovec v = { buf, len };
+  struct fs_io io = { .op = FS_IO_SEND, .flags = flags | MSG_NOSIGNAL, .iov = &v, .iovcnt = 1 };
+  return fs_sock_send(p->c, p->sv[0], &io);
+}
+
+struct sender {
+  struct pair *p;
+  uint64_t at;
+  ssize_t r;
+};
+
+static void *blocking_send(void *arg)
+{
+  struct sender *s = arg;
+  s->r = send_at(s->p, s->at, 4096, 0);
+  return NULL;
+}
+
+/* The peer's side of the TCP stand-in, read as it comes (a re-send
+ * blocks on a full socket buffer): n bytes from offset `from`, each
+ * checked, within 10 s.  Started before anything goes on TCP. */
+struct reader {
+  struct pair *p;
+  uint64_t from, n, got;
+  char why[96];
+  pthread_t th;
+};
+
+static void *read_tcp(void *arg)
+{
+  struct reader *r = arg;
+  unsigned char buf[65536];
+  while (r->got < r->n) {
+    struct pollfd f = { r->p->sv[1], POLLIN, 0 };
+    if (poll(&f, 1, 10000) != 1) {
+      snprintf(r->why, sizeof r->why, "TCP carried %llu of %llu bytes", (unsigned long long)r->got,
+               (unsigned long long)r->n);
+      return NULL;
+    }
+    uint64_t left = r->n - r->got;
+    ssize_t k = recv(r->p->sv[1], buf, left < sizeof buf ? (size_t)left : sizeof buf, 0);
+    if (k <= 0) {
+      snprintf(r->why, sizeof r->why, "TCP ended after %llu bytes", (unsigned long long)r->got);
+      return NULL;
+    }
+    for (ssize_t i = 0; i < k; i++)
+      if (buf[i] != pattern(r->from + r->got + (uint64_t)i)) {
+        snprintf(r->why, sizeof r->why, "byte %llu differs", (unsigned long long)(r->from + r->got + (uint64_t)i));
+        return NULL;
+      }
+    r->got += (uint64_t)k;
+  }
+  return NULL;
+}
+
+static void reader_start(struct reader *r, struct pair *p, uint64_t from, uint64_t n)
+{
+  *r = (struct reader){ .p = p, .from = from, .n = n };
+  ck_assert_int_eq(pthread_create(&r->th, NULL, read_tcp, r), 0);
+}
+
+static void reader_check(struct reader *r)
+{
+  ck_assert_int_eq(pthread_join(r->th, NULL), 0);
+  ck_assert_msg(r->got == r->n, "%s", r->why);
+}
+
+/* Our ring full, a blocking send waiting for room: the peer reverts, then
+ * closes its end, in that order (fs_sock_downgrade, then close: forksrv's
+ * parent on rdma).  The send used to see the close first: its bytes were
+ * dropped as TCP drops a send after the peer's close, the next send failed
+ * with EPIPE, and the ring was never re-sent (t_rdma_integration, forksrv,
+ * 1 connection of 100 in some runs). */
+START_TEST(t_reverted_then_closed_while_a_send_waits)
+{
+  struct pair p;
+  pair_new(&p);
+  uint64_t at = 0;
+  for (;;) {
+    ssize_t r = send_at(&p, at, 4096, MSG_DONTWAIT);
+    if (r < 0) {
+      ck_assert_int_eq(r, -EAGAIN);
+      break;
+    }
+    at += (uint64_t)r;
+  }
+  ck_assert_uint_gt(at, 0);
+  struct reader rd;
+  reader_start(&rd, &p, 0, at + 4096 + 100);
+  struct sender s = { &p, at, 0 };
+  pthread_t th;
+  ck_assert_int_eq(pthread_create(&th, NULL, blocking_send, &s), 0);
+  /* Past its first looks, asleep on the ring (10 s at most). */
+  for (int i = 0; i < 10000 && !__atomic_load_n(&p.c->tx_sleeping, __ATOMIC_ACQUIRE); i++)
+    usleep(1000);
+  ck_assert_uint_ne(__atomic_load_n(&p.c->tx_sleeping, __ATOMIC_ACQUIRE), 0);
+  __atomic_store_n(&p.b->me->rx_revert, 1, __ATOMIC_RELEASE);
+  fs_chan_close_end(p.b);
+  ck_assert_int_eq(pthread_join(th, NULL), 0);
+  ck_assert_int_eq(s.r, 4096);
+  at += 4096;
+  /* The next send goes on TCP too, after them. */
+  ck_assert_int_eq(send_at(&p, at, 100, 0), 100);
+  reader_check(&rd);
+}
+END_TEST
+
+/* The same two events before the send starts: the plain case. */
+START_TEST(t_send_after_revert_and_close)
+{
+  struct pair p;
+  pair_new(&p);
+  struct reader rd;
+  reader_start(&rd, &p, 0, 4000);
+  ck_assert_int_eq(send_at(&p, 0, 3000, 0), 3000);
+  __atomic_store_n(&p.b->me->rx_revert, 1, __ATOMIC_RELEASE);
+  fs_chan_close_end(p.b);
+  ck_assert_int_eq(send_at(&p, 3000, 1000, 0), 1000);
+  reader_check(&rd);
+}
+END_TEST
+
+/* The re-send runs on the agent, maybe long after it was asked for: by
+ * then the connection may be closed and its fd number another socket's.
+ * That socket must not get our SHUT_WR (nor our bytes): forksrv's client
+ * shut its next connection down that way, and the server child serving
+ * that one read an early EOF. */
+START_TEST(t_late_resend_leaves_a_reused_fd_alone)
+{
+  struct pair p;
+  pair_new(&p);
+  int fd = p.sv[0];
+  __atomic_store_n(&p.b->me->rx_revert, 1, __ATOMIC_RELEASE);
+  p.c->tx_flow = FS_FLOW_EOF; /* shut down on the ring: the job would shut TCP too */
+  p.c->resend_fd = fd;
+  fs_conn_get(p.c); /* the job's reference, as fs_agent_run holds one */
+  /* The application closes it, and its next socket gets the same number. */
+  struct fs_conn *t = fs_fdtab_take(fd);
+  ck_assert_ptr_eq(t, p.c);
+  fs_conn_put(t);
+  close(fd);
+  int nv[2];
+  ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, nv), 0);
+  if (nv[0] != fd) {
+    ck_assert_int_eq(dup2(nv[0], fd), fd);
+    close(nv[0]);
+  }
+  fs_cutover_resend_job(p.c);
+  char b;
+  ck_assert_int_eq(recv(nv[1], &b, 1, MSG_DONTWAIT), -1); /* no EOF, no byte */
+  ck_assert_int_eq(errno, EAGAIN);
+  fs_conn_put(p.c);
+}
+END_TEST
+
+/* The peer stopped reading its ring (it reverted), and we close before
+ * our next call noticed: what the ring held for it goes on TCP all the
+ * same, then the FIN, as a close after a send on TCP would. */
+START_TEST(t_close_before_the_resend)
+{
+  struct pair p;
+  pair_new(&p);
+  int fd = p.sv[0];
+  ck_assert_int_eq(send_at(&p, 0, 3000, 0), 3000);
+  __atomic_store_n(&p.b->me->rx_revert, 1, __ATOMIC_RELEASE);
+  struct fs_conn *t = fs_fdtab_take(fd);
+  ck_assert_ptr_eq(t, p.c);
+  fs_sock_close(t, fd);
+  close(fd);
+  struct reader rd;
+  reader_start(&rd, &p, 0, 3000);
+  reader_check(&rd);
+  struct pollfd f = { p.sv[1], POLLIN, 0 };
+  ck_assert_int_eq(poll(&f, 1, 10000), 1);
+  char b;
+  ck_assert_int_eq(recv(p.sv[1], &b, 1, 0), 0); /* then the end */
+}
+END_TEST
+
+int main(void)
+{
+  Suite *s = suite_create("sockio");
+  TCase *tc = tcase_create("revert");
+  tcase_set_timeout(tc, 30);
+  tcase_add_test(tc, t_reverted_then_closed_while_a_send_waits);
+  tcase_add_test(tc, t_send_after_revert_and_close);
+  tcase_add_test(tc, t_late_resend_leaves_a_reused_fd_alone);
+  tcase_add_test(tc, t_close_before_the_resend);
+  suite_add_tcase(s, tc);
+  return run_suite(s, true);
+}
