@@ -30,12 +30,18 @@ for MODE in $(it_modes); do
     stop_server; continue
   fi
   hold_args
+  # A child of a process that set rdma up cannot use rdma: no fabric to
+  # wait for (the wait for one took 30 s per server kind).
+  rdma_child=
+  if [ -n "$HOLD_FILE" ] && [ "$MODE" = both ] && [ "$(fabric_expected)" = rdma ]; then
+    rdma_child=1; HOLD=(); HOLD_FILE=
+  fi
   name="$label: 2 held connections of 4 MiB"
   out=$IT_TMP/forksrv.held.$KIND.$MODE.out
   run_held_client "forkheld" "$SERVER_PORT" "$out" "$PROGS/mtclient" -p "$SERVER_PORT" -t 2 -n 4M "${HOLD[@]}"
   rc=$?
   tap_result $rc "$name [$MODE]" "$(grep -v '^$' "$out" | tail -n 1)" "$out" "$SERVER_LOG"
-  if [ -n "$HOLD_FILE" ] && [ "$MODE" = both ] && [ "$(fabric_expected)" = rdma ]; then
+  if [ -n "$rdma_child" ]; then
     tap_skip "$name [$MODE] fabric=rdma" "a child of a process that set rdma up cannot use rdma (libfabsock(7)); on shm it upgrades"
   elif [ -n "$HOLD_FILE" ]; then
     tap_result "$FABRIC_STATUS" "$name [$MODE] fabric=$(fabric_expected)" "$FABRIC_DETAIL"
