@@ -82,7 +82,8 @@ hk_digest_of() {
 # CLI/SRV (result lines), CLI_LOG/SRV_LOG, HK_RC (client exit), SRV_STATUS,
 # HK_PORT and stat snapshots: HK_STAT_MID (the client paused after $HK_MID
 # bytes, when HK_MID is set), HK_STAT_HOOK (HK_HOOKWAIT=1: the first one that
-# shows a connection closed by a hook), HK_STAT_END (HK_END=1: both ends
+# shows a connection closed by a hook; both ends hold their fds until it is
+# taken), HK_STAT_END (HK_END=1: both ends
 # paused before closing).
 hk_run() {
   local tag=$1 spec=$2 s
@@ -92,6 +93,7 @@ hk_run() {
   rm -f "$base".*
   [ -n "${HK_MID:-}" ] && cx+=(-W "$base.mid@$HK_MID")
   if [ "${HK_END:-0}" = 1 ]; then cx+=(-w "$base.endc"); sx+=(-w "$base.ends"); fi
+  if [ "${HK_HOOKWAIT:-0}" = 1 ]; then cx+=(-w "$base.hkc"); sx+=(-w "$base.hks"); fi
   CLI='' SRV='' HK_PORT='' HK_STAT_MID='' HK_STAT_HOOK='' HK_STAT_END='' HK_RC=99
   start_server "hookio-$tag-$VAR" "${env[@]}" "$PROGS/hookio" -l -P "$base.port" "$@" "${sx[@]}"
   SRV_LOG=$SERVER_LOG
@@ -119,11 +121,20 @@ hk_run() {
     touch "$base.mid"
   fi
   if [ "${HK_HOOKWAIT:-0}" = 1 ]; then
-    for _ in $(seq 60); do
+    # The closer's row (reason hook) lives while it holds its fd: both ends
+    # hold theirs at the end (-w) until it is seen, or until both hold and a
+    # look after that still shows none.  A sample every 0.1 s within the 3 s
+    # of -E missed it in VM runs, where one `fabsock stat` takes seconds.
+    local held
+    for _ in $(seq 150); do
+      held=0
+      [ -e "$base.hkc.ready" ] && [ -e "$base.hks.ready" ] && held=1
       s=$(hk_stat)
       if grep -q ' reason=hook ' <<<"$s"; then HK_STAT_HOOK=$s; break; fi
+      [ $held = 1 ] && break
       sleep 0.1
     done
+    touch "$base.hkc" "$base.hks"
   fi
   if [ "${HK_END:-0}" = 1 ]; then
     wait_file "$base.endc.ready" "$cpid" 40 && wait_file "$base.ends.ready" "$SERVER_PID" 20 &&
