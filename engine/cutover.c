@@ -309,10 +309,6 @@ void fs_cutover_resend_job(struct fs_conn *c)
       (void)fs_cutover_resend(c, fd, ch);
     if (was == FS_FLOW_EOF && fd >= 0)
       FS_REAL(shutdown)(fd, SHUT_WR);
-    if (c->resend_own) {
-      c->resend_own = false;
-      fs_fdreg_close(fd); /* the last reference: the kernel's FIN, after the bytes */
-    }
     c->tx_flow = was == FS_FLOW_EOF ? FS_FLOW_EOF : FS_FLOW_TCP;
     c->no_upgrade = true;
     __atomic_store_n(&c->peer_revert_done, true, __ATOMIC_RELEASE);
@@ -325,6 +321,10 @@ void fs_cutover_resend_job(struct fs_conn *c)
         c->stat->fabric = FS_FABRIC_TCP;
     }
     fs_log(FS_LOG_INFO, "fd %d: peer went back to tcp", fd);
+  }
+  if (c->resend_own) { /* the last reference: the kernel's FIN, after the bytes */
+    c->resend_own = false;
+    fs_fdreg_close(c->resend_dup);
   }
   fs_unlock(&c->txlock);
   fs_wake_own(c); /* our own waiters: writable again, on TCP */
