@@ -29,15 +29,29 @@ sync_() { env -u LD_PRELOAD "$PYTHON" "$VMTOOL" sync "$@"; }
 envof() { case $1 in plain) echo "" ;; fab) echo "$FAB ${FABSOCK_T2_FABENV:-}" ;; rs) echo "$RS" ;; esac; }
 
 # ==== B: the server host ==========================================================================
+# b_sample BASE: BASE.json, the sample b_serve keeps (see there).
+b_sample() {
+  local n
+  sleep 5
+  for n in 1 2 3 4 5 6 7 8 9; do
+    timeout 20 "$FABSOCK_BIN" stat --json > "$1.tmp" && grep -qF "\"$PEER" "$1.tmp" || break
+    mv "$1.tmp" "$1.json"
+    grep -qF '"reason":"pending"' "$1.json" && ! grep -qF '"fabric":"rdma"' "$1.json" || break
+    sleep 1
+  done
+  rm -f "$1.tmp"
+}
 # b_serve NAME PORT ENV CMD...: CMD in the background (ENV: plain, fab or rs), once it listens.
 b_serve() {
   local name=$1 port=$2 how=$3 envs; envs=$(envof "$3"); shift 3
   bg "$T_WORK/b-$name" env $envs "$@"
   eval "bpid_${name//-/_}=$bg_pid"
   # A libfabsock server's connections are sampled here 5 s on (the client runs by then): a
-  # sample A asked for would cost both guests python starts during the measurement.
-  [ "$how" != fab ] || { sleep 5; timeout 20 "$FABSOCK_BIN" stat --json > "$T_WORK/b-$name.snap.json"; } \
-    > /dev/null 2>&1 < /dev/null &
+  # sample A asked for would cost both guests python starts during the measurement.  While
+  # one is still pending and none is on rdma, again each second, up to 8 times, keeping the
+  # last sample that names the peer: an emulated rdma_cm set-up at the accepting end has
+  # ended after 5 s (iperf3's data connection: rdma at A, pending in B's one sample).
+  [ "$how" != fab ] || b_sample "$T_WORK/b-$name.snap" > /dev/null 2>&1 < /dev/null &
   if wait_listen "$port" 30 "$bg_pid"; then echo listening
   else server_gone "$bg_pid" "$T_WORK/b-$name"; echo "not listening ($gone)"; fi
 }
