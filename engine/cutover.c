@@ -240,6 +240,29 @@ static int fs_cutover_resend(struct fs_conn *c, int fd, struct fs_chan *ch)
   return 0;
 }
 
+/* Answer the peer's revert on fd (-1: none names c any more; txlock held):
+ * our unread ring bytes, then the FIN if our tx was at EOF; c stays on TCP. */
+static void fs_cutover_resend_on(struct fs_conn *c, struct fs_chan *ch, int fd)
+{
+  int was = c->tx_flow;
+  if (was != FS_FLOW_TCP && fd >= 0)
+    (void)fs_cutover_resend(c, fd, ch);
+  if (was == FS_FLOW_EOF && fd >= 0)
+    FS_REAL(shutdown)(fd, SHUT_WR);
+  c->tx_flow = was == FS_FLOW_EOF ? FS_FLOW_EOF : FS_FLOW_TCP;
+  c->no_upgrade = true;
+  __atomic_store_n(&c->peer_revert_done, true, __ATOMIC_RELEASE);
+  /* What stat shows: what the ring still holds for us is read first, the
+   * rest comes on TCP.  An end that went back itself meanwhile (both ends
+   * spliced) keeps its own reason: txlock orders us after it. */
+  if (!c->reverted && fs_conn_state(c) != FS_STATE_CLOSED) {
+    fs_conn_set_state(c, FS_STATE_TCP, FS_REASON_PEER_TCP);
+    if (c->stat)
+      c->stat->fabric = FS_FABRIC_TCP;
+  }
+  fs_log(FS_LOG_INFO, "fd %d: peer went back to tcp", fd);
+}
+
 /* The peer stopped reading its rx ring (it downgraded): our unread ring
  * bytes must go again on TCP before anything new.  That can block for as
  * long as the peer's new image takes to read, so it runs on the agent
@@ -264,10 +287,7 @@ bool fs_cutover_close_resend(struct fs_conn *c, struct fs_chan *ch, int fd)
     return false;
   int dfd = fs_fdreg_move_high(FS_REAL(fcntl)(fd, F_DUPFD_CLOEXEC, 0));
   if (dfd < 0) { /* no descriptor to spare: the bytes go now, close waits */
-    if (c->tx_flow != FS_FLOW_TCP)
-      (void)fs_cutover_resend(c, fd, ch);
-    c->tx_flow = FS_FLOW_TCP;
-    __atomic_store_n(&c->peer_revert_done, true, __ATOMIC_RELEASE);
+    fs_cutover_resend_on(c, ch, fd);
     return false;
   }
   c->resend_dup = dfd;
@@ -302,25 +322,10 @@ void fs_cutover_resend_job(struct fs_conn *c)
      * forksrv).  Only an fd that still names c is written; with none, the
      * application closed it and nothing can go anywhere.  txlock: c's last
      * close waits for us before the kernel's close. */
-    int fd = c->resend_own ? c->resend_dup : c->resend_fd, was = c->tx_flow;
+    int fd = c->resend_own ? c->resend_dup : c->resend_fd;
     if (!c->resend_own && !fs_cutover_names(fd, c))
       fd = fs_cutover_names(__atomic_load_n(&c->fd, __ATOMIC_ACQUIRE), c) ? c->fd : -1;
-    if (was != FS_FLOW_TCP && fd >= 0)
-      (void)fs_cutover_resend(c, fd, ch);
-    if (was == FS_FLOW_EOF && fd >= 0)
-      FS_REAL(shutdown)(fd, SHUT_WR);
-    c->tx_flow = was == FS_FLOW_EOF ? FS_FLOW_EOF : FS_FLOW_TCP;
-    c->no_upgrade = true;
-    __atomic_store_n(&c->peer_revert_done, true, __ATOMIC_RELEASE);
-    /* What stat shows: what the ring still holds for us is read first, the
-     * rest comes on TCP.  An end that went back itself meanwhile (both ends
-     * spliced) keeps its own reason: txlock orders us after it. */
-    if (!c->reverted && fs_conn_state(c) != FS_STATE_CLOSED) {
-      fs_conn_set_state(c, FS_STATE_TCP, FS_REASON_PEER_TCP);
-      if (c->stat)
-        c->stat->fabric = FS_FABRIC_TCP;
-    }
-    fs_log(FS_LOG_INFO, "fd %d: peer went back to tcp", fd);
+    fs_cutover_resend_on(c, ch, fd);
   }
   if (c->resend_own) { /* the last reference: the kernel's FIN, after the bytes */
     c->resend_own = false;
