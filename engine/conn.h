@@ -133,10 +133,14 @@ struct fs_conn {
   uint64_t ep_plain_data;
   /* The door its peer rings instead of a wake fd of ours (engine/door.h;
    * set once, at the rendezvous, before the channel; referenced), and
-   * its slot there.  wake_fd is then local: made for a blocking call or a
-   * poll, written by whoever drains the door. */
+   * its slot there.  wake_fd is then local: leased from the process's pool
+   * while a blocking call or a poll waits (engine/wake.h), written by
+   * whoever drains the door. */
   struct fs_door *door;
   uint32_t door_slot;
+  uint32_t wake_users;        /* waits that entered its door (under lock) */
+  bool wake_leased;           /* wake_fd is leased: back to the pool after them */
+  uint32_t wake_seq;          /* odd while a lease changes (fs_wake_fd_own) */
   struct fs_conn *free_next;  /* free list link */
 };
 

@@ -1,8 +1,10 @@
 /* Doors: an epoll set's doorbell, owner side.  See engine/door.h. */
 #include <errno.h>
 #include <stdlib.h>
+#include <sys/epoll.h>
 
 #include "base/fdreg.h"
+#include "base/real.h"
 #include "engine/door.h"
 
 static pthread_mutex_t fs_door_all_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -157,4 +159,108 @@ struct fs_door *fs_door_by_efd(int efd)
     fs_door_get(d);
   pthread_mutex_unlock(&fs_door_all_lock);
   return d;
+}
+
+/* ---- watching another process's doors (door.h, fs_door_watch) ---------- */
+
+#define FS_DOOR_WATCH_MAX 8 /* doors a thread watches; more sleep in slices */
+
+struct fs_door_watch {
+  int epfd;
+  pid_t pid; /* whose (a fork copies the forking thread's) */
+  uint32_t n;
+  struct fs_door *doors[FS_DOOR_WATCH_MAX]; /* referenced */
+};
+
+static __thread struct fs_door_watch *fs_door_watch_tls __attribute__((tls_model("initial-exec")));
+static pthread_key_t fs_door_watch_key;
+static pthread_once_t fs_door_watch_once = PTHREAD_ONCE_INIT;
+static bool fs_door_watch_keyed;
+
+static void fs_door_watch_free(void *arg)
+{
+  struct fs_door_watch *w = arg;
+  if (!w)
+    return;
+  if (fs_door_watch_tls == w)
+    fs_door_watch_tls = NULL;
+  int saved = errno;
+  fs_fdreg_close(w->epfd);
+  for (uint32_t i = 0; i < w->n; i++)
+    fs_door_put(w->doors[i]);
+  free(w);
+  errno = saved;
+}
+
+static void fs_door_watch_key_make(void)
+{
+  fs_door_watch_keyed = pthread_key_create(&fs_door_watch_key, fs_door_watch_free) == 0;
+}
+
+/* This thread's watch, made on first need; NULL if none can be had. */
+static struct fs_door_watch *fs_door_watch_mine(void)
+{
+  struct fs_door_watch *w = fs_door_watch_tls;
+  if (w && w->pid == getpid())
+    return w;
+  if (w) /* the parent's, copied by fork: its set is the parent's too */
+    fs_door_watch_free(w);
+  pthread_once(&fs_door_watch_once, fs_door_watch_key_make);
+  if (!fs_door_watch_keyed || !fs_fdreg_budget_ok(0, 1) || !(w = calloc(1, sizeof *w)))
+    return NULL;
+  int saved = errno;
+  w->epfd = fs_fdreg_move_high(FS_REAL(epoll_create1)(EPOLL_CLOEXEC));
+  errno = saved;
+  if (w->epfd < 0) {
+    free(w);
+    return NULL;
+  }
+  w->pid = getpid();
+  fs_door_watch_tls = w;
+  (void)pthread_setspecific(fs_door_watch_key, w);
+  return w;
+}
+
+int fs_door_watch(struct fs_door *d)
+{
+  struct fs_door_watch *w = fs_door_watch_mine();
+  if (!w)
+    return -1;
+  for (uint32_t i = 0; i < w->n; i++)
+    if (w->doors[i] == d)
+      return w->epfd;
+  if (w->n == FS_DOOR_WATCH_MAX)
+    return -1;
+  struct epoll_event ev = { .events = EPOLLIN | EPOLLET, .data.ptr = d };
+  int saved = errno;
+  int rc = FS_REAL(epoll_ctl)(w->epfd, EPOLL_CTL_ADD, d->efd, &ev);
+  errno = saved;
+  if (rc < 0)
+    return -1;
+  fs_door_get(d);
+  w->doors[w->n++] = d;
+  return w->epfd;
+}
+
+bool fs_door_watch_is(int fd)
+{
+  struct fs_door_watch *w = fs_door_watch_tls;
+  return w && fd >= 0 && w->epfd == fd && w->pid == getpid();
+}
+
+void fs_door_fd_woken(struct fs_door *d, int fd)
+{
+  if (!fs_door_watch_is(fd)) {
+    fs_door_woken(d);
+    return;
+  }
+  struct epoll_event ev[FS_DOOR_WATCH_MAX];
+  int saved = errno;
+  int n = FS_REAL(epoll_wait)(fd, ev, FS_DOOR_WATCH_MAX, 0);
+  errno = saved;
+  /* The ringer writes the eventfd only while `rung` is clear, and the
+   * door's own process may not be draining it: clear it, then the caller
+   * looks at its connection (a ring after this edges again). */
+  for (int i = 0; i < n; i++)
+    __atomic_store_n(&((struct fs_door *)ev[i].data.ptr)->page->rung, 0, __ATOMIC_SEQ_CST);
 }

@@ -1,17 +1,18 @@
-/* An epoll set's doorbell (base/bell.h), owner side: the connections of a
- * set give their peers the set's bell and a slot in it instead of a wake
- * eventfd of their own, so an upgraded connection costs this process no
- * descriptor and its peer at most one per set (docs/design.md 1.7).
+/* A doorbell (base/bell.h), owner side: an epoll set's, or the process's
+ * for connections in no set.  Its connections give their peers the door
+ * and a slot in it instead of a wake eventfd of their own, so an upgraded
+ * connection costs this process no descriptor and its peer at most one
+ * per door (docs/design.md 1.7).
  *
- * A door is referenced by the set that made it and by each connection
- * holding a slot; its eventfd stays open while any of them lives (the
- * peer rings it for as long as its channel does).  Whoever drains it (the
- * set's epoll_wait, a second set holding one of its connections, a
- * blocking call or a poll on one) hands each rung connection to all its
- * waiters (engine/epoll_door.c, fs_door_deliver).  Only the process that
- * made it drains it: a fork child's drain would take wakes its parent's
- * threads wait for; the child's waits on such connections fall back to
- * their bounded slices. */
+ * A door is referenced by the set that made it (or the process) and by
+ * each connection holding a slot; its eventfd stays open while any of them
+ * lives (the peer rings it for as long as its channel does).  Whoever
+ * drains it (the set's epoll_wait, a second set holding one of its
+ * connections, a blocking call or a poll on one) hands each rung
+ * connection to all its waiters (engine/epoll_door.c, fs_door_deliver).
+ * Only the process that made it drains it: a fork child's drain would
+ * take wakes its parent's threads wait for; the child's blocking calls and
+ * polls watch it instead (fs_door_watch). */
 #ifndef FS_ENGINE_DOOR_H
 #define FS_ENGINE_DOOR_H
 
@@ -67,6 +68,23 @@ void fs_door_on_deliver(void (*fn)(void *arg, struct fs_conn *c));
  * eventfd readable: drain it, handing each rung connection to its
  * waiters.  Nothing in a process that did not make d. */
 void fs_door_woken(struct fs_door *d);
+
+/* A door another process made (a fork child's parent's) is never drained
+ * here, but its waits need not end at their slices: a thread sleeping on
+ * one of its connections watches it through an epoll set of its own,
+ * holding the door's eventfd edge-triggered (each ring writes it: an edge
+ * in every set watching it, whoever reads it), made at its first such wait
+ * and closed at the thread's exit.  The watch clears the page's `rung`
+ * after each edge, so that the ringer writes the eventfd again.  Returns
+ * the fd to sleep on, or -1 (no fd to spare: the slices remain). */
+int fs_door_watch(struct fs_door *d);
+
+/* fd (fs_door_mine(d) ? d->efd : fs_door_watch(d)) was readable: drain
+ * d, or take the watch's edges. */
+void fs_door_fd_woken(struct fs_door *d, int fd);
+
+/* Is fd this thread's watch? */
+bool fs_door_watch_is(int fd);
 
 /* The door whose eventfd is efd (referenced), or NULL. */
 struct fs_door *fs_door_by_efd(int efd);

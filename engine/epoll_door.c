@@ -1,5 +1,6 @@
-/* Doors of epoll sets (engine/door.h): the offer at the rendezvous, the
- * kernel registrations, and handing a rung connection to its waiters. */
+/* Doors (engine/door.h), epoll sets' and the process's: the offer at the
+ * rendezvous, the kernel registrations, and handing a rung connection to
+ * its waiters. */
 #include <errno.h>
 #include <pthread.h>
 
@@ -67,7 +68,7 @@ void fs_ep_reg_conn(struct fs_ep *ep, struct fs_ep_ent *e)
   /* Both where it has both: a wake fd beside a door is written by our
    * own drains (for a blocking call or a poll), or by a fabric that took
    * the connection after the shm rendezvous offered its door and failed. */
-  int wfd = __atomic_load_n(&e->c->wake_fd, __ATOMIC_ACQUIRE);
+  int wfd = fs_wake_fd_own(e->c); /* never a lease: it goes back to the pool */
   if (wfd >= 0 && !e->wake_reg && !e->parked)
     fs_ep_reg_wake(ep, e, wfd);
   struct fs_door *d = __atomic_load_n(&e->c->door, __ATOMIC_ACQUIRE);
@@ -170,8 +171,11 @@ void fs_ep_door_close(struct fs_ep *ep)
 
 /* ---- the offer ---------------------------------------------------------- */
 
-/* The one set c is in, if it is in exactly one (as an entry or as a plain
- * registration) and has no wake fd (c->lock held). */
+/* Where c's door is: the one set it is in, if it is in exactly one (as an
+ * entry or as a plain registration), or FS_DOOR_PROC, the process's door,
+ * if it is in none; NULL: none (it has a wake fd, or is in several sets).
+ * c->lock held. */
+#define FS_DOOR_PROC ((struct fs_ep *)1)
 static struct fs_ep *fs_door_set_of(struct fs_conn *c)
 {
   if (c->wake_fd >= 0 || c->chan || c->door)
@@ -179,9 +183,38 @@ static struct fs_ep *fs_door_set_of(struct fs_conn *c)
   struct fs_ep_ent *e = c->ep_ents;
   if (c->ep_plain)
     return e ? NULL : c->ep_plain;
-  if (!e || e->cnext || !e->alive || e->parked)
+  if (!e)
+    return FS_DOOR_PROC;
+  if (e->cnext || !e->alive || e->parked)
     return NULL;
   return e->ep;
+}
+
+/* The process's door, for connections in no epoll set (a blocking client,
+ * a poll loop): made on first need, one per process (a fork child makes
+ * its own), never closed.  Referenced; NULL if it cannot be made. */
+static struct fs_door *fs_door_proc;
+
+static struct fs_door *fs_door_proc_get(void)
+{
+  struct fs_door *d = __atomic_load_n(&fs_door_proc, __ATOMIC_ACQUIRE);
+  while (!d || !fs_door_mine(d)) {
+    struct fs_door *n;
+    if (fs_door_new(&n) < 0)
+      return NULL;
+    fs_wake_on_door(fs_ready_door_kick);
+    fs_door_on_deliver(fs_door_deliver);
+    if (__atomic_compare_exchange_n(&fs_door_proc, &d, n, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+      /* The parent's, in a fork child: its connections keep their
+       * references. */
+      fs_door_put(d);
+      d = n;
+    } else {
+      fs_door_put(n); /* another thread's won; d is it */
+    }
+  }
+  fs_door_get(d);
+  return d;
 }
 
 int fs_ready_door_offer(struct fs_conn *c, int *efd, int *memfd, uint32_t *slot)
@@ -197,11 +230,15 @@ int fs_ready_door_offer(struct fs_conn *c, int *efd, int *memfd, uint32_t *slot)
     pthread_mutex_unlock(&c->lock);
     if (!ep)
       return -1;
-    pthread_mutex_lock(&ep->door_lock);
-    d = fs_ep_door_own(ep);
-    if (d)
-      fs_door_get(d);
-    pthread_mutex_unlock(&ep->door_lock);
+    if (ep == FS_DOOR_PROC) {
+      d = fs_door_proc_get();
+    } else {
+      pthread_mutex_lock(&ep->door_lock);
+      d = fs_ep_door_own(ep);
+      if (d)
+        fs_door_get(d);
+      pthread_mutex_unlock(&ep->door_lock);
+    }
     if (!d)
       return -1;
     uint32_t s;
@@ -216,7 +253,8 @@ int fs_ready_door_offer(struct fs_conn *c, int *efd, int *memfd, uint32_t *slot)
       fs_door_put(d);
       return -1;
     }
-    fs_log(FS_LOG_DEBUG, "fd %d: its peer rings slot %u of its epoll set's door", c->fd, s);
+    fs_log(FS_LOG_DEBUG, "fd %d: its peer rings slot %u of its %s door", c->fd, s,
+           ep == FS_DOOR_PROC ? "process's" : "epoll set's");
   }
   *efd = d->efd;
   *memfd = d->memfd;

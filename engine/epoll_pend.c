@@ -11,6 +11,7 @@
 
 #include "engine/epoll.h"
 #include "engine/ready.h"
+#include "engine/wake.h"
 #include "fabric/chan.h"
 
 /* Queue c on ep's bell and ring it (c->lock held). */
@@ -73,7 +74,7 @@ void fs_ep_pend_run(struct fs_ep *ep)
     struct fs_conn *c = pend[i];
     fs_ep_plain_convert(ep, c);
     pthread_mutex_lock(&c->lock);
-    int wfd = c->wake_fd;
+    int wfd = fs_wake_fd_own(c);
     bool door = __atomic_load_n(&c->door, __ATOMIC_ACQUIRE) != NULL;
     for (struct fs_ep_ent *e = c->ep_ents; e; e = e->cnext) {
       if (e->ep != ep || !e->alive || e->parked)

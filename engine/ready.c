@@ -27,6 +27,7 @@
  * just as we withdraw, its sleep is cut short by the bound every wait has. */
 #define FS_READY_ARMED 1 /* fs_ready_poll_armed counted it */
 #define FS_READY_BLIND 2 /* asleep on its TCP socket alone (engine/wake.h) */
+#define FS_READY_DOOR 4  /* entered its door (fs_wake_door_enter) */
 
 static void fs_ready_poll_armed(struct fs_conn *c, uint8_t *st)
 {
@@ -99,9 +100,16 @@ int fs_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const
         kw[nw++] = (struct pollfd){ ch->wait_fd, POLLIN, 0 };
       /* The door goes with the fabric fds (a door's connection has no
        * wait fd of its own). */
-      struct fs_door *d = fs_wake_door(c);
-      if (d && ch->wait_fd < 0 && (nw == 0 || kw[nw - 1].fd != d->efd))
-        kw[nw++] = (struct pollfd){ d->efd, POLLIN, 0 };
+      bool entered;
+      struct fs_door *d = fs_wake_door_enter(c, &entered);
+      if (entered)
+        st[i] |= FS_READY_DOOR;
+      int dfd = d && ch->wait_fd < 0 ? fs_wake_door_fd(d) : -1;
+      bool dup = false;
+      for (nfds_t j = 0; j < nw && dfd >= 0 && !dup; j++)
+        dup = kw[j].fd == dfd;
+      if (dfd >= 0 && !dup)
+        kw[nw++] = (struct pollfd){ dfd, POLLIN, 0 };
     }
     if (c->wake_fd >= 0 && (ch || !c->no_upgrade)) {
       k[kn].fd = c->wake_fd;
@@ -148,7 +156,9 @@ int fs_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const
         (void)FS_REAL(read)(k[j].fd, &v, sizeof v);
       }
     for (nfds_t j = kwake; j < kn; j++)
-      if ((k[j].revents & POLLIN) && fs_door_live()) {
+      if ((k[j].revents & POLLIN) && fs_door_watch_is(k[j].fd)) {
+        fs_door_fd_woken(NULL, k[j].fd);
+      } else if ((k[j].revents & POLLIN) && fs_door_live()) {
         struct fs_door *d = fs_door_by_efd(k[j].fd);
         if (d) {
           fs_door_woken(d);
@@ -184,6 +194,8 @@ int fs_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const
         fs_ready_poll_disarm(cs[i], fds[i].events);
       if (st[i] & FS_READY_BLIND)
         fs_wake_blind_leave(cs[i]);
+      if (st[i] & FS_READY_DOOR)
+        fs_wake_door_leave(cs[i]);
       fs_conn_put(cs[i]);
     }
   if (k != kst)

@@ -45,6 +45,10 @@ static void fs_sock_release(struct fs_conn *c)
     fs_hook_close(c->hooks);
     c->hooks = NULL;
   }
+  if (c->wake_users || c->wake_leased) { /* (no waiter is left: a lease is the pool's) */
+    c->wake_users = 1;
+    fs_wake_door_leave(c);
+  }
   if (c->wake_fd >= 0) {
     fs_fdreg_close(c->wake_fd);
     c->wake_fd = -1;
@@ -565,6 +569,7 @@ static void fs_sock_fork_fix(int fd, struct fs_conn *c, void *arg)
     fs_lock_init(&c->txlock);
     fs_lock_init(&c->rxlock);
     fs_sock_stat_refill(c, ch);
+    fs_wake_fork_child_conn(c);
     c->hold_ns = 0; /* a request held here waits its own bound (engine/hold.h) */
   }
   if (ch && !ch->ops->fork_shares(ch)) { /* downgraded before the fork, unless a thread was inside a call */
@@ -602,6 +607,8 @@ void fs_sock_after_fork(pid_t pid)
   if (pid == 0)
     fs_stat_atfork_child();
   fs_fdtab_foreach(fs_sock_fork_fix, &pid);
+  if (pid == 0)
+    fs_wake_fork_child();
   /* Agent lock last, as it was taken first: until the walk above has marked
    * every connection that forked without a channel no_upgrade, the parent's
    * agent must not attach one (a rendezvous acked just before the fork).

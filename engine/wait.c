@@ -75,7 +75,7 @@ static void fs_wait_pass_wake(struct fs_conn *c, struct fs_chan *ch, bool tx)
   if (!over)
     over = otx ? fs_chan_arm_tx(ch, need) : fs_chan_arm_rx(ch) && fs_wait_over(ch, false, need);
   if (over)
-    fs_chan_efd_write(c->wake_fd);
+    fs_chan_efd_write(__atomic_load_n(&c->wake_fd, __ATOMIC_ACQUIRE)); /* (a lease that left: -1) */
 }
 
 /* Debug only (t_duplex fails on it): a sleep that ran into the bound with
@@ -102,13 +102,11 @@ static void fs_wait_bound_report(struct fs_conn *c, struct fs_chan *ch, int fd, 
 /* Sleep until the wake fd or the TCP socket says something (need: the room
  * a sender waits for; the bytes a receiver waits for, 0 or 1: any).
  * Returns 0, -EAGAIN on SO_*TIMEO expiry, -EINTR. */
-int fs_wait_sleep(struct fs_conn *c, int fd, bool tx, size_t need, int *budget_ms)
+static int fs_wait_sleep_in(struct fs_conn *c, struct fs_chan *ch, struct fs_door *door, int fd, bool tx,
+                            size_t need, int *budget_ms)
 {
-  fs_batch_flush(); /* never sleep on wakes we hold */
-  struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
   int wfd = ch ? ch->wait_fd : -1;
-  struct fs_door *door = ch ? fs_wake_door(c) : NULL;
-  int dfd = door ? door->efd : -1;
+  int dfd = door ? fs_wake_door_fd(door) : -1;
   uint32_t *sleeping = tx ? &c->tx_sleeping : &c->rx_sleeping;
   /* A wait on the ring itself; or a receiver still on TCP that armed the
    * ring for the peer's SWITCH: the wake it is owed may be drained by the
@@ -181,10 +179,22 @@ int fs_wait_sleep(struct fs_conn *c, int fd, bool tx, size_t need, int *budget_m
       fs_wait_pass_wake(c, ch, tx);
   }
   if (idoor >= 0 && (p[idoor].revents & POLLIN))
-    fs_door_woken(door); /* our own wait's end is looked at by the caller */
+    fs_door_fd_woken(door, dfd); /* our own wait's end is looked at by the caller */
   if (r == 0 && ch && cap == FS_WAIT_BOUND_MS && FS_LOG_DEBUG <= fs_log_level)
     fs_wait_bound_report(c, ch, fd, tx, counted, need);
   return 0;
+}
+
+int fs_wait_sleep(struct fs_conn *c, int fd, bool tx, size_t need, int *budget_ms)
+{
+  fs_batch_flush(); /* never sleep on wakes we hold */
+  struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
+  bool entered = false;
+  struct fs_door *door = ch ? fs_wake_door_enter(c, &entered) : NULL;
+  int rc = fs_wait_sleep_in(c, ch, door, fd, tx, need, budget_ms);
+  if (entered)
+    fs_wake_door_leave(c);
+  return rc;
 }
 
 /* Nanoseconds one spin iteration takes, learnt at the spins' clock checks.

@@ -1,9 +1,11 @@
 /* Wake eventfd on first need; attach held for blind sleepers.  See
  * engine/wake.h. */
 #include <errno.h>
+#include <stdlib.h>
 #include <sys/eventfd.h>
 
 #include "base/fdreg.h"
+#include "base/real.h"
 #include "fabric/chan.h"
 #include "engine/door.h"
 #include "engine/wake.h"
@@ -35,24 +37,152 @@ void fs_wake_own(struct fs_conn *c)
     hook(c);
 }
 
-struct fs_door *fs_wake_door(struct fs_conn *c)
+/* ---- leased wake fds (engine/wake.h) ------------------------------------ */
+
+static pthread_mutex_t fs_wake_pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static int *fs_wake_pool;
+static uint32_t fs_wake_pool_n, fs_wake_pool_cap;
+
+/* An eventfd of the pool, or a new one (-1: none to be had; the waiter
+ * then sleeps in bounded slices).  fd: the connection's, for the budget. */
+static int fs_wake_pool_take(int fd)
 {
+  pthread_mutex_lock(&fs_wake_pool_lock);
+  int efd = fs_wake_pool_n ? fs_wake_pool[--fs_wake_pool_n] : -1;
+  pthread_mutex_unlock(&fs_wake_pool_lock);
+  if (efd < 0 && fs_fdreg_budget_ok(fd, 1))
+    efd = fs_fdreg_move_high(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  return efd;
+}
+
+static void fs_wake_pool_give(int efd)
+{
+  uint64_t v;
+  (void)FS_REAL(read)(efd, &v, sizeof v); /* its next waiter starts quiet */
+  pthread_mutex_lock(&fs_wake_pool_lock);
+  if (fs_wake_pool_n == fs_wake_pool_cap) {
+    uint32_t cap = fs_wake_pool_cap ? 2 * fs_wake_pool_cap : 16;
+    int *p = realloc(fs_wake_pool, cap * sizeof *p);
+    if (p) {
+      fs_wake_pool = p;
+      fs_wake_pool_cap = cap;
+    }
+  }
+  bool kept = fs_wake_pool_n < fs_wake_pool_cap;
+  if (kept)
+    fs_wake_pool[fs_wake_pool_n++] = efd;
+  pthread_mutex_unlock(&fs_wake_pool_lock);
+  /* Out of memory: lost to the pool, still never closed (see wake.h). */
+  (void)kept;
+}
+
+/* Lease changes (c->lock held) are bracketed so that fs_wake_fd_own, which
+ * runs with or without that lock, reads the fd and its flag as a pair. */
+static void fs_wake_seq_begin(struct fs_conn *c)
+{
+  __atomic_store_n(&c->wake_seq, c->wake_seq + 1, __ATOMIC_RELAXED);
+  __atomic_thread_fence(__ATOMIC_RELEASE);
+}
+
+static void fs_wake_seq_end(struct fs_conn *c)
+{
+  __atomic_store_n(&c->wake_seq, c->wake_seq + 1, __ATOMIC_RELEASE);
+}
+
+int fs_wake_fd_own(struct fs_conn *c)
+{
+  for (;;) {
+    uint32_t s = __atomic_load_n(&c->wake_seq, __ATOMIC_ACQUIRE);
+    if (s & 1)
+      continue;
+    int fd = __atomic_load_n(&c->wake_fd, __ATOMIC_RELAXED);
+    bool leased = __atomic_load_n(&c->wake_leased, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    if (__atomic_load_n(&c->wake_seq, __ATOMIC_RELAXED) == s)
+      return leased ? -1 : fd;
+  }
+}
+
+struct fs_door *fs_wake_door_enter(struct fs_conn *c, bool *leased)
+{
+  *leased = false;
   struct fs_door *d = __atomic_load_n(&c->door, __ATOMIC_ACQUIRE);
   if (!d)
     return NULL;
-  if (__atomic_load_n(&c->wake_fd, __ATOMIC_ACQUIRE) < 0)
-    (void)fs_wake_get(c);
-  return fs_door_mine(d) ? d : NULL;
+  int saved = errno;
+  pthread_mutex_lock(&c->lock);
+  if (c->wake_users++ == 0 && c->wake_fd < 0) {
+    int efd = fs_wake_pool_take(c->fd);
+    if (efd >= 0) {
+      fs_wake_seq_begin(c);
+      c->wake_leased = true;
+      __atomic_store_n(&c->wake_fd, efd, __ATOMIC_RELEASE);
+      fs_wake_seq_end(c);
+    }
+  }
+  pthread_mutex_unlock(&c->lock);
+  errno = saved;
+  *leased = true;
+  return d;
+}
+
+void fs_wake_door_leave(struct fs_conn *c)
+{
+  int efd = -1;
+  pthread_mutex_lock(&c->lock);
+  if (c->wake_users > 0 && --c->wake_users == 0 && c->wake_leased) {
+    efd = c->wake_fd;
+    fs_wake_seq_begin(c);
+    c->wake_leased = false;
+    __atomic_store_n(&c->wake_fd, -1, __ATOMIC_RELEASE);
+    fs_wake_seq_end(c);
+  }
+  pthread_mutex_unlock(&c->lock);
+  if (efd >= 0) {
+    int saved = errno;
+    fs_wake_pool_give(efd);
+    errno = saved;
+  }
+}
+
+int fs_wake_door_fd(struct fs_door *d)
+{
+  return fs_door_mine(d) ? d->efd : fs_door_watch(d);
+}
+
+void fs_wake_fork_child_conn(struct fs_conn *c)
+{
+  c->wake_users = 0;
+  if (c->wake_leased) { /* the pool's, closed with it below */
+    c->wake_leased = false;
+    c->wake_fd = -1;
+  }
+}
+
+void fs_wake_fork_child(void)
+{
+  /* The parent's eventfds: a wake of ours there would be a wake of theirs.
+   * No thread of the child has one (its connections forgot their leases). */
+  pthread_mutex_init(&fs_wake_pool_lock, NULL);
+  for (uint32_t i = 0; i < fs_wake_pool_n; i++)
+    fs_fdreg_close(fs_wake_pool[i]);
+  fs_wake_pool_n = 0;
 }
 
 int fs_wake_get(struct fs_conn *c)
 {
-  if (__atomic_load_n(&c->wake_fd, __ATOMIC_ACQUIRE) >= 0)
+  if (__atomic_load_n(&c->wake_fd, __ATOMIC_ACQUIRE) >= 0 && !__atomic_load_n(&c->wake_leased, __ATOMIC_ACQUIRE))
     return 0;
   int reason = 0, saved = errno; /* the application's, whatever happens here */
   bool made = false;
   pthread_mutex_lock(&c->lock);
-  if (c->wake_fd < 0) {
+  if (c->wake_fd >= 0 && c->wake_leased) {
+    /* A lease becomes its own for good (a fabric after a door: rdma). */
+    fs_wake_seq_begin(c);
+    c->wake_leased = false;
+    fs_wake_seq_end(c);
+    made = true;
+  } else if (c->wake_fd < 0) {
     int efd = -1;
     /* High, as the library's other descriptors (base/fdreg.h): at the
      * lowest free number it took the number the application's next

@@ -52,12 +52,34 @@ void fs_wake_own(struct fs_conn *c);
  * module's, set with its first door: fs_ready_door_kick). */
 void fs_wake_on_door(void (*fn)(struct fs_conn *c));
 
-/* c's peer rings its epoll set's door (engine/door.h): a waiter outside
- * that set (a blocking call, a poll) sleeps on c's local wake fd, made now
- * if c has none (whoever drains the door writes it), and on the door
- * itself, in case nobody else drains it.  The door to sleep on, or NULL:
- * c has none, or it is another process's (fs_door_mine). */
-struct fs_door *fs_wake_door(struct fs_conn *c);
+/* c's peer rings a door (engine/door.h: its epoll set's, or the
+ * process's where it was in no set): a waiter that sleeps outside the
+ * door's drains (a blocking call, a poll) enters it.  Unless c has a wake
+ * fd of its own, the wait leases one from the process's pool of eventfds
+ * (whoever drains the door writes it) and gives it back at its leave: an
+ * idle connection holds no descriptor, and the process holds as many as
+ * it ever had waits at once.  Pool fds are never closed while the process
+ * runs, so a waker that read c's lease just before it went back writes an
+ * eventfd of ours (a spurious look elsewhere), never an fd the
+ * application has since opened.  Returns the door (*leased: leave it), or
+ * NULL: c has none.  A door another process made (a fork child's) is
+ * slept on through fs_door_watch. */
+struct fs_door *fs_wake_door_enter(struct fs_conn *c, bool *leased);
+void fs_wake_door_leave(struct fs_conn *c);
+
+/* c's wake fd if it is its own (no lease): what an epoll set registers.
+ * Lock-free (a seqcount); -1 if none. */
+int fs_wake_fd_own(struct fs_conn *c);
+
+/* The fd a waiter sleeps on for door d: its eventfd where d is ours
+ * (drain it with fs_door_woken), else this thread's watch (engine/door.h,
+ * fs_door_watch).  -1: none. */
+int fs_wake_door_fd(struct fs_door *d);
+
+/* A fork child: leases the parent's threads held are void, its pool is the
+ * parent's (fs_sock_after_fork, each connection; then the pool). */
+void fs_wake_fork_child_conn(struct fs_conn *c);
+void fs_wake_fork_child(void);
 
 /* c may still upgrade and has no wake fd yet: a sleep on its TCP socket
  * would be blind to a channel attached meanwhile. */

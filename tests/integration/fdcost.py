@@ -9,6 +9,9 @@ process before its first connection, 0.2 s after the last exchange (or, with
 WANT, once it holds WANT eventfds more, up to 10 s: upgrades finish on the
 library's own thread).  The client closes everything after
 counting; the server counts, then waits for the client's EOF on each.
+With FC_HOLD=FILE both ends then wait for FILE and print "held extra E
+eventfds V", counted again (the test touches it once every connection is
+on its fabric).
 eserver is the server as an event loop: each connection stays in an epoll
 set (made before the first count), and is read when epoll says so.
 """
@@ -77,6 +80,14 @@ def main():
         time.sleep(0.1)
         t1, e1 = count()
     print('extra %d eventfds %d' % (t1 - t0 - n, e1 - e0), flush=True)
+    hold = os.environ.get('FC_HOLD')
+    if hold:  # counted again once the test saw every connection upgraded
+        for _ in range(600):
+            if os.path.exists(hold):
+                break
+            time.sleep(0.05)
+        t1, e1 = count()
+        print('held extra %d eventfds %d' % (t1 - t0 - n, e1 - e0), flush=True)
     if role != 'client':
         for c in conns:
             c.recv(1)

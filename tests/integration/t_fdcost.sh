@@ -76,5 +76,41 @@ for MODE in $(it_modes); do
     tap_result $rc "$name [$MODE]" "$detail" "$SERVER_LOG"
   done
   unset FC_SERVER
+
+  # Doorbells (the default), both ends blocking: no epoll set at either
+  # end, so each connection's peer rings its process's door, and a wait
+  # leases a wake eventfd from the process's pool (docs/design.md 1.7).
+  name="$N blocking connections upgraded at once, doorbells: no descriptor per connection"
+  hold=$IT_TMP/fdcost.hold.$RANDOM pf=$IT_TMP/fdcost.door.port
+  rm -f "$hold" "$pf"
+  real_python
+  FC_HOLD=$hold FABSOCK_DOORBELL=1 FABSOCK_UPGRADE_BYTES=0 \
+    start_server fdcost "$IT_PYTHON" "$IT_DIR/fdcost.py" server "$pf" "$N"
+  rc=0 detail=
+  if ! wait_file "$pf" "$SERVER_PID" 20; then
+    server_status; rc=1; detail="server did not start ($SRV_STATUS)"
+  else
+    port=$(cat "$pf")
+    FC_HOLD=$hold FABSOCK_DOORBELL=1 FABSOCK_UPGRADE_BYTES=0 \
+      start_bg_client fdcost "$IT_PYTHON" "$IT_DIR/fdcost.py" client "$port" "$N"
+    for _ in $(seq 400); do
+      grep -q '^extra' "$SERVER_LOG" && grep -q '^extra' "$BG_LOG" && break
+      kill -0 "$BG_PID" 2>/dev/null || break
+      sleep 0.05
+    done
+    expect_fabric "$port" "$FABSOCK_EXPECT_FABRIC" 10 || { rc=1; detail="$FABRIC_DETAIL; "; }
+  fi
+  touch "$hold"
+  [ -n "${BG_PID:-}" ] && { wait "$BG_PID" || rc=1; it_forget "$BG_PID"; }
+  it_reap "$SERVER_PID"; it_forget "$SERVER_PID"
+  CLI=$(grep '^held extra' "$BG_LOG" | cut -d' ' -f2-); SRV=$(grep '^held extra' "$SERVER_LOG" | cut -d' ' -f2-)
+  detail+="client: $CLI; server: $SRV"
+  [ -n "$CLI" ] && [ -n "$SRV" ] || rc=1
+  for e in "$CLI" "$SRV"; do
+    set -- $e # extra E eventfds V: the library's own, its door (2), a peer's door (1), a lease or two
+    [ $rc -eq 0 ] && [ "${2:-99}" -le $((MAX_EXTRA + 5)) ] && [ "${4:-99}" -le 4 ] || rc=1
+  done
+  tap_result $rc "$name [$MODE]" "$detail" "$SERVER_LOG"
+  BG_PID=
 done
 it_done

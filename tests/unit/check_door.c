@@ -139,12 +139,55 @@ START_TEST(t_only_the_maker_drains)
 }
 END_TEST
 
+/* A fork child never drains its parent's door, but a thread of it that
+ * waits on one of its connections watches it: each ring edges the watch
+ * (the eventfd stays the parent's to read), and the watch clears `rung`
+ * so that the next ring writes again. */
+START_TEST(t_child_watches)
+{
+  struct fs_door *d;
+  ck_assert_int_eq(fs_door_new(&d), 0);
+  struct fs_conn *a = conn_new();
+  uint32_t sa = take_slot(d, a);
+  fs_door_on_deliver(note);
+  pid_t pid = fork();
+  if (pid == 0) {
+    int w = fs_door_watch(d), bad = 0;
+    struct pollfd pw = { w, POLLIN, 0 }, pe = { d->efd, POLLIN, 0 };
+    bad |= w < 0 || w == d->efd || !fs_door_watch_is(w);
+    bad |= (poll(&pw, 1, 0) != 0) << 1; /* nothing rang yet */
+    for (int i = 0; i < 2; i++) {
+      fs_bell_ring(d->page, d->efd, sa);
+      bad |= (poll(&pw, 1, 1000) != 1) << 2;
+      fs_door_fd_woken(d, w);
+      bad |= (__atomic_load_n(&d->page->rung, __ATOMIC_SEQ_CST) != 0) << 3;
+      bad |= (poll(&pw, 1, 0) != 0) << 4; /* the edge is taken */
+      bad |= (poll(&pe, 1, 0) != 1) << 5; /* the eventfd is not: the parent's */
+    }
+    _exit(bad);
+  }
+  int st;
+  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+  ck_assert(WIFEXITED(st));
+  ck_assert_int_eq(WEXITSTATUS(st), 0);
+  nseen = 0;
+  fs_door_woken(d); /* the child's rings reach the parent's drain */
+  ck_assert_int_eq(nseen, 1);
+  ck_assert_ptr_eq(seen[0], a);
+  fs_door_on_deliver(NULL);
+  drop_slot(a);
+  fs_door_put(d);
+  fs_conn_put(a);
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("door");
   TCase *tc = tcase_create("core");
   tcase_add_test(tc, t_slots_and_drain);
   tcase_add_test(tc, t_only_the_maker_drains);
+  tcase_add_test(tc, t_child_watches);
   suite_add_tcase(s, tc);
   return run_suite(s, true);
 }

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "engine/conn.h"
+#include "engine/door.h"
 #include "engine/epoll.h"
 #include "engine/fdtab.h"
 #include "engine/io.h"
@@ -91,6 +92,61 @@ START_TEST(t_made_on_first_need)
   ck_assert_int_eq(p.c->wake_fd, efd); /* once */
   ck_assert(fs_wake_fd_budget_ok(3));
   ck_assert(!fs_wake_fd_budget_ok(INT_MAX));
+}
+END_TEST
+
+/* A connection whose peer rings a door has no wake fd of its own: a wait
+ * leases one from the process's pool for as long as any wait is in, then
+ * gives it back; the next wait (of any connection) gets the same eventfd,
+ * an epoll set never sees it, and a fabric that needs a wake fd of its own
+ * keeps it. */
+START_TEST(t_leased_while_waited_on)
+{
+  struct fs_door *d;
+  ck_assert_int_eq(fs_door_new(&d), 0);
+  struct pend p, q;
+  pend_new(&p);
+  pend_new(&q);
+  uint32_t slot;
+  ck_assert_int_eq(fs_door_slot_get(d, p.c, &slot), 0);
+  fs_door_get(d);
+  p.c->door = d;
+  p.c->door_slot = slot;
+  bool in1, in2;
+  errno = 1234;
+  ck_assert_ptr_eq(fs_wake_door_enter(p.c, &in1), d);
+  ck_assert_int_eq(errno, 1234);
+  ck_assert(in1);
+  int efd = p.c->wake_fd;
+  ck_assert_int_ge(efd, 0);
+  ck_assert_int_eq(fs_wake_fd_own(p.c), -1); /* a lease: no epoll set registers it */
+  ck_assert_ptr_eq(fs_wake_door_enter(p.c, &in2), d); /* a second waiter shares it */
+  ck_assert_int_eq(p.c->wake_fd, efd);
+  uint64_t one = 1;
+  ck_assert_int_eq(write(efd, &one, sizeof one), (ssize_t)sizeof one);
+  fs_wake_door_leave(p.c);
+  ck_assert_int_eq(p.c->wake_fd, efd);
+  fs_wake_door_leave(p.c);
+  ck_assert_int_eq(p.c->wake_fd, -1); /* idle: no descriptor */
+  struct pollfd pf = { efd, POLLIN, 0 };
+  ck_assert_int_eq(poll(&pf, 1, 0), 0); /* given back quiet, still open */
+  /* The pool's next lease is the same eventfd, for another connection. */
+  ck_assert_int_eq(fs_door_slot_get(d, q.c, &slot), 0);
+  fs_door_get(d);
+  q.c->door = d;
+  q.c->door_slot = slot;
+  ck_assert_ptr_eq(fs_wake_door_enter(q.c, &in1), d);
+  ck_assert_int_eq(q.c->wake_fd, efd);
+  /* Made its own (rdma after a door): it stays past the last leave. */
+  ck_assert_int_eq(fs_wake_get(q.c), 0);
+  ck_assert_int_eq(fs_wake_fd_own(q.c), efd);
+  fs_wake_door_leave(q.c);
+  ck_assert_int_eq(q.c->wake_fd, efd);
+  /* Without a door there is nothing to enter. */
+  struct pend r;
+  pend_new(&r);
+  ck_assert_ptr_null(fs_wake_door_enter(r.c, &in1));
+  ck_assert(!in1);
 }
 END_TEST
 
@@ -394,6 +450,7 @@ int main(void)
   TCase *tc = tcase_create("core");
   tcase_set_timeout(tc, 30);
   tcase_add_test(tc, t_made_on_first_need);
+  tcase_add_test(tc, t_leased_while_waited_on);
   tcase_add_test(tc, t_wake_fd_leaves_the_low_numbers);
   tcase_add_test(tc, t_fd_budget_counts_the_library);
   tcase_add_test(tc, t_attach_at_once_without_sleepers);

@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""Waits in a fork child on a connection its parent upgraded:
+forkwait.py server PORTFILE HOLDFILE N | client PORT.
+
+The server accepts one connection and exchanges 8 KiB each way (past the
+upgrade threshold), then waits for HOLDFILE (the test has seen the
+connection on its fabric meanwhile), and makes N round trips (each
+direction then carries its bytes on the fabric).  It forks: the child makes N round
+trips of 64 bytes sleeping in recv(), then N sleeping in poll(), while the
+parent sits in waitpid() (it never drains anything); then the parent makes
+N itself.  Each phase prints "PHASE N round trips in S s".  The client
+echoes until EOF, each echo 1 ms late (every wait sleeps).
+"""
+import os
+import select
+import socket
+import sys
+import time
+
+
+def exact(c, n):
+    got = b''
+    while len(got) < n:
+        b = c.recv(n - len(got))
+        if not b:
+            raise SystemExit('early EOF')
+        got += b
+    return got
+
+
+def trips(s, n, phase, use_poll):
+    p = select.poll()
+    p.register(s.fileno(), select.POLLIN)
+    t = time.monotonic()
+    for i in range(n):
+        msg = (b'%08d' % i) * 8
+        s.sendall(msg)
+        if use_poll:
+            while not p.poll(10000):
+                pass
+        if exact(s, 64) != msg:
+            raise SystemExit('%s: wrong echo at %d' % (phase, i))
+    print('%s %d round trips in %.3f s' % (phase, n, time.monotonic() - t), flush=True)
+
+
+def main():
+    if sys.argv[1] == 'client':
+        c = socket.create_connection(('127.0.0.1', int(sys.argv[2])))
+        c.sendall(b'c' * 8192)
+        exact(c, 8192)
+        while True:
+            b = c.recv(64)
+            if not b:
+                return
+            time.sleep(0.001)  # so that every wait at the other end sleeps
+            c.sendall(b)
+    pf, hold, n = sys.argv[2], sys.argv[3], int(sys.argv[4])
+    ls = socket.socket()
+    ls.bind(('127.0.0.1', 0))
+    ls.listen(1)
+    with open(pf + '.tmp', 'w') as f:
+        f.write(str(ls.getsockname()[1]))
+    os.rename(pf + '.tmp', pf)
+    s, _ = ls.accept()
+    exact(s, 8192)
+    s.sendall(b's' * 8192)
+    print('exchanged', flush=True)
+    for _ in range(600):
+        if os.path.exists(hold):
+            break
+        time.sleep(0.05)
+    # Both directions switch to the fabric before the fork: each process's
+    # copy of the connection keeps its own flow state (docs/design.md 1.4,
+    # fork), so a direction that switched in the child alone would still
+    # read as TCP in the parent's copy afterwards.
+    trips(s, n, 'parent before', False)
+    pid = os.fork()
+    if pid == 0:
+        trips(s, n, 'child recv', False)
+        trips(s, n, 'child poll', True)
+        os._exit(0)
+    _, st = os.waitpid(pid, 0)
+    trips(s, n, 'parent after', False)
+    s.close()
+    sys.exit(0 if st == 0 else 1)
+
+
+if __name__ == '__main__':
+    main()
