@@ -5,7 +5,6 @@
 #include <sys/eventfd.h>
 
 #include "base/fdreg.h"
-#include "base/real.h"
 #include "fabric/chan.h"
 #include "engine/door.h"
 #include "engine/wake.h"
@@ -57,8 +56,8 @@ static int fs_wake_pool_take(int fd)
 
 static void fs_wake_pool_give(int efd)
 {
-  uint64_t v;
-  (void)FS_REAL(read)(efd, &v, sizeof v); /* its next waiter starts quiet */
+  /* Not read here (a system call on every sleep): a wake left in it costs
+   * its next waiter one look more. */
   pthread_mutex_lock(&fs_wake_pool_lock);
   if (fs_wake_pool_n == fs_wake_pool_cap) {
     uint32_t cap = fs_wake_pool_cap ? 2 * fs_wake_pool_cap : 16;
