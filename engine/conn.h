@@ -70,6 +70,8 @@ struct fs_conn {
   bool reverted;              /* back on TCP for good; the channel is dead */
   bool peer_close_seen;       /* one send after the peer closed was taken */
   bool peer_dead;             /* the peer's process vanished without closing its end */
+  bool fork_shared;           /* forked with its channel: another process's copy
+                                 may have switched a direction (cutover.h) */
   bool reset_tx, reset_rx;    /* owed ECONNRESET, once each (fs_cutover_peer_died) */
   bool linger_abort;          /* SO_LINGER {1, 0}: close() resets */
   bool cork_app, cork_kernel; /* TCP_CORK as the application set it and as the

@@ -112,6 +112,18 @@ void fs_cutover_resync_rx(struct fs_conn *c)
   c->resync_rx = false;
 }
 
+/* Another holder of our end since fork wrote the SWITCH (our copy of the
+ * flow state is the fork's): tx is on the fabric; a second SWITCH would
+ * break the stream, and our close's EOF goes in the ring. */
+static bool fs_cutover_tx_adopt(struct fs_conn *c, struct fs_chan *ch)
+{
+  if (!c->fork_shared || c->tx_flow != FS_FLOW_TCP || c->reverted || c->peer_revert_done ||
+      fs_chan_peer_reverted(ch) || !fs_ring_produced(&ch->tx))
+    return false;
+  c->tx_flow = FS_FLOW_FABRIC;
+  return true;
+}
+
 void fs_cutover_switch_tx(struct fs_conn *c, struct fs_chan *ch)
 {
   if (c->resync_tx && c->tx_flow == FS_FLOW_TCP && !fs_cutover_resync_tx(c))
@@ -120,6 +132,8 @@ void fs_cutover_switch_tx(struct fs_conn *c, struct fs_chan *ch)
       fs_chan_peer_reverted(ch) ||
       !__atomic_load_n(&ch->peer->attached, __ATOMIC_ACQUIRE))
     return; /* never onto the fabric again once either end went back to TCP */
+  if (fs_cutover_tx_adopt(c, ch))
+    return;
   if (fs_ring_put_ctl(&ch->tx, FS_REC_SWITCH, c->tcp_tx) == 0) {
     c->tx_flow = FS_FLOW_FABRIC;
     /* nginx (tcp_nopush) corks: its last TCP bytes held 200 ms, and a 200
@@ -138,6 +152,7 @@ void fs_cutover_tx_revert(struct fs_conn *c, struct fs_chan *ch)
 
 void fs_cutover_tx_eof(struct fs_conn *c, struct fs_chan *ch)
 {
+  (void)fs_cutover_tx_adopt(c, ch);
   if (c->tx_flow == FS_FLOW_FABRIC) {
     (void)fs_ring_put_ctl(&ch->tx, FS_REC_EOF, 0);
     c->tx_flow = FS_FLOW_EOF;

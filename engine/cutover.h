@@ -108,6 +108,20 @@ static inline bool fs_cutover_rx_switch(struct fs_conn *c, struct fs_chan *ch)
   return true;
 }
 
+/* rxlock held, rx on TCP, a record other than a SWITCH at the head: on an
+ * end shared since fork, another holder took the peer's SWITCH (and every
+ * TCP byte before it), so rx is on the fabric (true; the TCP count from
+ * the kernel).  Anywhere else the peer broke the protocol (false). */
+static inline bool fs_cutover_rx_adopt(struct fs_conn *c, struct fs_chan *ch)
+{
+  if (!c->fork_shared || !fs_ring_consumed(&ch->rx) || c->no_upgrade)
+    return false;
+  fs_cutover_resync_rx(c);
+  c->resync_rx = false;
+  c->rx_flow = FS_FLOW_FABRIC;
+  return true;
+}
+
 /* Is the peer's REVERT at the head of ch's rx ring (nothing before it)? */
 static inline bool fs_cutover_revert_head(struct fs_chan *ch)
 {

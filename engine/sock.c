@@ -584,6 +584,8 @@ static void fs_sock_fork_fix(int fd, struct fs_conn *c, void *arg)
       __atomic_fetch_sub(&ch->me->refs, 1, __ATOMIC_ACQ_REL);
     return;
   }
+  if (ch)
+    c->fork_shared = true; /* in both processes */
   if (fs_conn_state(c) == FS_STATE_LISTEN)
     c->listener_shared = true;
   /* Two processes now share the TCP socket: our byte counts no longer see

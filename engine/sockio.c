@@ -476,6 +476,8 @@ static ssize_t fs_sockio_rx_step(struct fs_conn *c, int fd, struct fs_io *io, si
       if (ch) {
         uint64_t n;
         int pr = fs_cutover_switch_head(ch, &n);
+        if (pr == 2 && fs_cutover_rx_adopt(c, ch))
+          continue;
         if (pr < 0 || pr == 2) { /* the peer broke the protocol: no SWITCH first */
           fs_log(FS_LOG_WARN, "fd %d: corrupt ring before SWITCH; resetting", fd);
           return -ECONNRESET;

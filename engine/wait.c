@@ -81,15 +81,17 @@ static void fs_wait_pass_wake(struct fs_conn *c, struct fs_chan *ch, bool tx)
 /* Debug only (t_duplex fails on it): a sleep that ran into the bound with
  * its wait over had its wake lost, or late: a waker preempted between its
  * publish and its write (a loaded machine) wakes us after the bound.  The
- * wake fds tell which within 200 ms; they are looked at, not drained. */
+ * wake fds (and the door the peer rings, dfd) tell which within 200 ms;
+ * they are looked at, not drained. */
 #define FS_WAIT_LATE_MS 200
-static void fs_wait_bound_report(struct fs_conn *c, struct fs_chan *ch, int fd, bool tx, bool counted, size_t need)
+static void fs_wait_bound_report(struct fs_conn *c, struct fs_chan *ch, int fd, bool tx, bool counted, size_t need,
+                                 int dfd)
 {
   int ready = counted ? fs_wait_over(ch, tx, need) : !tx && fs_cutover_switch_due(c, ch);
-  if (ready && (c->wake_fd >= 0 || ch->wait_fd >= 0)) {
-    struct pollfd p[2] = { { c->wake_fd, POLLIN, 0 }, { ch->wait_fd, POLLIN, 0 } };
+  if (ready && (c->wake_fd >= 0 || ch->wait_fd >= 0 || dfd >= 0)) {
+    struct pollfd p[3] = { { c->wake_fd, POLLIN, 0 }, { ch->wait_fd, POLLIN, 0 }, { dfd, POLLIN, 0 } };
     uint64_t t0 = fs_clock_us();
-    if (FS_REAL(poll)(p, 2, FS_WAIT_LATE_MS) > 0) {
+    if (FS_REAL(poll)(p, 3, FS_WAIT_LATE_MS) > 0) {
       fs_log(FS_LOG_DEBUG, "fd %d: %s wait on %s: its wake came %llu us after the %d ms bound (late, not lost)",
              fd, tx ? "tx" : "rx", ch->ops->name, (unsigned long long)(fs_clock_us() - t0), FS_WAIT_BOUND_MS);
       return;
@@ -118,7 +120,12 @@ static int fs_wait_sleep_in(struct fs_conn *c, struct fs_chan *ch, struct fs_doo
     __atomic_store_n(tx ? &c->tx_need : &c->rx_need, need, __ATOMIC_RELAXED);
     __atomic_store_n(sleeping, counted ? FS_SLEEP_RING : FS_SLEEP_TCP, __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    if (counted && fs_wait_over(ch, tx, need)) {
+    /* The look after marking, for the TCP sleeper too: its caller's look
+     * came before the mark, and a door drained by the other direction's
+     * thread in between (the peer's ring for our SWITCH) hands the wake on
+     * only to a marked sleeper.  A wake fd the peer writes itself keeps
+     * it; a door does not. */
+    if (counted ? fs_wait_over(ch, tx, need) : fs_cutover_switch_due(c, ch)) {
       __atomic_store_n(sleeping, 0, __ATOMIC_RELAXED);
       return 0;
     }
@@ -181,7 +188,7 @@ static int fs_wait_sleep_in(struct fs_conn *c, struct fs_chan *ch, struct fs_doo
   if (idoor >= 0 && (p[idoor].revents & POLLIN))
     fs_door_fd_woken(door, dfd); /* our own wait's end is looked at by the caller */
   if (r == 0 && ch && cap == FS_WAIT_BOUND_MS && FS_LOG_DEBUG <= fs_log_level)
-    fs_wait_bound_report(c, ch, fd, tx, counted, need);
+    fs_wait_bound_report(c, ch, fd, tx, counted, need, dfd);
   return 0;
 }
 

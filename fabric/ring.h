@@ -181,6 +181,18 @@ static inline void fs_ring_touch_head(const struct fs_ring *r)
   (void)__atomic_load_n((const uint32_t *)(r->data + (head & (r->size - 1))), __ATOMIC_RELAXED);
 }
 
+/* Has anything ever been produced into the ring / consumed from it?  (A
+ * fork-shared end: another holder may have moved it, engine/cutover.h.) */
+static inline bool fs_ring_produced(const struct fs_ring *r)
+{
+  return fs_ring_load(&r->ctl->tail) != 0;
+}
+
+static inline bool fs_ring_consumed(const struct fs_ring *r)
+{
+  return __atomic_load_n(&r->ctl->head, __ATOMIC_ACQUIRE) != 0;
+}
+
 static inline bool fs_ring_empty(const struct fs_ring *r)
 {
   return fs_ring_load(&r->ctl->tail) == __atomic_load_n(&r->ctl->head, __ATOMIC_RELAXED);

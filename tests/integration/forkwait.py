@@ -1,15 +1,19 @@
 #!/usr/bin/env python3
 """Waits in a fork child on a connection its parent upgraded:
-forkwait.py server PORTFILE HOLDFILE N | client PORT.
+forkwait.py server PORTFILE HOLDFILE N [child-first|child-only] | client PORT.
 
 The server accepts one connection and exchanges 8 KiB each way (past the
 upgrade threshold), then waits for HOLDFILE (the test has seen the
-connection on its fabric meanwhile), and makes N round trips (each
-direction then carries its bytes on the fabric).  It forks: the child makes N round
-trips of 64 bytes sleeping in recv(), then N sleeping in poll(), while the
-parent sits in waitpid() (it never drains anything); then the parent makes
-N itself.  Each phase prints "PHASE N round trips in S s".  The client
-echoes until EOF, each echo 1 ms late (every wait sleeps).
+connection on its fabric meanwhile) and makes N round trips, so that each
+direction carries its bytes on the fabric before the fork; with
+child-first it makes none, and the child's are the first bytes after the
+upgrade.  It forks: the child makes N round trips of 64 bytes sleeping in
+recv(), then N sleeping in poll(), while the parent sits in waitpid() (it
+never drains anything); then the parent makes N itself (with child-first,
+on directions its own copy of the connection never switched), or with
+child-only closes it at once (its peer must read EOF).  Each phase
+prints "PHASE N round trips in S s".  The client echoes until EOF, each
+echo 1 ms late (every wait sleeps).
 """
 import os
 import select
@@ -55,6 +59,9 @@ def main():
             time.sleep(0.001)  # so that every wait at the other end sleeps
             c.sendall(b)
     pf, hold, n = sys.argv[2], sys.argv[3], int(sys.argv[4])
+    how = sys.argv[5] if len(sys.argv) > 5 else 'parent-first'
+    child_first = how in ('child-first', 'child-only')
+
     ls = socket.socket()
     ls.bind(('127.0.0.1', 0))
     ls.listen(1)
@@ -69,19 +76,21 @@ def main():
         if os.path.exists(hold):
             break
         time.sleep(0.05)
-    # Both directions switch to the fabric before the fork: each process's
-    # copy of the connection keeps its own flow state (docs/design.md 1.4,
-    # fork), so a direction that switched in the child alone would still
-    # read as TCP in the parent's copy afterwards.
-    trips(s, n, 'parent before', False)
+    # Both directions switch to the fabric before the fork, or (child-first)
+    # in the child: each process's copy of the connection keeps its own flow
+    # state, and the parent's must find that the child's moved them.
+    if not child_first:
+        trips(s, n, 'parent before', False)
     pid = os.fork()
     if pid == 0:
         trips(s, n, 'child recv', False)
         trips(s, n, 'child poll', True)
         os._exit(0)
     _, st = os.waitpid(pid, 0)
-    trips(s, n, 'parent after', False)
+    if how != 'child-only':
+        trips(s, n, 'parent after', False)
     s.close()
+    time.sleep(float(os.environ.get('FW_LINGER', '0')))
     sys.exit(0 if st == 0 else 1)
 
 

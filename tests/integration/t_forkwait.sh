@@ -7,24 +7,32 @@
 # its waits out to their 20 ms bound.  Spinning is off
 # (FABSOCK_SPIN_US=0) and the client echoes 1 ms late, so that every wait
 # sleeps: 100 round trips sleeping in recv(), then 100 in poll(), must take
-# less than 1 s each (~0.11 s here; sliced, 2 s).  The parent makes 100 before the fork and 100 after
-# the child's exit.  Echoes are checked.
+# less than 1 s each (~0.11 s here; sliced, 2 s).  The parent makes 100
+# before the fork and 100 after the child's exit.  Then again with the
+# child's round trips the first after the upgrade: its copy of the
+# connection switches both directions to the fabric, and the parent's copy,
+# which never did, must follow (it wrote a second SWITCH, and its peer
+# reset the connection), or only closes it (the client must read EOF and
+# exit 0).  Echoes are checked.
 . "$(dirname "$0")/lib.sh"
 require_cmd python3
 real_python
 export FABSOCK_SPIN_US=0
 N=100
 for MODE in $(it_modes); do
+ for how in parent-first child-first child-only; do
   name="a fork child's waits on its parent's upgraded connection: woken, not sliced"
-  pf=$IT_TMP/forkwait.$MODE.port hold=$IT_TMP/forkwait.$MODE.hold
+  [ $how = child-first ] && name="the child switches both directions, then its parent uses the connection"
+  [ $how = child-only ] && name="the child switches both directions, then its parent closes: the peer reads EOF"
+  pf=$IT_TMP/forkwait.$MODE.$how.port hold=$IT_TMP/forkwait.$MODE.$how.hold
   rm -f "$pf" "$hold"
-  start_server forkwait "$IT_PYTHON" "$IT_DIR/forkwait.py" server "$pf" "$hold" $N
+  start_server forkwait-$how "$IT_PYTHON" "$IT_DIR/forkwait.py" server "$pf" "$hold" $N $how
   rc=0 detail=
   if ! wait_file "$pf" "$SERVER_PID" 20; then
     server_status; rc=1; detail="server did not start ($SRV_STATUS)"
   else
     port=$(cat "$pf")
-    start_bg_client forkwait "$IT_PYTHON" "$IT_DIR/forkwait.py" client "$port"
+    start_bg_client forkwait-$how "$IT_PYTHON" "$IT_DIR/forkwait.py" client "$port"
     for _ in $(seq 200); do grep -q '^exchanged' "$SERVER_LOG" && break; sleep 0.05; done
     expect_fabric "$port" "$(fabric_expected)" 10 || { rc=1; detail="$FABRIC_DETAIL; "; }
   fi
@@ -32,12 +40,16 @@ for MODE in $(it_modes); do
   wait "$SERVER_PID"; src=$?; it_forget "$SERVER_PID"
   [ -n "${BG_PID:-}" ] && { wait "$BG_PID" || rc=1; it_forget "$BG_PID"; BG_PID=; }
   [ "$src" -eq 0 ] || rc=1
-  for ph in 'parent before' 'child recv' 'child poll' 'parent after'; do
+  phases=('parent before' 'child recv' 'child poll' 'parent after')
+  [ $how = child-first ] && phases=('child recv' 'child poll' 'parent after')
+  [ $how = child-only ] && phases=('child recv' 'child poll')
+  for ph in "${phases[@]}"; do
     line=$(grep -m1 "^$ph $N round trips in" "$SERVER_LOG")
     secs=${line##* in }; secs=${secs% s}
     detail+="$ph ${secs:-?} s; "
     [ -n "$line" ] && awk -v s="$secs" 'BEGIN { exit !(s < 1.0) }' || rc=1
   done
   tap_result $rc "$name [$MODE]" "${detail%; } (server exit $src)" "$SERVER_LOG" "$BG_LOG"
+ done
 done
 it_done
