@@ -223,15 +223,25 @@ static bool fs_sockio_tx_look(struct fs_conn *c, struct fs_chan *ch)
 /* Sends wait (or EAGAIN) while a re-send for the peer is pending. */
 static int fs_sockio_wait_resend(struct fs_conn *c, int fd, struct fs_chan *ch, int flags)
 {
+  bool entered = false;
+  int rc = 0;
   while (fs_chan_peer_reverted(ch) &&
          !__atomic_load_n(&c->peer_revert_done, __ATOMIC_ACQUIRE)) {
     fs_cutover_service(c, fd);
-    if (c->nonblock || (flags & MSG_DONTWAIT))
-      return -EAGAIN;
-    struct pollfd p = { c->wake_fd, POLLIN, 0 };
-    FS_REAL(poll)(&p, 1, 10);
+    if (c->nonblock || (flags & MSG_DONTWAIT)) {
+      rc = -EAGAIN;
+      break;
+    }
+    /* The job's end writes the wake fd (fs_wake_own): a door's connection
+     * leases one for the wait. */
+    if (!entered)
+      (void)fs_wake_door_enter(c, &entered);
+    struct pollfd p = { __atomic_load_n(&c->wake_fd, __ATOMIC_ACQUIRE), POLLIN, 0 };
+    FS_REAL(poll)(&p, 1, 10); /* (not read: the other direction's may be in it) */
   }
-  return 0;
+  if (entered)
+    fs_wake_door_leave(c);
+  return rc;
 }
 
 static void fs_sockio_sigpipe(int flags)
