@@ -5,7 +5,8 @@
 # runs).  Per round and variant, both ends under it:
 #   - sockperf ping-pong, 64 B, SECONDS (its server waits in epoll: with
 #     doorbells its peer rings the set's doorbell; the client blocks in
-#     recv, on its own wake eventfd; --mps: see tests/integration/t_sockperf.sh):
+#     recv, and its peer rings the process's doorbell; --mps: see
+#     tests/integration/t_sockperf.sh):
 #     p50 and p99 in us;
 #   - redis-benchmark -c 50 GET against redis-server (both ae, epoll):
 #     requests/s, and the descriptors each process holds meanwhile.

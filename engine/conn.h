@@ -142,6 +142,8 @@ struct fs_conn {
   uint32_t door_slot;
   uint32_t wake_users;        /* waits that entered its door (under lock) */
   bool wake_leased;           /* wake_fd is leased: back to the pool after them */
+  bool wake_pooled;           /* wake_fd was a lease made its own: back to the
+                                 pool at release, never closed (engine/wake.h) */
   uint32_t wake_seq;          /* odd while a lease changes (fs_wake_fd_own) */
   struct fs_conn *free_next;  /* free list link */
 };

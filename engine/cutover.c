@@ -118,9 +118,11 @@ void fs_cutover_resync_rx(struct fs_conn *c)
 static bool fs_cutover_tx_adopt(struct fs_conn *c, struct fs_chan *ch)
 {
   if (!c->fork_shared || c->tx_flow != FS_FLOW_TCP || c->reverted || c->peer_revert_done ||
-      fs_chan_peer_reverted(ch) || !fs_ring_produced(&ch->tx))
+      fs_chan_peer_reverted(ch) || __atomic_load_n(&ch->me->reverted, __ATOMIC_ACQUIRE) ||
+      !fs_ring_produced(&ch->tx))
     return false;
-  c->tx_flow = FS_FLOW_FABRIC;
+  /* The other copy shut our direction down (EOF queued): so have we. */
+  c->tx_flow = fs_ring_eof_queued(&ch->tx) ? FS_FLOW_EOF : FS_FLOW_FABRIC;
   return true;
 }
 

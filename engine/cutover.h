@@ -114,7 +114,8 @@ static inline bool fs_cutover_rx_switch(struct fs_conn *c, struct fs_chan *ch)
  * the kernel).  Anywhere else the peer broke the protocol (false). */
 static inline bool fs_cutover_rx_adopt(struct fs_conn *c, struct fs_chan *ch)
 {
-  if (!c->fork_shared || !fs_ring_consumed(&ch->rx) || c->no_upgrade)
+  if (!c->fork_shared || !fs_ring_consumed(&ch->rx) || c->no_upgrade ||
+      __atomic_load_n(&ch->me->reverted, __ATOMIC_ACQUIRE) || __atomic_load_n(&ch->me->rx_revert, __ATOMIC_ACQUIRE))
     return false;
   fs_cutover_resync_rx(c);
   c->resync_rx = false;

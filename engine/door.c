@@ -203,9 +203,12 @@ static struct fs_door_watch *fs_door_watch_mine(void)
   struct fs_door_watch *w = fs_door_watch_tls;
   if (w && w->pid == getpid())
     return w;
-  if (w) /* the parent's, copied by fork: its set is the parent's too */
-    fs_door_watch_free(w);
   pthread_once(&fs_door_watch_once, fs_door_watch_key_make);
+  if (w) { /* the parent's, copied by fork: its set is the parent's too */
+    if (fs_door_watch_keyed)
+      (void)pthread_setspecific(fs_door_watch_key, NULL);
+    fs_door_watch_free(w);
+  }
   if (!fs_door_watch_keyed || !fs_fdreg_budget_ok(0, 1) || !(w = calloc(1, sizeof *w)))
     return NULL;
   int saved = errno;

@@ -141,9 +141,19 @@ static void fs_door_deliver(void *arg, struct fs_conn *c)
 int fs_ep_door_event(struct fs_ep *ep, struct fs_ep_ent *t, struct fs_ep_ent **got, int max)
 {
   struct fs_door_here h = { ep, got, 0, max };
-  if (fs_door_mine(t->door))
+  if (fs_door_mine(t->door)) {
     (void)fs_door_drain(t->door, fs_door_deliver, &h);
-  return h.n;
+    return h.n;
+  }
+  /* Another process's (a fork child's set holding a connection its parent
+   * upgraded): not ours to drain.  Its edge says one of its connections
+   * may have news: look at this set's (rare: a walk), and clear `rung` so
+   * that the next ring edges again (engine/door.h, fs_door_watch). */
+  __atomic_store_n(&t->door->page->rung, 0, __ATOMIC_SEQ_CST);
+  for (struct fs_ep_ent *e = ep->ents; e; e = e->next)
+    if (e->alive && !e->parked && __atomic_load_n(&e->c->door, __ATOMIC_ACQUIRE) == t->door)
+      fs_ep_recheck_add(ep, e);
+  return 0;
 }
 
 void fs_ready_door_kick(struct fs_conn *c)

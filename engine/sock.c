@@ -45,11 +45,7 @@ static void fs_sock_release(struct fs_conn *c)
     fs_hook_close(c->hooks);
     c->hooks = NULL;
   }
-  if (c->wake_users || c->wake_leased) { /* (no waiter is left: a lease is the pool's) */
-    c->wake_users = 1;
-    fs_wake_door_leave(c);
-  }
-  if (c->wake_fd >= 0) {
+  if (fs_wake_conn_release(c)) {
     fs_fdreg_close(c->wake_fd);
     c->wake_fd = -1;
   }

@@ -237,7 +237,11 @@ static int fs_sockio_wait_resend(struct fs_conn *c, int fd, struct fs_chan *ch, 
     if (!entered)
       (void)fs_wake_door_enter(c, &entered);
     struct pollfd p = { __atomic_load_n(&c->wake_fd, __ATOMIC_ACQUIRE), POLLIN, 0 };
-    FS_REAL(poll)(&p, 1, 10); /* (not read: the other direction's may be in it) */
+    if (FS_REAL(poll)(&p, 1, 10) > 0) {
+      uint64_t v; /* read (a lease may hold an old wake: no spin), handed on */
+      (void)FS_REAL(read)(p.fd, &v, sizeof v);
+      fs_wait_pass_wake(c, ch, true);
+    }
   }
   if (entered)
     fs_wake_door_leave(c);

@@ -61,7 +61,7 @@ static bool fs_wait_over(struct fs_chan *ch, bool tx, size_t need)
  * the other one sleeps, its wait may be over (wake it again), or the wake
  * it was owed cleared its interest (declare it again, then look once more).
  * Its own look before sleeping, after marking itself, closes the rest. */
-static void fs_wait_pass_wake(struct fs_conn *c, struct fs_chan *ch, bool tx)
+void fs_wait_pass_wake(struct fs_conn *c, struct fs_chan *ch, bool tx)
 {
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
   bool otx = !tx;

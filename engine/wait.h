@@ -104,6 +104,10 @@ static inline uint32_t fs_wait_spin_bound(const struct fs_policy_action *p, uint
 bool fs_wait_spin(struct fs_conn *c, bool (*cond)(struct fs_chan *, void *), struct fs_chan *ch, void *arg,
                   uint64_t *spun_ns);
 
+/* The caller (direction tx) drained c's wake fd: if the other direction
+ * sleeps and its wait is over, wake it again. */
+void fs_wait_pass_wake(struct fs_conn *c, struct fs_chan *ch, bool tx);
+
 /* Sleep until the wake fd or the TCP socket says something (need: the room
  * a sender waits for).  Returns 0, -EAGAIN on SO_*TIMEO expiry, -EINTR.
  * *budget_ms: what is left of SO_*TIMEO (-1: none). */

@@ -132,8 +132,10 @@ void fs_wake_door_leave(struct fs_conn *c)
   if (c->wake_users > 0 && --c->wake_users == 0 && c->wake_leased) {
     efd = c->wake_fd;
     fs_wake_seq_begin(c);
-    c->wake_leased = false;
+    /* The fd first: a fork between the two leaves the child a lease
+     * without an fd, never the parent's pool fd as its own. */
     __atomic_store_n(&c->wake_fd, -1, __ATOMIC_RELEASE);
+    c->wake_leased = false;
     fs_wake_seq_end(c);
   }
   pthread_mutex_unlock(&c->lock);
@@ -151,11 +153,31 @@ int fs_wake_door_fd(struct fs_door *d)
 
 void fs_wake_fork_child_conn(struct fs_conn *c)
 {
+  /* The parent's threads that held leases are not here (nor is whatever
+   * held c->lock: a lease change may be half done, wake_seq odd). */
   c->wake_users = 0;
-  if (c->wake_leased) { /* the pool's, closed with it below */
+  c->wake_seq = 0;
+  if (c->wake_leased) {
+    /* The child's copy of a parent's pool eventfd: nobody here writes it. */
+    if (c->wake_fd >= 0)
+      fs_fdreg_close(c->wake_fd);
     c->wake_leased = false;
     c->wake_fd = -1;
   }
+}
+
+bool fs_wake_conn_release(struct fs_conn *c)
+{
+  if (c->wake_users || c->wake_leased) { /* (no waiter is left: a lease is the pool's) */
+    c->wake_users = 1;
+    fs_wake_door_leave(c);
+  }
+  if (c->wake_fd >= 0 && c->wake_pooled) {
+    fs_wake_pool_give(c->wake_fd); /* a waker may still hold its number */
+    c->wake_fd = -1;
+    c->wake_pooled = false;
+  }
+  return c->wake_fd >= 0;
 }
 
 void fs_wake_fork_child(void)
@@ -176,9 +198,12 @@ int fs_wake_get(struct fs_conn *c)
   bool made = false;
   pthread_mutex_lock(&c->lock);
   if (c->wake_fd >= 0 && c->wake_leased) {
-    /* A lease becomes its own for good (a fabric after a door: rdma). */
+    /* A lease becomes its own for good (a fabric after a door: rdma; a
+     * set without a bell), still never closed: a waker that read it as a
+     * lease may write it yet (fs_wake_conn_release gives it back). */
     fs_wake_seq_begin(c);
     c->wake_leased = false;
+    c->wake_pooled = true;
     fs_wake_seq_end(c);
     made = true;
   } else if (c->wake_fd < 0) {

@@ -76,6 +76,10 @@ int fs_wake_fd_own(struct fs_conn *c);
  * fs_door_watch).  -1: none. */
 int fs_wake_door_fd(struct fs_door *d);
 
+/* c is released (no waiter left): its lease, or a lease it made its own,
+ * goes back to the pool.  True: c->wake_fd is its own, the caller closes it. */
+bool fs_wake_conn_release(struct fs_conn *c);
+
 /* A fork child: leases the parent's threads held are void, its pool is the
  * parent's (fs_sock_after_fork, each connection; then the pool). */
 void fs_wake_fork_child_conn(struct fs_conn *c);

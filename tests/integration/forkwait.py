@@ -8,7 +8,8 @@ connection on its fabric meanwhile) and makes N round trips, so that each
 direction carries its bytes on the fabric before the fork; with
 child-first it makes none, and the child's are the first bytes after the
 upgrade.  It forks: the child makes N round trips of 64 bytes sleeping in
-recv(), then N sleeping in poll(), while the parent sits in waitpid() (it
+recv(), then N sleeping in poll(), then N in epoll_wait() (a set of its
+own), while the parent sits in waitpid() (it
 never drains anything); then the parent makes N itself (with child-first,
 on directions its own copy of the connection never switched), or with
 child-only closes it at once (its peer must read EOF).  Each phase
@@ -32,15 +33,15 @@ def exact(c, n):
     return got
 
 
-def trips(s, n, phase, use_poll):
-    p = select.poll()
+def trips(s, n, phase, how=None):
+    p = select.epoll() if how == 'epoll' else select.poll()
     p.register(s.fileno(), select.POLLIN)
     t = time.monotonic()
     for i in range(n):
         msg = (b'%08d' % i) * 8
         s.sendall(msg)
-        if use_poll:
-            while not p.poll(10000):
+        if how:  # 10 s (epoll's timeout is in seconds, poll's in ms)
+            while not p.poll(10 if how == 'epoll' else 10000):
                 pass
         if exact(s, 64) != msg:
             raise SystemExit('%s: wrong echo at %d' % (phase, i))
@@ -80,15 +81,16 @@ def main():
     # in the child: each process's copy of the connection keeps its own flow
     # state, and the parent's must find that the child's moved them.
     if not child_first:
-        trips(s, n, 'parent before', False)
+        trips(s, n, 'parent before')
     pid = os.fork()
     if pid == 0:
-        trips(s, n, 'child recv', False)
-        trips(s, n, 'child poll', True)
+        trips(s, n, 'child recv')
+        trips(s, n, 'child poll', 'poll')
+        trips(s, n, 'child epoll', 'epoll')
         os._exit(0)
     _, st = os.waitpid(pid, 0)
     if how != 'child-only':
-        trips(s, n, 'parent after', False)
+        trips(s, n, 'parent after')
     s.close()
     time.sleep(float(os.environ.get('FW_LINGER', '0')))
     sys.exit(0 if st == 0 else 1)

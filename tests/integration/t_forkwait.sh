@@ -6,8 +6,9 @@
 # the child watches it (engine/door.h, fs_door_watch) instead of sleeping
 # its waits out to their 20 ms bound.  Spinning is off
 # (FABSOCK_SPIN_US=0) and the client echoes 1 ms late, so that every wait
-# sleeps: 100 round trips sleeping in recv(), then 100 in poll(), must take
-# less than 1 s each (~0.11 s here; sliced, 2 s).  The parent makes 100
+# sleeps: 100 round trips sleeping in recv(), then 100 in poll(), then 100
+# in an epoll set of the child's own, must take less than 1 s each (~0.11
+# s here; sliced, 2 s).  The parent makes 100
 # before the fork and 100 after the child's exit.  Then again with the
 # child's round trips the first after the upgrade: its copy of the
 # connection switches both directions to the fabric, and the parent's copy,
@@ -40,9 +41,9 @@ for MODE in $(it_modes); do
   wait "$SERVER_PID"; src=$?; it_forget "$SERVER_PID"
   [ -n "${BG_PID:-}" ] && { wait "$BG_PID" || rc=1; it_forget "$BG_PID"; BG_PID=; }
   [ "$src" -eq 0 ] || rc=1
-  phases=('parent before' 'child recv' 'child poll' 'parent after')
-  [ $how = child-first ] && phases=('child recv' 'child poll' 'parent after')
-  [ $how = child-only ] && phases=('child recv' 'child poll')
+  phases=('parent before' 'child recv' 'child poll' 'child epoll' 'parent after')
+  [ $how = child-first ] && phases=('child recv' 'child poll' 'child epoll' 'parent after')
+  [ $how = child-only ] && phases=('child recv' 'child poll' 'child epoll')
   for ph in "${phases[@]}"; do
     line=$(grep -m1 "^$ph $N round trips in" "$SERVER_LOG")
     secs=${line##* in }; secs=${secs% s}

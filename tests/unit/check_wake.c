@@ -144,11 +144,20 @@ START_TEST(t_leased_while_waited_on)
   ck_assert_int_eq(fs_wake_fd_own(q.c), efd);
   fs_wake_door_leave(q.c);
   ck_assert_int_eq(q.c->wake_fd, efd);
+  /* Released, it goes back to the pool, not to close(): a waker that
+   * read it as a lease may write it yet. */
+  ck_assert(!fs_wake_conn_release(q.c));
+  ck_assert_int_eq(q.c->wake_fd, -1);
+  ck_assert_int_gt(readlink(path, link, sizeof link - 1), 0);
   /* Without a door there is nothing to enter. */
   struct pend r;
   pend_new(&r);
   ck_assert_ptr_null(fs_wake_door_enter(r.c, &in1));
   ck_assert(!in1);
+  /* The pool's eventfd again, for a connection with a door. */
+  ck_assert_ptr_eq(fs_wake_door_enter(p.c, &in1), d);
+  ck_assert_int_eq(p.c->wake_fd, efd);
+  fs_wake_door_leave(p.c);
 }
 END_TEST
 
