@@ -359,6 +359,12 @@ static int fs_rdv_attempt(struct fs_link *c, bool holder_only, uint64_t give_up,
     return FS_REASON_ERROR;
   if (uid != geteuid() && !c->policy.any_uid)
     return FS_REASON_PEER_UID;
+  /* Its unix socket, a dup of the socket and the rings' memfd, for a
+   * moment: within the fd budget too (a connection whose peer rings a door
+   * holds none after), or a program near its limit could find its next
+   * accept() short of an fd it would have had without us. */
+  if (!fs_fdreg_budget_ok(c->fd, 3))
+    return FS_REASON_RESOURCES;
   ufd = fs_rdv_unix_socket();
   if (ufd < 0)
     return FS_REASON_RESOURCES;
