@@ -157,6 +157,9 @@ void fs_wake_fork_child_conn(struct fs_conn *c)
    * held c->lock: a lease change may be half done, wake_seq odd). */
   c->wake_users = 0;
   c->wake_seq = 0;
+  /* A lease made its own is the child's own now, shared with the parent as
+   * any wake fd: closed at release, not put in the child's pool. */
+  c->wake_pooled = false;
   if (c->wake_leased) {
     /* The child's copy of a parent's pool eventfd: nobody here writes it. */
     if (c->wake_fd >= 0)
