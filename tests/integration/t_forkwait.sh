@@ -7,8 +7,10 @@
 # its waits out to their 20 ms bound.  Spinning is off
 # (FABSOCK_SPIN_US=0) and the client echoes 1 ms late, so that every wait
 # sleeps: 100 round trips sleeping in recv(), then 100 in poll(), then 100
-# in an epoll set of the child's own, must take less than 1 s each (~0.11
-# s here; sliced, 2 s).  The parent makes 100
+# in an epoll set of the child's own, must take less than 1.5 s each.  Not
+# a race with the machine's load: woken, a phase takes ~0.11 s here (its
+# 100 echoes' 1 ms sleeps); sliced, every wait ends at its 20 ms bound, 2 s
+# and more however idle the machine.  The parent makes 100
 # before the fork and 100 after the child's exit.  Then again with the
 # child's round trips the first after the upgrade: its copy of the
 # connection switches both directions to the fabric, and the parent's copy,
@@ -48,7 +50,7 @@ for MODE in $(it_modes); do
     line=$(grep -m1 "^$ph $N round trips in" "$SERVER_LOG")
     secs=${line##* in }; secs=${secs% s}
     detail+="$ph ${secs:-?} s; "
-    [ -n "$line" ] && awk -v s="$secs" 'BEGIN { exit !(s < 1.0) }' || rc=1
+    [ -n "$line" ] && awk -v s="$secs" 'BEGIN { exit !(s < 1.5) }' || rc=1
   done
   tap_result $rc "$name [$MODE]" "${detail%; } (server exit $src)" "$SERVER_LOG" "$BG_LOG"
  done
