@@ -54,6 +54,24 @@ static void drop_slot(struct fs_conn *c)
   fs_door_put(d);
 }
 
+/* The forked child (pid) exited 0; the parent's own drain still hands it
+ * a, the one rung slot; then d and a go. */
+static void child_ok_then_parent_drains(pid_t pid, struct fs_door *d, struct fs_conn *a)
+{
+  int st;
+  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+  ck_assert(WIFEXITED(st));
+  ck_assert_int_eq(WEXITSTATUS(st), 0);
+  nseen = 0;
+  fs_door_woken(d);
+  ck_assert_int_eq(nseen, 1);
+  ck_assert_ptr_eq(seen[0], a);
+  fs_door_on_deliver(NULL);
+  drop_slot(a);
+  fs_door_put(d);
+  fs_conn_put(a);
+}
+
 START_TEST(t_slots_and_drain)
 {
   struct fs_door *d;
@@ -125,17 +143,7 @@ START_TEST(t_only_the_maker_drains)
     fs_door_woken(d);
     _exit(!fs_door_mine(d) && nseen == 0 ? 0 : 1);
   }
-  int st;
-  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-  ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-  nseen = 0;
-  fs_door_woken(d);
-  ck_assert_int_eq(nseen, 1);
-  ck_assert_ptr_eq(seen[0], a);
-  fs_door_on_deliver(NULL);
-  drop_slot(a);
-  fs_door_put(d);
-  fs_conn_put(a);
+  child_ok_then_parent_drains(pid, d, a);
 }
 END_TEST
 
@@ -166,18 +174,7 @@ START_TEST(t_child_watches)
     }
     _exit(bad);
   }
-  int st;
-  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-  ck_assert(WIFEXITED(st));
-  ck_assert_int_eq(WEXITSTATUS(st), 0);
-  nseen = 0;
-  fs_door_woken(d); /* the child's rings reach the parent's drain */
-  ck_assert_int_eq(nseen, 1);
-  ck_assert_ptr_eq(seen[0], a);
-  fs_door_on_deliver(NULL);
-  drop_slot(a);
-  fs_door_put(d);
-  fs_conn_put(a);
+  child_ok_then_parent_drains(pid, d, a); /* the child's rings reach it */
 }
 END_TEST
 
