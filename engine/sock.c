@@ -591,7 +591,7 @@ static void fs_sock_fork_fix(int fd, struct fs_conn *c, void *arg)
   if (!ch && !c->no_upgrade && fs_conn_state(c) != FS_STATE_LISTEN) {
     if (c->dir == FS_DIR_ACCEPT && c->ino != 0 && c->stat) {
       c->shared_hist = true;
-      if (pid > 0)
+      if (pid > 0 && pid != FS_SOCK_FORK_PID_UNKNOWN)
         c->fork_child = (int32_t)pid;
     } else {
       c->no_upgrade = true;

@@ -7,6 +7,7 @@
 #define FS_ENGINE_SOCK_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/uio.h>
@@ -51,7 +52,10 @@ void fs_sock_set_nonblock(struct fs_conn *c, bool on);
  * the connection back to plain TCP first. */
 void fs_sock_downgrade(struct fs_conn *c, int fd, int reason);
 
-/* Process events. */
+/* Process events.  After fork, pid is 0 in the child; in the parent the
+ * child's pid, -1 if fork failed, or FS_SOCK_FORK_PID_UNKNOWN for a child
+ * whose pid the caller cannot know (a fork made inside libc). */
+#define FS_SOCK_FORK_PID_UNKNOWN INT32_MAX
 void fs_sock_before_fork(void);
 void fs_sock_after_fork(pid_t pid);
 void fs_sock_before_exec(void);

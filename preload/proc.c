@@ -7,6 +7,8 @@
  * treated as fork: a wrapper cannot safely return into a frame the child
  * shares with its parent. */
 #include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <linux/seccomp.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -25,19 +27,81 @@
 #include "base/real.h"
 #include "base/stat.h"
 
-FS_EXPORT pid_t fork(void)
+static void fs_fork_before(void)
 {
   fs_batch_flush(); /* the child must not hold the parent's wakes */
   fs_real_resolve_all(); /* once per process: docs/design.md 1.6, what a fork costs */
   fs_sock_before_fork();
-  pid_t pid = FS_REAL(fork)();
-  int saved = errno;
+}
+
+static void fs_fork_after(pid_t pid)
+{
   if (pid == 0)
     fs_aside_atfork_child(); /* the parent's aside thread is not here */
   fs_sock_after_fork(pid);
+}
+
+/* Set while our fork() is in the real one: the atfork handlers below then
+ * stand aside (a child's copy of it is cleared on the way out as well). */
+static __thread bool fs_fork_wrapped;
+
+FS_EXPORT pid_t fork(void)
+{
+  fs_fork_before();
+  fs_fork_wrapped = true;
+  pid_t pid = FS_REAL(fork)();
+  fs_fork_wrapped = false;
+  int saved = errno;
+  fs_fork_after(pid);
   if (errno != saved) /* a store to an unchanged errno is a page copy, in each process */
     errno = saved;
   return pid;
+}
+
+/* A fork the C library makes itself (daemon(3), forkpty(3)) never reaches
+ * the fork() above: libc calls its own.  Such a daemon's child went on
+ * with the parent's state as if it were its own (an agent thread it does
+ * not have, the parent's stat table), and a client's upgrade stayed
+ * pending for good.  The same work runs from atfork handlers then, which
+ * libc runs for those forks (not for _Fork(2) or clone(2)).  The parent's
+ * handler cannot know the child's pid (the stat tables alone then say
+ * who holds an accepted connection) nor tell a failed fork: it takes it
+ * as done: after a failed one each upgraded end counts a holder it does
+ * not have, as if a child still held it (taken as failed, a fork that was
+ * done would leave two processes that each end the ring at their close).
+ * Registered at load: a daemon(3) before any socket still forks. */
+static void fs_fork_prepare(void)
+{
+  if (fs_fork_wrapped)
+    return;
+  int saved = errno;
+  fs_fork_before();
+  errno = saved;
+}
+
+static void fs_fork_parent(void)
+{
+  if (fs_fork_wrapped)
+    return;
+  int saved = errno;
+  fs_fork_after(FS_SOCK_FORK_PID_UNKNOWN);
+  errno = saved;
+}
+
+static void fs_fork_child(void)
+{
+  if (fs_fork_wrapped)
+    return;
+  int saved = errno;
+  fs_fork_after(0);
+  errno = saved;
+}
+
+__attribute__((constructor)) static void fs_preload_atfork(void)
+{
+  int saved = errno;
+  (void)pthread_atfork(fs_fork_prepare, fs_fork_parent, fs_fork_child);
+  errno = saved;
 }
 
 /* A change of user: the fabrics serve their rendezvous names again under
