@@ -22,15 +22,8 @@ import socket
 import sys
 import time
 
+from itsock import exact
 
-def exact(c, n):
-    got = b''
-    while len(got) < n:
-        b = c.recv(n - len(got))
-        if not b:
-            raise SystemExit('early EOF')
-        got += b
-    return got
 
 
 def trips(s, n, phase, how=None):

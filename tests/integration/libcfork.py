@@ -17,7 +17,8 @@ import ctypes
 import os
 import socket
 import sys
-import time
+
+from itsock import exact, wait_path
 
 
 def serve(ls, pidfile):
@@ -71,15 +72,6 @@ def server(portfile, pidfile, how):
     sys.exit(os.waitstatus_to_exitcode(st))
 
 
-def exact(s, n):
-    got = bytearray()
-    while len(got) < n:
-        b = s.recv(n - len(got))
-        if not b:
-            raise SystemExit('early EOF after %d of %d bytes' % (len(got), n))
-        got += b
-    return bytes(got)
-
 
 def client(port, hold, n):
     s = socket.create_connection(('127.0.0.1', port))
@@ -89,11 +81,7 @@ def client(port, hold, n):
         if exact(s, len(m)) != m:
             raise SystemExit('round trip %d: the echo differs' % i)
     print('exchanged %d bytes each way' % (n * 65536), flush=True)
-    t = time.monotonic()
-    while not os.path.exists(hold):
-        if time.monotonic() - t > 60:
-            raise SystemExit('no hold file')
-        time.sleep(0.05)
+    wait_path(hold)
     s.shutdown(socket.SHUT_WR)
     if s.recv(1):
         raise SystemExit('bytes after the last echo')
