@@ -82,6 +82,8 @@ struct io_uring_params;
   X(int, posix_spawnp, -1, (pid_t *pid, const char *p, const posix_spawn_file_actions_t *fa, const posix_spawnattr_t *at, char *const a[], char *const e[]), (pid, p, fa, at, a, e)) \
   X(int, system, -1, (const char *c), (c)) \
   X(FILE *, popen, NULL, (const char *c, const char *m), (c, m)) \
+  X(FILE *, fdopen, NULL, (int fd, const char *m), (fd, m)) \
+  X(int, fclose, EOF, (FILE *f), (f)) \
   X(int, getsockopt, -1, (int fd, int l, int o, void *v, socklen_t *n), (fd, l, o, v, n)) \
   X(int, setsockopt, -1, (int fd, int l, int o, const void *v, socklen_t n), (fd, l, o, v, n)) \
   X(int, prctl, -1, (int o, unsigned long a, unsigned long b, unsigned long c, unsigned long d), (o, a, b, c, d)) \

@@ -85,6 +85,8 @@ struct fs_conn {
                                  counts from the kernel (fs_cutover_resync) */
   bool resync_tx, resync_rx;  /* counts to take from the kernel before the
                                  SWITCH each direction (txlock / rxlock) */
+  bool kernel_io;             /* handed to the kernel for good (fdopen, splice):
+                                 stays on TCP, even if not connected yet */
   bool used;                  /* sent, received or waited on here (atomic): an
                                  accepted end unused may yet be handed on */
   int resend_fd;              /* the fd to re-send on */

@@ -24,6 +24,7 @@
 #include "engine/ready.h"
 #include "engine/sock.h"
 #include "engine/sockopt.h"
+#include "engine/stdio.h"
 #include "engine/trim.h"
 #include "engine/wake.h"
 #include "engine/fdtab.h"
@@ -158,6 +159,8 @@ static void fs_sock_establish(struct fs_conn *c, int fd, int dir)
     reason = FS_REASON_POLICY;
   else if (all_tcp)
     reason = all_tcp;
+  else if (c->kernel_io)
+    reason = FS_REASON_KERNEL_IO;
   else if (c->policy.fabric != FS_FABRIC_AUTO && !fs_fabric_by_id(c->policy.fabric))
     reason = FS_REASON_NO_DEVICE; /* that fabric is not in this build */
   /* No wake fd yet: a connection that never upgrades never pays for one
@@ -220,6 +223,10 @@ void fs_sock_maybe_upgrade(struct fs_conn *c)
     return;
   if (c->tcp_tx + c->tcp_rx < c->policy.upgrade_bytes)
     return;
+  if (fs_stdio_used(c)) {
+    fs_sock_to_kernel(c, c->fd);
+    return;
+  }
   bool expect = false;
   if (!__atomic_compare_exchange_n(&c->upgrade_queued, &expect, true, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
     return;
@@ -363,6 +370,10 @@ int fs_sock_may_attach(struct fs_conn *c, uint32_t uid)
     return c->reason && c->reason != FS_REASON_PENDING ? c->reason : FS_REASON_POLICY;
   if (__atomic_load_n(&c->chan, __ATOMIC_ACQUIRE))
     return FS_REASON_PROTOCOL; /* a replay */
+  if (fs_stdio_used(c)) {
+    fs_sock_to_kernel(c, c->fd);
+    return FS_REASON_KERNEL_IO;
+  }
   if (uid != geteuid() && !c->policy.any_uid)
     return FS_REASON_PEER_UID;
   if (c->shared_hist)
@@ -647,6 +658,7 @@ void fs_sock_adopted(struct fs_conn *c, int fd)
 
 void fs_sock_to_kernel(struct fs_conn *c, int fd)
 {
+  c->kernel_io = true; /* and if it is not connected yet, once it is */
   if (c->no_upgrade && !fs_cutover_chan(c))
     return; /* on TCP for good already: nothing to do, keep its reason */
   fs_sock_downgrade(c, fd, FS_REASON_KERNEL_IO);

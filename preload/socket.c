@@ -143,6 +143,34 @@ FS_EXPORT int close(int fd)
   return FS_REAL(close)(fd);
 }
 
+/* stdio reads and writes its stream's fd inside libc, past read() and
+ * write() above: a socket handed to it goes back to TCP for good
+ * (kernel-io), or its peer's bytes would sit in a ring that fgets never
+ * reads.  fdopen(3) is where a program does that; stdin and stdout on an
+ * inherited socket are looked at before an upgrade (engine/stdio.h). */
+FS_EXPORT FILE *fdopen(int fd, const char *mode)
+{
+  struct fs_conn *c = fs_fdtab_get(fd);
+  if (c) {
+    int saved = errno;
+    fs_sock_to_kernel(c, fd);
+    fs_conn_put(c);
+    errno = saved;
+  }
+  return FS_REAL(fdopen)(fd, mode);
+}
+
+/* fclose(3) closes the fd inside libc, where close() above never sees it:
+ * a socket's entry would stay, and a file opened at that number next read
+ * through it (-1 where the connection had been upgraded). */
+FS_EXPORT int fclose(FILE *fp)
+{
+  int fd = fp != NULL ? fp->_fileno : -1; /* glibc's FILE; -1 if no fd */
+  if (fd >= 0 && __builtin_expect(fs_fdtab_tracked(fd), 0))
+    fs_forget(fd);
+  return FS_REAL(fclose)(fp);
+}
+
 /* At load: a connection inherited on stdin/stdout (inetd style) is ours to
  * accelerate too; three fstat calls when none is a socket. */
 __attribute__((constructor)) static void fs_preload_stdio(void)
