@@ -27,7 +27,7 @@
   X(ERROR,       "error")           /* an unexpected internal error (logged) */ \
   X(INHERITED,   "inherited")       /* fd inherited from exec: plain TCP */ \
   X(AUTH,        "auth")            /* rdma_key: the peer did not prove the same key */ \
-  X(KERNEL_IO,   "kernel-io")       /* splice, tee, copy_file_range or stdio (fdopen, a used stdin/stdout) hand it to the kernel */ \
+  X(KERNEL_IO,   "kernel-io")       /* splice, tee, copy_file_range, stdio, O_ASYNC: the kernel serves it */ \
   X(IO_URING,    "io-uring")        /* the process set up an io_uring: its rings bypass us */ \
   X(SANDBOX,     "sandbox")         /* the process confined itself (seccomp): only its own calls */ \
   X(PEER_TCP,    "peer-tcp")        /* the peer went back to TCP for good (fd-passed, exec, ...) */

@@ -311,6 +311,17 @@ FS_EXPORT int dup3(int fd, int nfd, int flags)
   return rc;
 }
 
+/* Signal-driven I/O (O_ASYNC, FIOASYNC): the kernel raises SIGIO when its
+ * socket has bytes, and a ring's never make it: a program that waits for
+ * the signal slept for good once its peer's bytes went to a ring.  Such a
+ * connection goes back to TCP, byte-exact, and stays (kernel-io). */
+static void fs_signal_driven(struct fs_conn *c, int fd)
+{
+  int saved = errno;
+  fs_sock_to_kernel(c, fd);
+  errno = saved;
+}
+
 static int fs_fcntl_common(int fd, int cmd, long arg)
 {
   int rc = FS_REAL(fcntl)(fd, cmd, arg);
@@ -325,6 +336,8 @@ static int fs_fcntl_common(int fd, int cmd, long arg)
     struct fs_conn *c = fs_fdtab_get(fd);
     if (c) {
       fs_sock_set_nonblock(c, (arg & O_NONBLOCK) != 0);
+      if (arg & O_ASYNC)
+        fs_signal_driven(c, fd);
       fs_conn_put(c);
     }
     break;
@@ -371,6 +384,8 @@ FS_EXPORT int ioctl(int fd, unsigned long req, ...)
     rc = FS_REAL(ioctl)(fd, req, arg);
     if (rc == 0 && req == FIONBIO)
       fs_sock_set_nonblock(c, *(int *)arg != 0);
+    else if (rc == 0 && req == FIOASYNC && *(int *)arg != 0)
+      fs_signal_driven(c, fd);
   }
   fs_conn_put(c);
   return rc;

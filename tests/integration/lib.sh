@@ -475,6 +475,19 @@ expect_fabric() {
   done
   return 1
 }
+# conn_reasons PORT: "PROGRAM FABRIC/REASON " for each connection on PORT
+# that `fabsock stat` lists now, sorted (a process's own view of why).
+conn_reasons() {
+  real_python
+  timeout 10 "$FABSOCK_BIN" stat --json 2>/dev/null | "$IT_PYTHON" -c '
+import sys
+sys.path.insert(0, sys.argv[2])
+from stat_json import connections, read_doc
+doc = read_doc()
+for p, c in connections(doc, sys.argv[1]) if doc else []:
+    print("%s %s/%s" % (p.get("program"), c.get("fabric"), c.get("reason")))
+' "$1" "$IT_DIR" 2>&1 | sort | tr '\n' ' '
+}
 # fabric_watch_start PORT [MIN] / fabric_watch_stop: for a third-party client
 # that cannot be held open: sample `fabsock stat --json` in the background
 # during the transfer; stop reports whether the expected fabric was seen on

@@ -18,18 +18,6 @@
 require_cmd socat
 real_python
 
-# reason_of PORT: "program fabric/reason" of each connection on PORT.
-reason_of() {
-  timeout 10 "$FABSOCK_BIN" stat --json 2>/dev/null | "$IT_PYTHON" -c '
-import sys
-sys.path.insert(0, sys.argv[2])
-from stat_json import connections, read_doc
-doc = read_doc()
-for p, c in connections(doc, sys.argv[1]) if doc else []:
-    print("%s %s/%s" % (p.get("program"), c.get("fabric"), c.get("reason")))
-' "$1" "$IT_DIR" 2>&1 | sort | tr '\n' ' '
-}
-
 for MODE in $(it_modes); do
  for how in sed fdopen; do
   port=$(pick_port) hold=$IT_TMP/stdio.$MODE.$how.hold
@@ -55,7 +43,7 @@ for MODE in $(it_modes); do
     expect_fabric "$port" "$(fabric_expected)" 10 || { rc=1; detail="before fdopen: $FABRIC_DETAIL; "; }
   elif fabric_enabled && [ "$MODE" = both ] && [ -x "$FABSOCK_BIN" ]; then
     sleep 0.3 # the client's upgrade is asked 2 ms after its threshold, and refused
-    rows=$(reason_of "$port")
+    rows=$(conn_reasons "$port")
     detail="stat: $rows; "
     case "$rows" in *"python3 tcp/kernel-io"*) ;; *) rc=1 ;; esac
   fi
