@@ -21,3 +21,14 @@ def wait_path(path, secs=60):
         if time.monotonic() - t > secs:
             raise SystemExit('no %s after %d s' % (path, secs))
         time.sleep(0.05)
+
+
+def echo_trips(s, n, size=65536):
+    """n round trips of size random bytes against an echo, each checked;
+    prints "exchanged BYTES bytes each way" (the test's cue)."""
+    for i in range(n):
+        m = os.urandom(size)
+        s.sendall(m)
+        if exact(s, len(m)) != m:
+            raise SystemExit('round trip %d: the echo differs' % i)
+    print('exchanged %d bytes each way' % (n * size), flush=True)

@@ -18,7 +18,7 @@ import os
 import socket
 import sys
 
-from itsock import exact, wait_path
+from itsock import echo_trips, wait_path
 
 
 def serve(ls, pidfile):
@@ -75,12 +75,7 @@ def server(portfile, pidfile, how):
 
 def client(port, hold, n):
     s = socket.create_connection(('127.0.0.1', port))
-    for i in range(n):
-        m = os.urandom(65536)
-        s.sendall(m)
-        if exact(s, len(m)) != m:
-            raise SystemExit('round trip %d: the echo differs' % i)
-    print('exchanged %d bytes each way' % (n * 65536), flush=True)
+    echo_trips(s, n)
     wait_path(hold)
     s.shutdown(socket.SHUT_WR)
     if s.recv(1):

@@ -18,7 +18,7 @@ import os
 import socket
 import sys
 
-from itsock import exact, wait_path
+from itsock import echo_trips, wait_path
 
 
 
@@ -42,12 +42,7 @@ def fdopen(port, hold):
     with open('/etc/passwd', 'rb') as f:
         want = f.read(256)
     s = socket.create_connection(('127.0.0.1', port))
-    for i in range(50):
-        m = os.urandom(65536)
-        s.sendall(m)
-        if exact(s, len(m)) != m:
-            raise SystemExit('round trip %d: the echo differs' % i)
-    print('exchanged %d bytes each way' % (50 * 65536), flush=True)
+    echo_trips(s, 50)
     wait_path(hold)
     libc = ctypes.CDLL(None, use_errno=True)
     libc.fdopen.restype = ctypes.c_void_p
