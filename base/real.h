@@ -12,6 +12,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -86,6 +87,7 @@ struct io_uring_params;
   X(int, fclose, EOF, (FILE *f), (f)) \
   X(int, getsockopt, -1, (int fd, int l, int o, void *v, socklen_t *n), (fd, l, o, v, n)) \
   X(int, setsockopt, -1, (int fd, int l, int o, const void *v, socklen_t n), (fd, l, o, v, n)) \
+  X(int, pthread_cancel, ENOSYS, (pthread_t t), (t)) \
   X(int, prctl, -1, (int o, unsigned long a, unsigned long b, unsigned long c, unsigned long d), (o, a, b, c, d)) \
   X(int, io_uring_setup, -ENOSYS, (unsigned e, struct io_uring_params *p), (e, p)) \
   X(int, io_uring_queue_init, -ENOSYS, (unsigned e, struct io_uring *r, unsigned f), (e, r, f)) \

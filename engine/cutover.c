@@ -1,5 +1,6 @@
 /* The cutover rules.  See engine/cutover.h. */
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <linux/sockios.h>
 #include <netinet/in.h>
@@ -245,7 +246,10 @@ static int fs_cutover_resend(struct fs_conn *c, int fd, struct fs_chan *ch)
       ssize_t w = FS_REAL(send)(fd, buf + off, (size_t)n - off, MSG_NOSIGNAL);
       if (w < 0 && errno == EAGAIN) {
         struct pollfd p = { fd, POLLOUT, 0 };
+        int cs; /* not cancelled here with txlock held (engine/cancel.h) */
+        (void)pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
         FS_REAL(poll)(&p, 1, 1000);
+        (void)pthread_setcancelstate(cs, NULL);
         continue;
       }
       if (w < 0)

@@ -19,6 +19,7 @@
 #include "hooks/hook.h"
 #include "base/log.h"
 #include "engine/agent.h"
+#include "engine/cancel.h"
 #include "engine/cutover.h"
 #include "engine/lend.h"
 #include "engine/ready.h"
@@ -618,6 +619,8 @@ void fs_sock_after_fork(pid_t pid)
   fs_fdtab_foreach(fs_sock_fork_fix, &pid);
   if (pid == 0)
     fs_wake_fork_child();
+  if (pid == 0 && fs_proc_fork_work_has(FS_FORK_CANCEL))
+    fs_cancel_fork_child();
   /* Agent lock last, as it was taken first: until the walk above has marked
    * every connection that forked without a channel no_upgrade, the parent's
    * agent must not attach one (a rendezvous acked just before the fork).

@@ -1,5 +1,6 @@
 /* Socket engine, data half.  See engine/sockio.h and fabric/ring.h. */
 #include <errno.h>
+#include <pthread.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -10,6 +11,7 @@
 #include <time.h>
 
 #include "base/clock.h"
+#include "engine/cancel.h"
 #include "engine/hold.h"
 #include "engine/agent.h"
 #include "engine/batch.h"
@@ -143,31 +145,6 @@ FS_SOCKIO_HOT ssize_t fs_sockio_done(struct fs_conn *c, ssize_t r, bool tx, bool
   return r;
 }
 
-ssize_t fs_sock_tcp_io(int fd, struct fs_io *io)
-{
-  fs_batch_flush(); /* the kernel call may block: nothing held meanwhile */
-  ssize_t r;
-  switch (io->op) {
-  case FS_IO_READ: r = FS_REAL(read)(fd, io->iov[0].iov_base, io->iov[0].iov_len); break;
-  case FS_IO_READV: r = FS_REAL(readv)(fd, io->iov, io->iovcnt); break;
-  case FS_IO_RECV: r = FS_REAL(recv)(fd, io->iov[0].iov_base, io->iov[0].iov_len, io->flags); break;
-  case FS_IO_RECVFROM:
-    r = FS_REAL(recvfrom)(fd, io->iov[0].iov_base, io->iov[0].iov_len, io->flags, io->from, io->fromlen);
-    break;
-  case FS_IO_RECVMSG: r = FS_REAL(recvmsg)(fd, io->msg, io->flags); break;
-  case FS_IO_WRITE: r = FS_REAL(write)(fd, io->iov[0].iov_base, io->iov[0].iov_len); break;
-  case FS_IO_WRITEV: r = FS_REAL(writev)(fd, io->iov, io->iovcnt); break;
-  case FS_IO_SEND: r = FS_REAL(send)(fd, io->iov[0].iov_base, io->iov[0].iov_len, io->flags); break;
-  case FS_IO_SENDTO:
-    r = FS_REAL(sendto)(fd, io->iov[0].iov_base, io->iov[0].iov_len, io->flags, io->to, io->tolen);
-    break;
-  case FS_IO_SENDMSG: r = FS_REAL(sendmsg)(fd, io->msg, io->flags); break;
-  case FS_IO_SENDFILE: r = FS_REAL(sendfile)(fd, io->in_fd, io->off, io->count); break;
-  default: return -EINVAL;
-  }
-  return r < 0 ? -errno : r;
-}
-
 /* The part of iov after `skip` bytes, as a new iovec (at most 64 entries). */
 static int fs_iov_sub(const struct iovec *iov, int cnt, size_t skip, struct iovec *out)
 {
@@ -236,6 +213,7 @@ static int fs_sockio_wait_resend(struct fs_conn *c, int fd, struct fs_chan *ch, 
      * leases one for the wait. */
     if (!entered)
       (void)fs_wake_door_enter(c, &entered);
+    fs_cancel_hold(); /* never cancelled here with txlock held (cancel.h) */
     struct pollfd p = { __atomic_load_n(&c->wake_fd, __ATOMIC_ACQUIRE), POLLIN, 0 };
     if (FS_REAL(poll)(&p, 1, 10) > 0) {
       uint64_t v; /* read (a lease may hold an old wake: no spin), handed on */
@@ -434,7 +412,7 @@ static ssize_t fs_sock_send_up(struct fs_conn *c, int fd, struct fs_io *io)
       return fs_sockio_done(c, r, true, false, 0);
     }
     fs_lock(&c->txlock);
-    r = fs_sock_tcp_io(fd, io);
+    r = fs_sockio_tcp_locked(&c->txlock, fd, io);
     hrc = fs_sockio_hooks(c, fd, io, r, true, false);
     fs_sockio_count(c, r, true, false, true);
     fs_unlock(&c->txlock);
@@ -461,7 +439,7 @@ static ssize_t fs_sock_send_up(struct fs_conn *c, int fd, struct fs_io *io)
       return w < 0 ? w : fs_sock_send(c, fd, io);
     }
   } else {
-    r = fs_sock_tcp_io(fd, io);
+    r = fs_sockio_tcp_locked(&c->txlock, fd, io);
     if (r > 0) {
       c->tcp_tx += (uint64_t)r;
       c->more_tcp = (sflags & MSG_MORE) != 0;
@@ -732,7 +710,7 @@ static ssize_t fs_sock_recv_up(struct fs_conn *c, int fd, struct fs_io *io)
     bool locked = c->hooks != NULL; /* hooks see one call at a time */
     if (locked)
       fs_lock(&c->rxlock);
-    r = fs_sock_tcp_io(fd, io); /* -errno */
+    r = locked ? fs_sockio_tcp_locked(&c->rxlock, fd, io) : fs_sock_tcp_io(fd, io); /* -errno */
     if (blind)
       fs_wake_blind_leave(c);
     if (r > 0 && !peek)

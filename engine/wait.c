@@ -11,6 +11,7 @@
 #include "base/log.h"
 #include "base/proc.h"
 #include "base/real.h"
+#include "engine/cancel.h"
 #include "engine/batch.h"
 #include "engine/cutover.h"
 #include "engine/door.h"
@@ -194,6 +195,11 @@ static int fs_wait_sleep_in(struct fs_conn *c, struct fs_chan *ch, struct fs_doo
 
 int fs_wait_sleep(struct fs_conn *c, int fd, bool tx, size_t need, int *budget_ms)
 {
+  /* Not cancelled asleep with our locks held: at the boundary, or by a
+   * slice's end once asked (engine/cancel.h). */
+  fs_cancel_hold();
+  if (fs_cancel_asked())
+    return -EINTR;
   fs_batch_flush(); /* never sleep on wakes we hold */
   struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
   bool entered = false;
@@ -201,7 +207,7 @@ int fs_wait_sleep(struct fs_conn *c, int fd, bool tx, size_t need, int *budget_m
   int rc = fs_wait_sleep_in(c, ch, door, fd, tx, need, budget_ms);
   if (entered)
     fs_wake_door_leave(c);
-  return rc;
+  return rc == 0 && fs_cancel_asked() ? -EINTR : rc;
 }
 
 /* Nanoseconds one spin iteration takes, learnt at the spins' clock checks.

@@ -7,16 +7,20 @@
 #include <unistd.h>
 
 #include "engine/adopt.h"
+#include "engine/cancel.h"
 #include "engine/sock.h"
 #include "preload/boundary.h"
 #include "preload/export.h"
 #include "engine/fdtab.h"
 #include "base/real.h"
 
+/* A cancel held off while the call slept in the library acts here, once
+ * the connection's locks and our reference are gone (engine/cancel.h). */
 static ssize_t fs_io_recv(struct fs_conn *c, int fd, struct fs_io *io)
 {
   ssize_t r = fs_sock_recv(c, fd, io);
   fs_conn_put(c);
+  fs_cancel_release();
   return fs_boundary_ret(r);
 }
 
@@ -24,6 +28,7 @@ static ssize_t fs_io_send(struct fs_conn *c, int fd, struct fs_io *io)
 {
   ssize_t r = fs_sock_send(c, fd, io);
   fs_conn_put(c);
+  fs_cancel_release();
   return fs_boundary_ret(r);
 }
 
@@ -186,6 +191,8 @@ FS_EXPORT int sendmmsg(int fd, struct mmsghdr *v, unsigned n, int flags)
  * connection: no copy through us); on a fabric the file is read straight
  * into the ring.  Where hooks must see the bytes (-EXDEV), the file is
  * read into a bounce buffer and sent through the engine from there. */
+static ssize_t fs_sendfile_bounce(struct fs_conn *c, int out, int in, off_t *off, size_t n);
+
 static ssize_t fs_sendfile_common(int out, int in, off_t *off, size_t n)
 {
   struct fs_conn *c = fs_fdtab_get(out);
@@ -193,10 +200,16 @@ static ssize_t fs_sendfile_common(int out, int in, off_t *off, size_t n)
     return FS_REAL(sendfile)(out, in, off, n);
   struct fs_io sf = { .op = FS_IO_SENDFILE, .in_fd = in, .off = off, .count = n };
   ssize_t sr = fs_sock_send(c, out, &sf);
-  if (sr != -EXDEV) {
-    fs_conn_put(c);
-    return fs_boundary_ret(sr);
-  }
+  if (sr == -EXDEV)
+    sr = fs_sendfile_bounce(c, out, in, off, n);
+  fs_conn_put(c);
+  fs_cancel_release();
+  return fs_boundary_ret(sr);
+}
+
+/* Through a buffer, where hooks must see the bytes. */
+static ssize_t fs_sendfile_bounce(struct fs_conn *c, int out, int in, off_t *off, size_t n)
+{
   char buf[65536];
   size_t done = 0;
   ssize_t err = 0;
@@ -228,10 +241,7 @@ static ssize_t fs_sendfile_common(int out, int in, off_t *off, size_t n)
   }
   if (off)
     *off = pos;
-  fs_conn_put(c);
-  if (done == 0 && err < 0)
-    return fs_boundary_ret(err);
-  return (ssize_t)done;
+  return done == 0 && err < 0 ? err : (ssize_t)done;
 }
 
 FS_EXPORT ssize_t sendfile(int out, int in, off_t *off, size_t n)

@@ -19,6 +19,7 @@
 #include "base/aside.h"
 #include "base/reason.h"
 #include "engine/agent.h"
+#include "engine/cancel.h"
 #include "engine/batch.h"
 #include "engine/exit.h"
 #include "engine/sock.h"
@@ -102,6 +103,16 @@ __attribute__((constructor)) static void fs_preload_atfork(void)
   int saved = errno;
   (void)pthread_atfork(fs_fork_prepare, fs_fork_parent, fs_fork_child);
   errno = saved;
+}
+
+/* A target asleep in the library, where cancellation is held off, is told
+ * (engine/cancel.h). */
+FS_EXPORT int pthread_cancel(pthread_t t)
+{
+  int rc = FS_REAL(pthread_cancel)(t);
+  if (rc == 0)
+    fs_cancel_note(t);
+  return rc;
 }
 
 /* A change of user: the fabrics serve their rendezvous names again under
