@@ -423,6 +423,25 @@ start_prog_server() {
   [ -n "$SERVER_PORT" ]
 }
 
+# socat_server NAME PORT PROGRAM: socat on 127.0.0.1:PORT, forking per
+# connection, exec'ing PROGRAM on each accepted socket itself (nofork: the
+# program holds the connection); 1, with SRV_STATUS set, if it never listened.
+socat_server() {
+  start_server "$1" socat -t 10 "TCP-LISTEN:$2,bind=127.0.0.1,reuseaddr,fork" "EXEC:$3,nofork"
+  wait_port "$2" "$SERVER_PID" 20 || { server_status; return 1; }
+}
+# wait_log PATTERN FILE PID [SECONDS]: until a line of FILE matches PATTERN
+# (a program's cue); 1 once PID has exited or after SECONDS (default 20).
+wait_log() {
+  local i
+  for i in $(seq $((${4:-20} * 20))); do
+    grep -q "$1" "$2" 2>/dev/null && return 0
+    kill -0 "$3" 2>/dev/null || return 1
+    sleep 0.05
+  done
+  return 1
+}
+
 # ---- data --------------------------------------------------------------------
 # make_random FILE SIZE_MIB
 make_random() { head -c "$(($2 * 1048576))" /dev/urandom >"$1"; }

@@ -14,13 +14,12 @@ for MODE in $(it_modes); do
   name="threads cancelled in recv and send; the connection goes on"
   port=$(pick_port) hold=$IT_TMP/cancel.$MODE.hold
   rm -f "$hold"
-  start_server cancel socat -t 10 "TCP-LISTEN:$port,bind=127.0.0.1,reuseaddr,fork" EXEC:cat,nofork
-  if ! wait_port "$port" "$SERVER_PID" 20; then
-    server_status; tap_not_ok "$name [$MODE]" "socat did not start ($SRV_STATUS)" "$SERVER_LOG"; stop_server; continue
+  if ! socat_server cancel "$port" cat; then
+    tap_not_ok "$name [$MODE]" "socat did not start ($SRV_STATUS)" "$SERVER_LOG"; stop_server; continue
   fi
   rc=0 detail=
   start_bg_client cancel "$PROGS/cancelio" -p "$port" -h "$hold"
-  for _ in $(seq 400); do grep -q 'ready' "$BG_LOG" && break; kill -0 "$BG_PID" 2>/dev/null || break; sleep 0.05; done
+  wait_log 'ready' "$BG_LOG" "$BG_PID"
   expect_fabric "$port" "$(fabric_expected)" 10 || { rc=1; detail="$FABRIC_DETAIL; "; }
   touch "$hold"
   wait "$BG_PID" || { rc=1; detail+="client failed; "; }

@@ -25,7 +25,7 @@ for MODE in $(it_modes); do
     child=$(cat "$pidf")
     IT_PIDS+=("$child") # a daemon is out of timeout's reach: cleanup kills it
     start_bg_client libcfork-$how "$IT_PYTHON" "$IT_DIR/libcfork.py" client "$(cat "$pf")" "$hold" $N
-    for _ in $(seq 400); do grep -q '^exchanged' "$BG_LOG" && break; kill -0 "$BG_PID" 2>/dev/null || break; sleep 0.05; done
+    wait_log '^exchanged' "$BG_LOG" "$BG_PID"
     expect_fabric "$(cat "$pf")" "$(fabric_expected)" 10 || { rc=1; detail="$FABRIC_DETAIL; "; }
     if fabric_enabled && preloaded server && [ -x "$FABSOCK_BIN" ] &&
       ! timeout 10 "$FABSOCK_BIN" stat "$child" 2>/dev/null | grep -q ":$(cat "$pf") "; then

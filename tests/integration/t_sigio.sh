@@ -22,7 +22,7 @@ for MODE in $(it_modes); do
   else
     hold=$pf.hold
     start_bg_client sigio-$how "$IT_PYTHON" "$IT_DIR/sigio.py" client "$(cat "$pf")" 200 "$hold"
-    for _ in $(seq 400); do grep -q '^exchanged' "$BG_LOG" && break; kill -0 "$BG_PID" 2>/dev/null || break; sleep 0.05; done
+    wait_log '^exchanged' "$BG_LOG" "$BG_PID"
     if fabric_enabled && [ "$MODE" = both ] && [ -x "$FABSOCK_BIN" ]; then
       rows=$(conn_reasons "$(cat "$pf")")
       detail+="stat: $rows; "

@@ -22,14 +22,11 @@ for MODE in $(it_modes); do
  for how in sed fdopen; do
   port=$(pick_port) hold=$IT_TMP/stdio.$MODE.$how.hold
   rm -f "$hold"
-  if [ $how = sed ]; then
-    start_server stdio-$how socat -t 10 "TCP-LISTEN:$port,bind=127.0.0.1,reuseaddr,fork" EXEC:'sed -u s/a/b/',nofork
-  else
-    start_server stdio-$how socat -t 10 "TCP-LISTEN:$port,bind=127.0.0.1,reuseaddr,fork" EXEC:cat,nofork
-  fi
+  prog=cat
+  [ $how = sed ] && prog='sed -u s/a/b/'
   rc=0 detail=
-  if ! wait_port "$port" "$SERVER_PID" 20; then
-    server_status; tap_not_ok "stdio $how [$MODE]" "socat did not start ($SRV_STATUS)" "$SERVER_LOG"; stop_server; continue
+  if ! socat_server stdio-$how "$port" "$prog"; then
+    tap_not_ok "stdio $how [$MODE]" "socat did not start ($SRV_STATUS)" "$SERVER_LOG"; stop_server; continue
   fi
   if [ $how = sed ]; then
     name="an inetd-style program talking through stdio stays on TCP and answers every line"
@@ -38,7 +35,7 @@ for MODE in $(it_modes); do
     name="fdopen(3) on an upgraded socket: back to TCP byte-exact; fclose(3) frees its number"
     start_bg_client stdio-$how "$IT_PYTHON" "$IT_DIR/stdio.py" fdopen "$port" "$hold"
   fi
-  for _ in $(seq 400); do grep -q '^exchanged' "$BG_LOG" && break; kill -0 "$BG_PID" 2>/dev/null || break; sleep 0.05; done
+  wait_log '^exchanged' "$BG_LOG" "$BG_PID"
   if [ $how = fdopen ]; then
     expect_fabric "$port" "$(fabric_expected)" 10 || { rc=1; detail="before fdopen: $FABRIC_DETAIL; "; }
   elif fabric_enabled && [ "$MODE" = both ] && [ -x "$FABSOCK_BIN" ]; then

@@ -12,13 +12,12 @@ for MODE in $(it_modes); do
   name="MSG_ZEROCOPY after the upgrade: completions arrive, echoes intact"
   port=$(pick_port) hold=$IT_TMP/zerocopy.$MODE.hold
   rm -f "$hold"
-  start_server zerocopy socat -t 10 "TCP-LISTEN:$port,bind=127.0.0.1,reuseaddr,fork" EXEC:cat,nofork
-  if ! wait_port "$port" "$SERVER_PID" 20; then
-    server_status; tap_not_ok "$name [$MODE]" "socat did not start ($SRV_STATUS)" "$SERVER_LOG"; stop_server; continue
+  if ! socat_server zerocopy "$port" cat; then
+    tap_not_ok "$name [$MODE]" "socat did not start ($SRV_STATUS)" "$SERVER_LOG"; stop_server; continue
   fi
   rc=0 detail=
   start_bg_client zerocopy "$IT_PYTHON" "$IT_DIR/zerocopy.py" "$port" "$hold"
-  for _ in $(seq 400); do grep -q '^exchanged' "$BG_LOG" && break; kill -0 "$BG_PID" 2>/dev/null || break; sleep 0.05; done
+  wait_log '^exchanged' "$BG_LOG" "$BG_PID"
   expect_fabric "$port" "$(fabric_expected)" 10 || { rc=1; detail="before: $FABRIC_DETAIL; "; }
   touch "$hold"
   wait "$BG_PID" || { rc=1; detail+="client failed; "; }
