@@ -85,6 +85,27 @@ void fs_sockopt_set(struct fs_conn *c, int fd, int level, int name, const void *
   }
 }
 
+bool fs_sockopt_kernel_only(int level, int name, const void *val, socklen_t len)
+{
+  if (level != SOL_SOCKET)
+    return false;
+  bool on = val != NULL && len >= (socklen_t)sizeof(int) && *(const int *)val != 0;
+  switch (name) {
+  case SO_ZEROCOPY:
+  case SO_TIMESTAMP_OLD:
+  case SO_TIMESTAMPNS_OLD:
+  case SO_TIMESTAMPING_OLD:
+  case SO_TIMESTAMP_NEW:
+  case SO_TIMESTAMPNS_NEW:
+  case SO_TIMESTAMPING_NEW:
+    return on;
+  case SO_PEEK_OFF: /* -1 turns it off */
+    return val != NULL && len >= (socklen_t)sizeof(int) && *(const int *)val >= 0;
+  default:
+    return false;
+  }
+}
+
 /* TCP_CORK while tx is on a fabric: nothing goes out on TCP then, so the
  * kernel call buys nothing (nginx with tcp_nopush makes two per response:
  * a third of a worker's system calls).  The value is kept and given to the

@@ -32,6 +32,14 @@ void fs_sockopt_switch_push(struct fs_conn *c);
 /* After the application's setsockopt succeeded on a tracked socket. */
 void fs_sockopt_set(struct fs_conn *c, int fd, int level, int name, const void *val, socklen_t len);
 
+/* Is this (successful) setsockopt one whose effect the kernel alone gives,
+ * so that the connection must go back to TCP for good (fs_sock_to_kernel,
+ * kernel-io)?  SO_ZEROCOPY on (MSG_ZEROCOPY's completions come on the
+ * kernel's error queue: a send to a ring never got one, and the program
+ * waited for it), timestamping (SO_TIMESTAMP*: stamps on the kernel's
+ * packets and error queue), SO_PEEK_OFF (peeks from an offset). */
+bool fs_sockopt_kernel_only(int level, int name, const void *val, socklen_t len);
+
 /* Set ch's tx cap from our SO_SNDBUF and the peer's SO_RCVBUF (either set
  * by an application), as kernel TCP would buffer; none if neither.  Under
  * the tx lock, or before anyone sends. */

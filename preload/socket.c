@@ -420,11 +420,7 @@ FS_EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t
     if (c) {
       int saved = errno;
       fs_sockopt_set(c, fd, level, name, val, len);
-      /* MSG_ZEROCOPY's completions come from the kernel's error queue: a
-       * send that went to a ring never gets one, and the application
-       * waits for it (or never reuses its buffers). */
-      if (level == SOL_SOCKET && name == SO_ZEROCOPY && val && len >= (socklen_t)sizeof(int) &&
-          *(const int *)val != 0)
+      if (fs_sockopt_kernel_only(level, name, val, len))
         fs_sock_to_kernel(c, fd);
       fs_conn_put(c);
       errno = saved;

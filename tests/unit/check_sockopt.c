@@ -372,6 +372,27 @@ START_TEST(t_reply_sizes_seen_before_the_upgrade)
 }
 END_TEST
 
+/* The options whose effect the kernel alone gives (zerocopy completions,
+ * timestamps, a peek offset), turned on, send a connection back to TCP;
+ * turned off, or any other option, do not. */
+START_TEST(t_kernel_only_options)
+{
+  int on = 1, off = 0, minus = -1, zero = 0;
+  ck_assert(fs_sockopt_kernel_only(SOL_SOCKET, SO_ZEROCOPY, &on, sizeof on));
+  ck_assert(!fs_sockopt_kernel_only(SOL_SOCKET, SO_ZEROCOPY, &off, sizeof off));
+  ck_assert(fs_sockopt_kernel_only(SOL_SOCKET, SO_TIMESTAMP, &on, sizeof on));
+  ck_assert(fs_sockopt_kernel_only(SOL_SOCKET, SO_TIMESTAMPNS, &on, sizeof on));
+  ck_assert(fs_sockopt_kernel_only(SOL_SOCKET, SO_TIMESTAMPING, &on, sizeof on));
+  ck_assert(!fs_sockopt_kernel_only(SOL_SOCKET, SO_TIMESTAMPING, &off, sizeof off));
+  ck_assert(fs_sockopt_kernel_only(SOL_SOCKET, SO_PEEK_OFF, &zero, sizeof zero));
+  ck_assert(!fs_sockopt_kernel_only(SOL_SOCKET, SO_PEEK_OFF, &minus, sizeof minus));
+  ck_assert(!fs_sockopt_kernel_only(SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on));
+  ck_assert(!fs_sockopt_kernel_only(IPPROTO_TCP, TCP_NODELAY, &on, sizeof on));
+  ck_assert(!fs_sockopt_kernel_only(SOL_SOCKET, SO_ZEROCOPY, NULL, 0));
+  ck_assert(!fs_sockopt_kernel_only(SOL_SOCKET, SO_ZEROCOPY, &on, 1)); /* too short: the kernel refused it */
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("sockopt");
@@ -384,6 +405,7 @@ int main(void)
   tcase_add_test(tc, t_switch_pushes_corked);
   tcase_add_test(tc, t_switch_pushes_more);
   tcase_add_test(tc, t_sendfile_on_tcp_is_the_kernels);
+  tcase_add_test(tc, t_kernel_only_options);
   tcase_add_test(tc, t_sendfile_on_fabric_fills_the_ring);
   tcase_add_test(tc, t_bad_buffer_on_fabric_is_efault);
   tcase_add_test(tc, t_reply_sizes_seen_before_the_upgrade);
