@@ -400,6 +400,8 @@ static ssize_t fs_sock_send_up(struct fs_conn *c, int fd, struct fs_io *io)
     fs_sockopt_cork_sync(c, fd);
   if (io->op == FS_IO_SENDFILE && c->hooks)
     return -EXDEV; /* hooks see the bytes: through a buffer */
+  if (__builtin_expect(io->op >= FS_IO_SEND && io->op <= FS_IO_SENDMSG && (io->flags & MSG_OOB), 0))
+    fs_sock_to_kernel(c, fd); /* an urgent byte exists on TCP alone: back to it, byte-exact */
   if (__builtin_expect(fs_gpuio_device(io), 0))
     return fs_gpuio_send(c, fd, io, fs_sock_send);
   struct fs_chan *ch = fs_cutover_chan_known(c, false);
@@ -599,8 +601,6 @@ static ssize_t fs_sockio_fabric_recv(struct fs_conn *c, int fd, struct fs_io *io
   bool nonblock = c->nonblock || (flags & MSG_DONTWAIT);
   size_t got = 0;
   int budget = -2;
-  if (flags & MSG_OOB)
-    return -EINVAL; /* no urgent data on a fabric, as TCP without any */
   if (total == 0) { /* as TCP: 0 if data or EOF is there, else EAGAIN if non-blocking */
     struct fs_chan *ch = fs_cutover_chan(c);
     if (c->rx_flow == FS_FLOW_FABRIC && ch && !fs_chan_rx_ready(ch) && !fs_chan_peer_closed(ch) && nonblock)
@@ -697,6 +697,8 @@ static ssize_t fs_sock_recv_up(struct fs_conn *c, int fd, struct fs_io *io)
   if (__builtin_expect(fs_gpuio_device(io), 0))
     return fs_gpuio_recv(c, fd, io, fs_sock_recv);
   int flags = (io->op == FS_IO_READ || io->op == FS_IO_READV) ? 0 : io->flags;
+  if (__builtin_expect(flags & MSG_OOB, 0))
+    return fs_sock_tcp_io(fd, io); /* the urgent byte is the kernel's, outside the stream */
   bool peek = flags & MSG_PEEK;
   struct fs_chan *ch = fs_cutover_chan_known(c, false); /* fs_sockio_rx_step takes news in */
   ssize_t r;

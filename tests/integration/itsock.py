@@ -1,5 +1,6 @@
 """Socket helpers the integration tests' Python programs share."""
 import os
+import socket
 import time
 
 
@@ -32,3 +33,15 @@ def echo_trips(s, n, size=65536):
         if exact(s, len(m)) != m:
             raise SystemExit('round trip %d: the echo differs' % i)
     print('exchanged %d bytes each way' % (n * size), flush=True)
+
+
+def listen_portfile(portfile, backlog=1):
+    """A listener on 127.0.0.1 at a port of the kernel's choosing, written
+    to portfile (atomically: the test reads it once it exists)."""
+    ls = socket.socket()
+    ls.bind(('127.0.0.1', 0))
+    ls.listen(backlog)
+    with open(portfile + '.tmp', 'w') as f:
+        f.write('%d\n' % ls.getsockname()[1])
+    os.rename(portfile + '.tmp', portfile)
+    return ls

@@ -18,7 +18,7 @@ import os
 import socket
 import sys
 
-from itsock import echo_trips, wait_path
+from itsock import echo_trips, listen_portfile, wait_path
 
 
 def serve(ls, pidfile):
@@ -37,12 +37,7 @@ def serve(ls, pidfile):
 
 
 def server(portfile, pidfile, how):
-    ls = socket.socket()
-    ls.bind(('127.0.0.1', 0))
-    ls.listen(4)
-    with open(portfile + '.tmp', 'w') as f:
-        f.write('%d\n' % ls.getsockname()[1])
-    os.rename(portfile + '.tmp', portfile)
+    ls = listen_portfile(portfile, 4)
     if how == 'daemon':
         libc = ctypes.CDLL(None, use_errno=True)
         sys.stdout.flush()

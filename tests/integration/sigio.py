@@ -20,19 +20,14 @@ import struct
 import sys
 import termios
 
-from itsock import echo_trips, wait_path
+from itsock import echo_trips, listen_portfile, wait_path
 
 FIOASYNC = getattr(termios, 'FIOASYNC', 0x5452)
 
 
 def server(portfile, how):
     signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGIO])
-    ls = socket.socket()
-    ls.bind(('127.0.0.1', 0))
-    ls.listen(1)
-    with open(portfile + '.tmp', 'w') as f:
-        f.write('%d\n' % ls.getsockname()[1])
-    os.rename(portfile + '.tmp', portfile)
+    ls = listen_portfile(portfile)
     c, _ = ls.accept()
     fd = c.fileno()
     fcntl.fcntl(fd, fcntl.F_SETOWN, os.getpid())
