@@ -6,6 +6,7 @@
 #include "engine/cancel.h"
 
 __thread int fs_cancel_saved __attribute__((tls_model("initial-exec")));
+bool fs_cancel_seen;
 
 /* A thread that ever slept in the library (held cancellation off there) has
  * a record on this list, for pthread_cancel to find; it leaves at the

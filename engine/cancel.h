@@ -12,7 +12,10 @@
  * and the sleeper looks at each slice's end and leaves its wait with
  * -EINTR.  A kernel call that may block under one of our locks (TCP before
  * the cutover, hooks) stays a cancellation point, and a cleanup handler
- * unlocks (engine/sockio.c).  Not covered: a cancel that arrives while the
+ * unlocks (fs_sockio_tcp_locked); one that cannot block (a non-blocking
+ * socket) gets it only once the process has cancelled a thread (its
+ * setjmp was a third of the instructions the change added to nginx's
+ * connection per request).  Not covered: a cancel that arrives while the
  * thread runs (not sleeps) inside the library acts at its next
  * cancellation point there, our locks held. */
 #ifndef FS_ENGINE_CANCEL_H
@@ -24,6 +27,9 @@
 /* 0: cancellation as the application left it; else its state + 1, held
  * off by us until fs_cancel_release. */
 extern __thread int fs_cancel_saved __attribute__((tls_model("initial-exec")));
+
+/* Set for good by the process's first pthread_cancel (before it acts). */
+extern bool fs_cancel_seen;
 
 /* Hold cancellation off until fs_cancel_release (idempotent). */
 void fs_cancel_hold(void);

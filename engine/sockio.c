@@ -414,7 +414,7 @@ static ssize_t fs_sock_send_up(struct fs_conn *c, int fd, struct fs_io *io)
       return fs_sockio_done(c, r, true, false, 0);
     }
     fs_lock(&c->txlock);
-    r = fs_sockio_tcp_locked(&c->txlock, fd, io);
+    r = fs_sockio_tcp_locked(c, &c->txlock, fd, io);
     hrc = fs_sockio_hooks(c, fd, io, r, true, false);
     fs_sockio_count(c, r, true, false, true);
     fs_unlock(&c->txlock);
@@ -441,7 +441,7 @@ static ssize_t fs_sock_send_up(struct fs_conn *c, int fd, struct fs_io *io)
       return w < 0 ? w : fs_sock_send(c, fd, io);
     }
   } else {
-    r = fs_sockio_tcp_locked(&c->txlock, fd, io);
+    r = fs_sockio_tcp_locked(c, &c->txlock, fd, io);
     if (r > 0) {
       c->tcp_tx += (uint64_t)r;
       c->more_tcp = (sflags & MSG_MORE) != 0;
@@ -712,7 +712,7 @@ static ssize_t fs_sock_recv_up(struct fs_conn *c, int fd, struct fs_io *io)
     bool locked = c->hooks != NULL; /* hooks see one call at a time */
     if (locked)
       fs_lock(&c->rxlock);
-    r = locked ? fs_sockio_tcp_locked(&c->rxlock, fd, io) : fs_sock_tcp_io(fd, io); /* -errno */
+    r = locked ? fs_sockio_tcp_locked(c, &c->rxlock, fd, io) : fs_sock_tcp_io(fd, io); /* -errno */
     if (blind)
       fs_wake_blind_leave(c);
     if (r > 0 && !peek)

@@ -4,12 +4,15 @@
 #define FS_ENGINE_SOCKIO_H
 
 #include <stdbool.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #include "fabric/chan.h"
 #include "base/lock.h"
+#include "engine/cancel.h"
 #include "engine/conn.h"
 #include "engine/io.h"
+#include "engine/sock.h"
 
 /* Connection-level readiness for poll/epoll on a connection with a channel
  * (POLLIN/POLLOUT/POLLRDHUP/POLLHUP/POLLERR bits), given what the kernel
@@ -24,8 +27,18 @@ ssize_t fs_sockio_liveness(int fd);
  * (c->tcp_news) or every 10 ms, else -EAGAIN at once. */
 ssize_t fs_sockio_live_check(struct fs_conn *c, int fd);
 
-/* fs_sock_tcp_io under lock l, which a cancel of the blocked call
- * (a cancellation point) unlocks on its way out (engine/cancel.h). */
-ssize_t fs_sockio_tcp_locked(fs_lock_t *l, int fd, struct fs_io *io);
+/* fs_sock_tcp_io on c's socket under lock l, which a cancel of the call
+ * (a cancellation point) unlocks on its way out (engine/cancel.h).  A call
+ * that cannot block needs that only once the process cancels threads. */
+ssize_t fs_sockio_tcp_locked_slow(fs_lock_t *l, int fd, struct fs_io *io);
+
+static inline ssize_t fs_sockio_tcp_locked(const struct fs_conn *c, fs_lock_t *l, int fd, struct fs_io *io)
+{
+  bool cannot_block = c->nonblock || (io->op >= FS_IO_RECV && io->op != FS_IO_WRITE && io->op != FS_IO_WRITEV &&
+                                      io->op != FS_IO_SENDFILE && (io->flags & MSG_DONTWAIT));
+  if (cannot_block && !__atomic_load_n(&fs_cancel_seen, __ATOMIC_RELAXED))
+    return fs_sock_tcp_io(fd, io);
+  return fs_sockio_tcp_locked_slow(l, fd, io);
+}
 
 #endif

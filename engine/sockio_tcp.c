@@ -42,7 +42,7 @@ static void fs_sockio_unlock_cancelled(void *l)
   fs_unlock(l);
 }
 
-ssize_t fs_sockio_tcp_locked(fs_lock_t *l, int fd, struct fs_io *io)
+ssize_t fs_sockio_tcp_locked_slow(fs_lock_t *l, int fd, struct fs_io *io)
 {
   ssize_t r;
   pthread_cleanup_push(fs_sockio_unlock_cancelled, l);

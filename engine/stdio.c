@@ -3,7 +3,7 @@
 #include "engine/fdtab.h"
 #include "engine/stdio.h"
 
-bool fs_stdio_used(const struct fs_conn *c)
+bool fs_stdio_used_slow(const struct fs_conn *c)
 {
   FILE *std[3] = { stdin, stdout, stderr };
   for (int i = 0; i < 3; i++) {

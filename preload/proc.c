@@ -109,6 +109,7 @@ __attribute__((constructor)) static void fs_preload_atfork(void)
  * (engine/cancel.h). */
 FS_EXPORT int pthread_cancel(pthread_t t)
 {
+  __atomic_store_n(&fs_cancel_seen, true, __ATOMIC_SEQ_CST);
   int rc = FS_REAL(pthread_cancel)(t);
   if (rc == 0)
     fs_cancel_note(t);
