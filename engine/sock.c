@@ -714,7 +714,9 @@ static bool fs_sock_trylock_for(fs_lock_t *m, int ms)
  * ring where we are and flag it (ep->rx_revert); the peer re-sends whatever
  * we did not read on TCP before anything new (fs_cutover_service), so the
  * next reader of the TCP socket sees every byte in order. */
-void fs_sock_downgrade(struct fs_conn *c, int fd, int reason)
+/* wait: for the direction locks, however long a thread holds them (one
+ * asleep in recv holds rxlock until its peer writes); else 100 ms each. */
+static void fs_sock_downgrade_as(struct fs_conn *c, int fd, int reason, bool wait)
 {
   (void)fd;
   struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
@@ -733,12 +735,7 @@ void fs_sock_downgrade(struct fs_conn *c, int fd, int reason)
     }
     pthread_mutex_unlock(&c->lock);
   }
-  if (reason == FS_REASON_FORK || reason == FS_REASON_IO_URING || reason == FS_REASON_SANDBOX) {
-    /* In fork's prepare handler, or in fs_sock_kernel_only's walk over
-     * every connection (io_uring set-up, a seccomp filter), a thread of ours
-     * may sit in a blocking recv or send holding these locks for as long as
-     * its peer is silent: never make the call wait on that.  Such a
-     * connection stays on its fabric (logged). */
+  if (!wait) {
     const char *when = fs_reason_name(reason);
     if (!fs_sock_trylock_for(&c->rxlock, 100)) {
       fs_log(FS_LOG_WARN, "fd %d: a thread is inside recv at %s; it stays on %s", fd, when, ch->ops->name);
@@ -768,4 +765,26 @@ void fs_sock_downgrade(struct fs_conn *c, int fd, int reason)
   fs_unlock(&c->rxlock);
   ch->ops->wake_peer(ch);
   fs_log(FS_LOG_INFO, "fd %d back to tcp (%s)", fd, fs_reason_name(reason));
+}
+
+void fs_sock_downgrade(struct fs_conn *c, int fd, int reason)
+{
+  /* In fork's prepare handler, or in fs_sock_kernel_only's walk over every
+   * connection (io_uring set-up, a seccomp filter), a thread of ours may
+   * sit in a blocking recv or send holding these locks for as long as its
+   * peer is silent: never make the call wait on that.  Such a connection
+   * stays on its fabric (logged). */
+  fs_sock_downgrade_as(c, fd, reason,
+                       reason != FS_REASON_FORK && reason != FS_REASON_IO_URING && reason != FS_REASON_SANDBOX);
+}
+
+bool fs_sock_to_kernel_try(struct fs_conn *c, int fd)
+{
+  if (!c->no_upgrade || fs_cutover_chan(c))
+    fs_sock_downgrade_as(c, fd, FS_REASON_KERNEL_IO, false);
+  struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
+  if (ch && !c->reverted)
+    return false;
+  c->kernel_io = true;
+  return true;
 }

@@ -65,6 +65,11 @@ void fs_sock_before_exec(void);
  * connection goes back to TCP, byte-exact, and stays there (kernel-io). */
 void fs_sock_to_kernel(struct fs_conn *c, int fd);
 
+/* The same, unless a thread holds a direction's lock past 100 ms (asleep
+ * in recv: its peer may wait for what the caller is about to send): false,
+ * and the connection stays where it is. */
+bool fs_sock_to_kernel_try(struct fs_conn *c, int fd);
+
 /* The process handed its sockets to the kernel behind our back (it set up an
  * io_uring, whose submissions never pass through us): every connection goes
  * back to TCP, byte-exact, and every later one stays there, with this

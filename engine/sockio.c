@@ -400,8 +400,12 @@ static ssize_t fs_sock_send_up(struct fs_conn *c, int fd, struct fs_io *io)
     fs_sockopt_cork_sync(c, fd);
   if (io->op == FS_IO_SENDFILE && c->hooks)
     return -EXDEV; /* hooks see the bytes: through a buffer */
-  if (__builtin_expect(io->op >= FS_IO_SEND && io->op <= FS_IO_SENDMSG && (io->flags & MSG_OOB), 0))
-    fs_sock_to_kernel(c, fd); /* an urgent byte exists on TCP alone: back to it, byte-exact */
+  /* An urgent byte exists on TCP alone: back to it, byte-exact.  Not at the
+   * price of waiting for a receiver asleep in recv, whose peer may wait for
+   * this very byte: then the fabric's answer, no urgent data. */
+  if (__builtin_expect(io->op >= FS_IO_SEND && io->op <= FS_IO_SENDMSG && (io->flags & MSG_OOB), 0) &&
+      !fs_sock_to_kernel_try(c, fd))
+    return -EOPNOTSUPP;
   if (__builtin_expect(fs_gpuio_device(io), 0))
     return fs_gpuio_send(c, fd, io, fs_sock_send);
   struct fs_chan *ch = fs_cutover_chan_known(c, false);
