@@ -15,9 +15,13 @@
  * unlocks (fs_sockio_tcp_locked); one that cannot block (a non-blocking
  * socket) gets it only once the process has cancelled a thread (its
  * setjmp was a third of the instructions the change added to nginx's
- * connection per request).  Not covered: a cancel that arrives while the
- * thread runs (not sleeps) inside the library acts at its next
- * cancellation point there, our locks held. */
+ * connection per request).  Once the process has cancelled a thread, each
+ * call on a tracked socket is a cancellation point at its start, as
+ * glibc's are, before it takes any lock of ours (preload/io.c): a thread
+ * cancelled in the application's own code used to act on it at the first
+ * point inside ours.  Not covered: a cancel that arrives while the thread
+ * runs (not sleeps) inside the library acts at its next cancellation point
+ * there, our locks held. */
 #ifndef FS_ENGINE_CANCEL_H
 #define FS_ENGINE_CANCEL_H
 

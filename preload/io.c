@@ -2,6 +2,7 @@
  * splice/tee/copy_file_range and the _FORTIFY_SOURCE variants.  An
  * untracked fd costs one load. */
 #include <fcntl.h>
+#include <pthread.h>
 #include <string.h>
 #include <sys/sendfile.h>
 #include <unistd.h>
@@ -14,10 +15,28 @@
 #include "engine/fdtab.h"
 #include "base/real.h"
 
-/* A cancel held off while the call slept in the library acts here, once
- * the connection's locks and our reference are gone (engine/cancel.h). */
+/* A cancel pending when the call starts acts here, before it takes any
+ * lock of ours (the call is a cancellation point), our reference dropped
+ * on the way out; a cancel held off while it slept in the library acts at
+ * its end, once the connection's locks and our reference are gone
+ * (engine/cancel.h). */
+static void fs_io_put(void *c)
+{
+  fs_conn_put(c);
+}
+
+static inline void fs_io_cancel_point(struct fs_conn *c)
+{
+  if (__builtin_expect(__atomic_load_n(&fs_cancel_seen, __ATOMIC_RELAXED), 0)) {
+    pthread_cleanup_push(fs_io_put, c);
+    pthread_testcancel();
+    pthread_cleanup_pop(0);
+  }
+}
+
 static ssize_t fs_io_recv(struct fs_conn *c, int fd, struct fs_io *io)
 {
+  fs_io_cancel_point(c);
   ssize_t r = fs_sock_recv(c, fd, io);
   fs_conn_put(c);
   fs_cancel_release();
@@ -26,6 +45,7 @@ static ssize_t fs_io_recv(struct fs_conn *c, int fd, struct fs_io *io)
 
 static ssize_t fs_io_send(struct fs_conn *c, int fd, struct fs_io *io)
 {
+  fs_io_cancel_point(c);
   ssize_t r = fs_sock_send(c, fd, io);
   fs_conn_put(c);
   fs_cancel_release();
@@ -198,6 +218,7 @@ static ssize_t fs_sendfile_common(int out, int in, off_t *off, size_t n)
   struct fs_conn *c = fs_fdtab_get(out);
   if (!c)
     return FS_REAL(sendfile)(out, in, off, n);
+  fs_io_cancel_point(c);
   struct fs_io sf = { .op = FS_IO_SENDFILE, .in_fd = in, .off = off, .count = n };
   ssize_t sr = fs_sock_send(c, out, &sf);
   if (sr == -EXDEV)

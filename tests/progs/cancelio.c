@@ -12,6 +12,10 @@
  * the connection on its fabric meanwhile).  Then, three times: a thread
  * blocks in recv() (nothing is on the way), is cancelled and joined; a
  * round trip from the main thread follows on the same connection.  Then a
+ * thread with a cancel already pending calls send(): cancelled there, as
+ * glibc's send acts on it at its start, it must send nothing (the round
+ * trip after it checks), where the library used to take the call in and
+ * act at a cancellation point inside it, its locks held.  Then a
  * thread that fills the connection with send() while nobody reads (the
  * echo stalls too) is cancelled and joined; the main thread half-closes
  * and reads back what that thread sent (what its last, cancelled send had
@@ -19,6 +23,7 @@
  * PTHREAD_CANCELED, every cleanup handler ran, and every byte came back. */
 #include <errno.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +66,26 @@ static void *writer(void *arg)
     sent_by_thread += (size_t)n; /* send returns after each part it queued */
   }
   it_msg("writer: send failed (%s): not cancelled", strerror(errno));
+  pthread_cleanup_pop(0);
+  return NULL;
+}
+
+static sem_t go_ahead;
+static volatile int pend_ready;
+
+static void *pending_sender(void *arg)
+{
+  static char b[65536];
+  (void)arg;
+  pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
+  pend_ready = 1;
+  while (sem_wait(&go_ahead) != 0) /* the cancel is asked meanwhile */
+    ;
+  pthread_cleanup_push(cleanup, NULL);
+  pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, NULL); /* deferred: acts at the next point */
+  memset(b, 'p', sizeof b);
+  ssize_t n = send(s, b, sizeof b, 0);
+  it_msg("pending: send returned %zd: not cancelled", n);
   pthread_cleanup_pop(0);
   return NULL;
 }
@@ -112,7 +137,18 @@ int main(int argc, char **argv)
     cancel_join(t, "reader");
     round_trip("after the reader");
   }
+  sem_init(&go_ahead, 0, 0);
   pthread_t t;
+  pthread_create(&t, NULL, pending_sender, NULL);
+  while (!pend_ready)
+    it_sleep_us(1000);
+  if (pthread_cancel(t) != 0 || sem_post(&go_ahead) != 0)
+    it_die(1, "pending: cancel failed");
+  void *res = NULL;
+  if (pthread_join(t, &res) != 0 || res != PTHREAD_CANCELED)
+    it_die(1, "pending: the thread was not cancelled");
+  round_trip("after the pending cancel"); /* nothing of the thread's in the echo */
+  it_msg("pending: cancelled at send, nothing sent");
   pthread_create(&t, NULL, writer, NULL);
   it_sleep_us(300000); /* the echo has stalled: the writer waits in send */
   cancel_join(t, "writer");
@@ -135,8 +171,8 @@ int main(int argc, char **argv)
   }
   if (got < n || got > n + sizeof b)
     it_die(1, "writer's echo: %zu bytes back, the writer sent %zu (+ at most %zu)", got, n, sizeof b);
-  if (cleanups != 4)
-    it_die(1, "%d cleanup handlers ran, not 4", cleanups);
-  it_msg("4 threads cancelled; the writer's %zu bytes (%zu counted) echoed back, then EOF", got, n);
+  if (cleanups != 5)
+    it_die(1, "%d cleanup handlers ran, not 5", cleanups);
+  it_msg("5 threads cancelled; the writer's %zu bytes (%zu counted) echoed back, then EOF", got, n);
   return 0;
 }
