@@ -32,6 +32,15 @@ struct fs_io {
   size_t count;
 };
 
+/* The call's MSG_* flags: read, write and sendfile take none. */
+static inline int fs_io_flags(const struct fs_io *io)
+{
+  switch (io->op) {
+  case FS_IO_READ: case FS_IO_READV: case FS_IO_WRITE: case FS_IO_WRITEV: case FS_IO_SENDFILE: return 0;
+  default: return io->flags;
+  }
+}
+
 /* A send or receive entry point (fs_sock_send, fs_sock_recv). */
 typedef ssize_t (*fs_io_fn)(struct fs_conn *c, int fd, struct fs_io *io);
 

@@ -259,7 +259,7 @@ static ssize_t fs_sockio_put(struct fs_chan *ch, struct fs_io *io, size_t sent, 
 
 static ssize_t fs_sockio_fabric_send(struct fs_conn *c, int fd, struct fs_chan *ch, struct fs_io *io, size_t total)
 {
-  int flags = (io->op == FS_IO_WRITE || io->op == FS_IO_WRITEV) ? 0 : io->flags;
+  int flags = fs_io_flags(io);
   if (flags & MSG_OOB)
     return -EOPNOTSUPP;
   bool nonblock = c->nonblock || (flags & MSG_DONTWAIT);
@@ -403,7 +403,7 @@ static ssize_t fs_sock_send_up(struct fs_conn *c, int fd, struct fs_io *io)
   /* An urgent byte exists on TCP alone: back to it, byte-exact.  Not at the
    * price of waiting for a receiver asleep in recv, whose peer may wait for
    * this very byte: then the fabric's answer, no urgent data. */
-  if (__builtin_expect(io->op >= FS_IO_SEND && io->op <= FS_IO_SENDMSG && (io->flags & MSG_OOB), 0) &&
+  if (__builtin_expect(fs_io_flags(io) & MSG_OOB, 0) &&
       !fs_sock_to_kernel_try(c, fd))
     return -EOPNOTSUPP;
   if (__builtin_expect(fs_gpuio_device(io), 0))
@@ -424,7 +424,7 @@ static ssize_t fs_sock_send_up(struct fs_conn *c, int fd, struct fs_io *io)
     fs_unlock(&c->txlock);
     return fs_sockio_done(c, r, true, false, hrc);
   }
-  int sflags = (io->op == FS_IO_WRITE || io->op == FS_IO_WRITEV) ? 0 : io->flags;
+  int sflags = fs_io_flags(io);
   if (ch && __builtin_expect(fs_chan_peer_reverted(ch), 0)) {
     int w = fs_sockio_wait_resend(c, fd, ch, sflags);
     if (w < 0)
@@ -700,7 +700,7 @@ static ssize_t fs_sock_recv_up(struct fs_conn *c, int fd, struct fs_io *io)
     return -ECONNABORTED;
   if (__builtin_expect(fs_gpuio_device(io), 0))
     return fs_gpuio_recv(c, fd, io, fs_sock_recv);
-  int flags = (io->op == FS_IO_READ || io->op == FS_IO_READV) ? 0 : io->flags;
+  int flags = fs_io_flags(io);
   if (__builtin_expect(flags & MSG_OOB, 0))
     return fs_sock_tcp_io(fd, io); /* the urgent byte is the kernel's, outside the stream */
   bool peek = flags & MSG_PEEK;

@@ -34,8 +34,7 @@ ssize_t fs_sockio_tcp_locked_slow(fs_lock_t *l, int fd, struct fs_io *io);
 
 static inline ssize_t fs_sockio_tcp_locked(const struct fs_conn *c, fs_lock_t *l, int fd, struct fs_io *io)
 {
-  bool cannot_block = c->nonblock || (io->op >= FS_IO_RECV && io->op != FS_IO_WRITE && io->op != FS_IO_WRITEV &&
-                                      io->op != FS_IO_SENDFILE && (io->flags & MSG_DONTWAIT));
+  bool cannot_block = c->nonblock || (fs_io_flags(io) & MSG_DONTWAIT);
   if (cannot_block && !__atomic_load_n(&fs_cancel_seen, __ATOMIC_RELAXED))
     return fs_sock_tcp_io(fd, io);
   return fs_sockio_tcp_locked_slow(l, fd, io);
