@@ -659,12 +659,11 @@ void fs_sock_adopted(struct fs_conn *c, int fd)
     fs_agent_serve_proc(); /* its peer finds us by our own name */
 }
 
+static bool fs_sock_to_kernel_as(struct fs_conn *c, int fd, bool wait);
+
 void fs_sock_to_kernel(struct fs_conn *c, int fd)
 {
-  c->kernel_io = true; /* and if it is not connected yet, once it is */
-  if (c->no_upgrade && !fs_cutover_chan(c))
-    return; /* on TCP for good already: nothing to do, keep its reason */
-  fs_sock_downgrade(c, fd, FS_REASON_KERNEL_IO);
+  (void)fs_sock_to_kernel_as(c, fd, true);
 }
 
 /* Set once: the reason no connection of this process takes a fabric any
@@ -778,13 +777,17 @@ void fs_sock_downgrade(struct fs_conn *c, int fd, int reason)
                        reason != FS_REASON_FORK && reason != FS_REASON_IO_URING && reason != FS_REASON_SANDBOX);
 }
 
+/* wait: as fs_sock_downgrade_as.  Whether the connection is on TCP now. */
+static bool fs_sock_to_kernel_as(struct fs_conn *c, int fd, bool wait)
+{
+  c->kernel_io = true; /* and if it is not connected yet, once it is */
+  if (!c->no_upgrade || fs_cutover_chan(c)) /* else on TCP for good already: keep its reason */
+    fs_sock_downgrade_as(c, fd, FS_REASON_KERNEL_IO, wait);
+  struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
+  return !ch || c->reverted;
+}
+
 bool fs_sock_to_kernel_try(struct fs_conn *c, int fd)
 {
-  if (!c->no_upgrade || fs_cutover_chan(c))
-    fs_sock_downgrade_as(c, fd, FS_REASON_KERNEL_IO, false);
-  struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
-  if (ch && !c->reverted)
-    return false;
-  c->kernel_io = true;
-  return true;
+  return fs_sock_to_kernel_as(c, fd, false);
 }
