@@ -143,6 +143,15 @@ FS_EXPORT int close(int fd)
   return FS_REAL(close)(fd);
 }
 
+/* A call the kernel serves from here on: back to TCP, byte-exact, for good
+ * (kernel-io), errno as it was. */
+static void fs_kernel_io(struct fs_conn *c, int fd)
+{
+  int saved = errno;
+  fs_sock_to_kernel(c, fd);
+  errno = saved;
+}
+
 /* stdio reads and writes its stream's fd inside libc, past read() and
  * write() above: a socket handed to it goes back to TCP for good
  * (kernel-io), or its peer's bytes would sit in a ring that fgets never
@@ -152,10 +161,8 @@ FS_EXPORT FILE *fdopen(int fd, const char *mode)
 {
   struct fs_conn *c = fs_fdtab_get(fd);
   if (c) {
-    int saved = errno;
-    fs_sock_to_kernel(c, fd);
+    fs_kernel_io(c, fd);
     fs_conn_put(c);
-    errno = saved;
   }
   return FS_REAL(fdopen)(fd, mode);
 }
@@ -311,17 +318,6 @@ FS_EXPORT int dup3(int fd, int nfd, int flags)
   return rc;
 }
 
-/* Signal-driven I/O (O_ASYNC, FIOASYNC): the kernel raises SIGIO when its
- * socket has bytes, and a ring's never make it: a program that waits for
- * the signal slept for good once its peer's bytes went to a ring.  Such a
- * connection goes back to TCP, byte-exact, and stays (kernel-io). */
-static void fs_signal_driven(struct fs_conn *c, int fd)
-{
-  int saved = errno;
-  fs_sock_to_kernel(c, fd);
-  errno = saved;
-}
-
 static int fs_fcntl_common(int fd, int cmd, long arg)
 {
   int rc = FS_REAL(fcntl)(fd, cmd, arg);
@@ -336,8 +332,12 @@ static int fs_fcntl_common(int fd, int cmd, long arg)
     struct fs_conn *c = fs_fdtab_get(fd);
     if (c) {
       fs_sock_set_nonblock(c, (arg & O_NONBLOCK) != 0);
+      /* Signal-driven I/O (O_ASYNC, FIOASYNC): the kernel raises SIGIO
+       * when its socket has bytes, and a ring's never make it: a program
+       * waiting for the signal slept for good once its peer's bytes went
+       * to a ring. */
       if (arg & O_ASYNC)
-        fs_signal_driven(c, fd);
+        fs_kernel_io(c, fd);
       fs_conn_put(c);
     }
     break;
@@ -385,7 +385,7 @@ FS_EXPORT int ioctl(int fd, unsigned long req, ...)
     if (rc == 0 && req == FIONBIO)
       fs_sock_set_nonblock(c, *(int *)arg != 0);
     else if (rc == 0 && req == FIOASYNC && *(int *)arg != 0)
-      fs_signal_driven(c, fd);
+      fs_kernel_io(c, fd); /* as O_ASYNC (fcntl above) */
   }
   fs_conn_put(c);
   return rc;
