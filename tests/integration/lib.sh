@@ -430,6 +430,17 @@ socat_server() {
   start_server "$1" socat -t 10 "TCP-LISTEN:$2,bind=127.0.0.1,reuseaddr,fork" "EXEC:$3,nofork"
   wait_port "$2" "$SERVER_PID" 20 || { server_status; return 1; }
 }
+# release_bg HOLDFILE: the background client held at HOLDFILE goes on;
+# wait for it and forget it.  1 (and "client failed; " added to detail)
+# if it failed.
+release_bg() {
+  touch "$1"
+  [ -n "${BG_PID:-}" ] || return 0
+  local rc=0
+  wait "$BG_PID" || { rc=1; detail+="client failed; "; }
+  it_forget "$BG_PID"; BG_PID=
+  return $rc
+}
 # wait_log PATTERN FILE PID [SECONDS]: until a line of FILE matches PATTERN
 # (a program's cue); 1 once PID has exited or after SECONDS (default 20).
 wait_log() {

@@ -27,9 +27,7 @@ for MODE in $(it_modes); do
   FABSOCK_HOOKS=$hooks start_bg_client cancel-$how "$PROGS/cancelio" -p "$port" -h "$hold"
   wait_log 'ready' "$BG_LOG" "$BG_PID"
   expect_fabric "$port" "$(fabric_expected)" 10 || { rc=1; detail="$FABRIC_DETAIL; "; }
-  touch "$hold"
-  wait "$BG_PID" || { rc=1; detail+="client failed; "; }
-  it_forget "$BG_PID"; BG_PID=
+  release_bg "$hold" || rc=1
   stop_server
   tap_result $rc "$name [$MODE]" "${detail}$(tail -n 1 "$BG_LOG" 2>/dev/null)" "$BG_LOG" "$SERVER_LOG"
  done

@@ -32,8 +32,7 @@ for MODE in $(it_modes); do
       rc=1; detail+="the child ($child) has no row in fabsock stat; "
     fi
   fi
-  touch "$hold"
-  [ -n "${BG_PID:-}" ] && { wait "$BG_PID" || rc=1; it_forget "$BG_PID"; BG_PID=; }
+  release_bg "$hold" || rc=1
   wait "$SERVER_PID"; src=$?; it_forget "$SERVER_PID"
   [ "$src" -eq 0 ] || { rc=1; detail+="server exit $src; "; }
   for _ in $(seq 200); do [ -s "$pidf.done" ] && break; sleep 0.05; done

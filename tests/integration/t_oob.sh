@@ -25,9 +25,7 @@ for MODE in $(it_modes); do
     start_bg_client oob-$how "$IT_PYTHON" "$IT_DIR/oob.py" client "$(cat "$pf")" "$hold" "${args[@]}"
     wait_log '^exchanged' "$BG_LOG" "$BG_PID"
     expect_fabric "$(cat "$pf")" "$(fabric_expected)" 10 || { rc=1; detail="before: $FABRIC_DETAIL; "; }
-    touch "$hold"
-    wait "$BG_PID" || { rc=1; detail+="client failed; "; }
-    it_forget "$BG_PID"; BG_PID=
+    release_bg "$hold" || rc=1
   fi
   wait "$SERVER_PID"; src=$?; it_forget "$SERVER_PID"
   [ "$src" -eq 0 ] || { rc=1; detail+="server exit $src; "; }

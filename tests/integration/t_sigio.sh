@@ -28,9 +28,7 @@ for MODE in $(it_modes); do
       detail+="stat: $rows; "
       case "$rows" in *"python3 tcp/kernel-io python3 tcp/kernel-io"*) ;; *) rc=1 ;; esac
     fi
-    touch "$hold"
-    wait "$BG_PID" || { rc=1; detail+="client failed; "; }
-    it_forget "$BG_PID"; BG_PID=
+    release_bg "$hold" || rc=1
   fi
   wait "$SERVER_PID"; src=$?; it_forget "$SERVER_PID"
   [ "$src" -eq 0 ] || { rc=1; detail+="server exit $src; "; }

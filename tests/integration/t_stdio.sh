@@ -44,8 +44,7 @@ for MODE in $(it_modes); do
     detail="stat: $rows; "
     case "$rows" in *"python3 tcp/kernel-io"*) ;; *) rc=1 ;; esac
   fi
-  touch "$hold"
-  wait "$BG_PID" || rc=1; it_forget "$BG_PID"; BG_PID=
+  release_bg "$hold" || rc=1
   stop_server
   tap_result $rc "$name [$MODE]" "${detail}$(tail -n 1 "$BG_LOG" 2>/dev/null)" "$BG_LOG" "$SERVER_LOG"
  done
