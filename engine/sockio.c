@@ -703,6 +703,8 @@ static ssize_t fs_sock_recv_up(struct fs_conn *c, int fd, struct fs_io *io)
   int flags = fs_io_flags(io);
   if (__builtin_expect(flags & MSG_OOB, 0))
     return fs_sock_tcp_io(fd, io); /* the urgent byte is the kernel's, outside the stream */
+  if (__builtin_expect(flags & MSG_TRUNC, 0) && c->hooks)
+    return fs_sockio_discard(c, fd, io, fs_sock_recv_up); /* the hooks see the bytes */
   bool peek = flags & MSG_PEEK;
   struct fs_chan *ch = fs_cutover_chan_known(c, false); /* fs_sockio_rx_step takes news in */
   ssize_t r;
@@ -727,6 +729,8 @@ static ssize_t fs_sock_recv_up(struct fs_conn *c, int fd, struct fs_io *io)
       fs_unlock(&c->rxlock);
     return fs_sockio_done(c, r, false, peek, hrc);
   }
+  if (__builtin_expect(flags & MSG_TRUNC, 0))
+    return fs_sockio_discard(c, fd, io, fs_sock_recv_up); /* the kernel's alone discards */
   if (ch && __builtin_expect(fs_chan_peer_reverted(ch), 0))
     fs_cutover_service(c, fd);
   fs_lock(&c->rxlock);

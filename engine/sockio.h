@@ -27,6 +27,12 @@ ssize_t fs_sockio_liveness(int fd);
  * (c->tcp_news) or every 10 ms, else -EAGAIN at once. */
 ssize_t fs_sockio_live_check(struct fs_conn *c, int fd);
 
+/* A receive with MSG_TRUNC where the kernel's cannot serve it (a channel,
+ * or hooks that see every byte): the bytes are read into scratch memory
+ * through recv (the caller's entry point, called without MSG_TRUNC) and
+ * dropped; the count, or -errno. */
+ssize_t fs_sockio_discard(struct fs_conn *c, int fd, struct fs_io *io, fs_io_fn recv);
+
 /* fs_sock_tcp_io on c's socket under lock l, which a cancel of the call
  * (a cancellation point) unlocks on its way out (engine/cancel.h).  A call
  * that cannot block needs that only once the process cancels threads. */

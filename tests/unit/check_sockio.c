@@ -19,6 +19,7 @@
 #include "engine/cutover.h"
 #include "engine/io.h"
 #include "engine/sock.h"
+#include "fabric/ring.h"
 #include "tests/unit/check_run.h"
 #include "tests/unit/pair.h"
 
@@ -214,6 +215,56 @@ START_TEST(t_close_before_the_resend)
 }
 END_TEST
 
+/* The peer's next n bytes of the pattern, from offset at, into our ring. */
+static void peer_put(struct pair *p, uint64_t at, size_t n)
+{
+  unsigned char buf[8192];
+  ck_assert_uint_le(n, sizeof buf);
+  for (size_t i = 0; i < n; i++)
+    buf[i] = pattern(at + i);
+  struct iovec v = { buf, n };
+  ck_assert_uint_eq(fs_ring_put_data(&p->b->tx, &v, 1, 0, n), n);
+}
+
+static ssize_t recv_flags(struct pair *p, void *buf, size_t n, int flags)
+{
+  struct iovec v = { buf, n };
+  struct fs_io io = { .op = FS_IO_RECV, .flags = flags, .iov = &v, .iovcnt = 1 };
+  return fs_sock_recv(p->c, p->sv[0], &io);
+}
+
+/* MSG_TRUNC on a ring: Linux's TCP drops (or, with MSG_PEEK, counts) the
+ * bytes asked for without a copy, NULL buffer allowed (HAProxy's drain).
+ * It failed with EFAULT and dropped nothing. */
+START_TEST(t_trunc_discards_from_the_ring)
+{
+  struct pair p;
+  pair_new(&p);
+  peer_put(&p, 0, 5000);
+  ck_assert_int_eq(recv_flags(&p, NULL, 1000, MSG_PEEK | MSG_TRUNC | MSG_DONTWAIT), 1000);
+  ck_assert_int_eq(recv_flags(&p, NULL, 1000, MSG_TRUNC | MSG_DONTWAIT), 1000);
+  /* More asked than there is: what is there, as one call. */
+  ck_assert_int_eq(recv_flags(&p, NULL, INT32_MAX, MSG_TRUNC | MSG_DONTWAIT), 4000);
+  ck_assert_int_eq(recv_flags(&p, NULL, 100, MSG_TRUNC | MSG_DONTWAIT), -EAGAIN);
+  /* Past the 64 KiB scratch chunk in one call, and the bytes after it exact. */
+  for (uint64_t at = 5000; at < 5000 + 80000; at += 8000)
+    peer_put(&p, at, 8000);
+  ck_assert_int_eq(recv_flags(&p, NULL, 79990, MSG_TRUNC | MSG_DONTWAIT), 79990);
+  unsigned char b[10];
+  ck_assert_int_eq(recv_flags(&p, b, sizeof b, MSG_DONTWAIT), 10);
+  for (size_t i = 0; i < sizeof b; i++)
+    ck_assert_uint_eq(b[i], pattern(5000 + 79990 + i));
+  /* recvmsg: the count, and no address or control data. */
+  peer_put(&p, 85000, 300);
+  struct iovec v = { NULL, 300 };
+  struct msghdr m = { .msg_iov = &v, .msg_iovlen = 1, .msg_namelen = 7, .msg_controllen = 9 };
+  struct fs_io io = { .op = FS_IO_RECVMSG, .flags = MSG_TRUNC | MSG_DONTWAIT, .msg = &m, .iov = &v, .iovcnt = 1 };
+  ck_assert_int_eq(fs_sock_recv(p.c, p.sv[0], &io), 300);
+  ck_assert_uint_eq(m.msg_namelen, 0);
+  ck_assert_uint_eq(m.msg_controllen, 0);
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("sockio");
@@ -223,6 +274,7 @@ int main(void)
   tcase_add_test(tc, t_send_after_revert_and_close);
   tcase_add_test(tc, t_late_resend_leaves_a_reused_fd_alone);
   tcase_add_test(tc, t_close_before_the_resend);
+  tcase_add_test(tc, t_trunc_discards_from_the_ring);
   suite_add_tcase(s, tc);
   return run_suite(s, true);
 }

@@ -1,0 +1,60 @@
+/* MSG_TRUNC on a stream socket (engine/sockio.h, fs_sockio_discard). */
+#include <errno.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "engine/sockio.h"
+
+/* Linux's TCP takes MSG_TRUNC as "discard": the bytes are consumed (or, with
+ * MSG_PEEK, counted) and never copied, so the buffer may be NULL.  HAProxy
+ * drains a connection it closes with recv(fd, NULL, INT_MAX, MSG_TRUNC |
+ * MSG_DONTWAIT).  A ring, or a hook that must see every byte, has no such
+ * call: read into scratch memory instead, in chunks, as one call would. */
+#define FS_DISCARD_CHUNK (64u << 10)
+
+ssize_t fs_sockio_discard(struct fs_conn *c, int fd, struct fs_io *io, fs_io_fn recv)
+{
+  int flags = fs_io_flags(io) & ~MSG_TRUNC;
+  size_t want = 0;
+  for (int i = 0; i < io->iovcnt; i++)
+    want = io->iov[i].iov_len > SIZE_MAX - want ? SIZE_MAX : want + io->iov[i].iov_len;
+  if (want > SSIZE_MAX)
+    want = SSIZE_MAX;
+  size_t cap = want < FS_DISCARD_CHUNK ? want : FS_DISCARD_CHUNK;
+  char small[2048];
+  char *buf = cap > sizeof small ? malloc(cap) : NULL;
+  if (!buf) {
+    buf = small;
+    cap = cap < sizeof small ? cap : sizeof small;
+  }
+  bool peek = flags & MSG_PEEK, waitall = (flags & MSG_WAITALL) && !peek;
+  size_t got = 0;
+  ssize_t r;
+  do {
+    size_t n = want - got < cap ? want - got : cap;
+    struct iovec v = { buf, n };
+    /* After the first bytes a call that does not wait for all takes only
+     * what is there. */
+    struct fs_io sub = { .op = FS_IO_RECV, .flags = flags | (got && !waitall ? MSG_DONTWAIT : 0),
+                         .iov = &v, .iovcnt = 1 };
+    r = recv(c, fd, &sub);
+    if (r > 0)
+      got += (size_t)r;
+    if (r <= 0 || peek || (size_t)r < n)
+      break;
+  } while (got < want);
+  if (buf != small)
+    free(buf);
+  if (!got && r < 0)
+    return r;
+  /* What a TCP recvfrom/recvmsg reports: no address, no control data. */
+  if (io->op == FS_IO_RECVFROM && io->from && io->fromlen)
+    *io->fromlen = 0;
+  if (io->op == FS_IO_RECVMSG) {
+    io->msg->msg_namelen = 0;
+    io->msg->msg_controllen = 0;
+    io->msg->msg_flags = 0;
+  }
+  return (ssize_t)got;
+}
