@@ -17,6 +17,7 @@
 #include <spawn.h>
 #include <stdio.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/select.h>
 #include <sys/socket.h>
 #include <sys/types.h>
@@ -89,6 +90,8 @@ struct io_uring_params;
   X(int, setsockopt, -1, (int fd, int l, int o, const void *v, socklen_t n), (fd, l, o, v, n)) \
   X(int, pthread_cancel, ENOSYS, (pthread_t t), (t)) \
   X(int, prctl, -1, (int o, unsigned long a, unsigned long b, unsigned long c, unsigned long d), (o, a, b, c, d)) \
+  X(int, setrlimit, -1, (__rlimit_resource_t r, const struct rlimit *l), (r, l)) \
+  X(int, prlimit, -1, (pid_t p, __rlimit_resource_t r, const struct rlimit *n, struct rlimit *o), (p, r, n, o)) \
   X(int, io_uring_setup, -ENOSYS, (unsigned e, struct io_uring_params *p), (e, p)) \
   X(int, io_uring_queue_init, -ENOSYS, (unsigned e, struct io_uring *r, unsigned f), (e, r, f)) \
   X(int, io_uring_queue_init_params, -ENOSYS, (unsigned e, struct io_uring *r, struct io_uring_params *p), (e, r, p)) \

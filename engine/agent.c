@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 
@@ -280,8 +281,11 @@ static int fs_agent_start(void)
   if (A.running)
     return 0;
   fs_proc_fork_work_add(FS_FORK_AGENT);
+  const char *what = "epoll_create1/eventfd";
+  bool thread = false;
   A.epfd = FS_REAL(epoll_create1)(EPOLL_CLOEXEC);
   A.evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  int err = errno;
   if (A.epfd < 0 || A.evfd < 0)
     goto fail;
   /* The agent puts its fds high (base/fdreg.h): grow the table for them
@@ -300,7 +304,8 @@ static int fs_agent_start(void)
   fs_fdreg_set(A.epfd, true);
   fs_fdreg_set(A.evfd, true);
   A.evwatch = (struct fs_agent_watch){ A.evfd, fs_agent_evfd, NULL, NULL };
-  if (fs_agent_add(&A.evwatch) < 0)
+  what = "epoll_ctl";
+  if ((err = -fs_agent_add(&A.evwatch)) > 0)
     goto fail;
   sigset_t all, old;
   sigfillset(&all);
@@ -313,12 +318,18 @@ static int fs_agent_start(void)
   int rc = pthread_create(&tid, &at, fs_agent_main, reserved ? &A : NULL);
   pthread_attr_destroy(&at);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
-  if (rc != 0)
+  what = "pthread_create";
+  thread = true;
+  if ((err = rc) != 0)
     goto fail;
   A.running = true;
   return 0;
-fail:
-  fs_log(FS_LOG_WARN, "cannot start the rendezvous agent; staying on TCP");
+fail:;
+  /* Once: a process that cannot make the thread fails at every connection. */
+  static bool told;
+  fs_log(told ? FS_LOG_DEBUG : FS_LOG_WARN, "cannot start the rendezvous agent (%s: %s%s); connections stay on TCP",
+         what, strerror(err), thread && err == EAGAIN ? "; is RLIMIT_NPROC too low?" : "");
+  told = true;
   if (A.epfd >= 0)
     fs_fdreg_close(A.epfd);
   if (A.evfd >= 0)
@@ -469,6 +480,14 @@ void fs_agent_serve_proc(void)
       __atomic_store_n(&fs_agent_proc_failed_ns, fs_clock_coarse_ns() | 1, __ATOMIC_RELAXED);
   }
   pthread_mutex_unlock(&A.lock);
+}
+
+int fs_agent_ensure(void)
+{
+  pthread_mutex_lock(&A.lock);
+  int rc = fs_agent_start();
+  pthread_mutex_unlock(&A.lock);
+  return rc;
 }
 
 void fs_agent_pause(void)

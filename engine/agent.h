@@ -55,6 +55,10 @@ void fs_agent_retry_held(void);
  * image. */
 void fs_agent_serve_proc(void);
 
+/* Start the agent now if it is not running (it cannot be started later:
+ * engine/nproc.h).  0 or -errno. */
+int fs_agent_ensure(void);
+
 /* The process's effective uid changed (setuid and kin, after the call
  * succeeded): the fabrics serve their names again under it.  errno kept;
  * nothing to do before the agent started. */

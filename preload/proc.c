@@ -1,5 +1,5 @@
 /* Process events: fork, vfork, the exec family, posix_spawn, system, popen,
- * setuid and kin, prctl(PR_SET_SECCOMP), and _exit.
+ * setuid and kin, prctl(PR_SET_SECCOMP), setrlimit(RLIMIT_NPROC) and _exit.
  *
  * Before an exec (including the ones glibc does behind posix_spawn, system
  * and popen) every accelerated connection is brought back to plain TCP, so a
@@ -13,6 +13,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -22,6 +23,7 @@
 #include "engine/cancel.h"
 #include "engine/batch.h"
 #include "engine/exit.h"
+#include "engine/nproc.h"
 #include "engine/sock.h"
 #include "preload/export.h"
 #include "preload/proc.h"
@@ -181,6 +183,40 @@ FS_EXPORT void _Exit(int status)
 FS_EXPORT pid_t vfork(void)
 {
   return fork();
+}
+
+/* A process about to forbid itself new threads (RLIMIT_NPROC: HAProxy's
+ * workers set 0 once they run): a listening one gets its agent thread
+ * first (engine/nproc.h).  glibc's setrlimit and prlimit make the system
+ * call themselves, so the four names cover what libc offers. */
+static void fs_rlimit_point(pid_t pid, int resource, const struct rlimit *l)
+{
+  if (resource == RLIMIT_NPROC && l && l->rlim_cur != RLIM_INFINITY && (pid == 0 || pid == getpid()))
+    fs_nproc_limiting(); /* errno kept */
+}
+
+FS_EXPORT int setrlimit(__rlimit_resource_t resource, const struct rlimit *l)
+{
+  fs_rlimit_point(0, resource, l);
+  return FS_REAL(setrlimit)(resource, l);
+}
+
+FS_EXPORT int prlimit(pid_t pid, __rlimit_resource_t resource, const struct rlimit *l, struct rlimit *old)
+{
+  fs_rlimit_point(pid, resource, l);
+  return FS_REAL(prlimit)(pid, resource, l, old);
+}
+
+/* struct rlimit64 is struct rlimit where long is 64 bits (what we build for). */
+_Static_assert(sizeof(struct rlimit64) == sizeof(struct rlimit), "rlimit64 is rlimit");
+FS_EXPORT int setrlimit64(__rlimit_resource_t resource, const struct rlimit64 *l)
+{
+  return setrlimit(resource, (const struct rlimit *)l);
+}
+
+FS_EXPORT int prlimit64(pid_t pid, __rlimit_resource_t resource, const struct rlimit64 *l, struct rlimit64 *old)
+{
+  return prlimit(pid, resource, (const struct rlimit *)l, (struct rlimit *)old);
 }
 
 /* A process about to confine itself with a seccomp filter (sshd's pre-auth
