@@ -273,7 +273,7 @@ static void fs_rdv_srv_event(struct fs_rdv_item *it)
   ssize_t n = fs_rdv_recvfds(it->ufd, &req, sizeof req, it->fds, 4, &nf);
   if (n == -EAGAIN)
     return;
-  if (n == 0 && nf == 0) { /* the client gave up before asking (its connection closed): no news */
+  if ((n == 0 && nf == 0) || fs_rdv_who_answered(it->ufd, &req, n, nf)) { /* gave up before asking, or asked who */
     fs_rdv_drop(it);
     return;
   }
@@ -394,7 +394,7 @@ static int fs_rdv_attempt(struct fs_link *c, bool holder_only, uint64_t give_up,
   }
   if (reason == FS_REASON_NO_PEER && inode != 0) {
     via_holder = true;
-    reason = fs_rdv_dial_holder(uid, inode, ufd, told, port);
+    reason = fs_rdv_dial_holder((const struct sockaddr *)&c->peer, uid, inode, ufd, told, port);
     if (reason == FS_RDV_UNLISTED) {
       if (seen_ns == 0)
         seen_ns = now;

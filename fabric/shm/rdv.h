@@ -18,6 +18,15 @@
  *   an eventfd, or the other way round.
  *   ack      (connecting end -> listener), 8 bytes, only after an accept:
  *     u32 magic "FSAK" | u16 version 1 | u16 pad
+ *   holder query (connecting end -> listener), 16 bytes, no fds, from a client
+ *   that cannot read the stat tables (chrooted: HAProxy's worker) and needs the
+ *   holder of the peer's socket (fabric/shm/rdvio.h, fs_rdv_dial_holder):
+ *     u32 magic "FSWH" | u16 version 1 | u16 pad | u32 the socket's inode | u32 pad
+ *   answered with a reply, no fds: status not-owner and slot = the pid of the
+ *   one process whose table lists that socket; pending when none or several do
+ *   (ask again); no-peer for a query it cannot read.  The pid is only a hint:
+ *   the client proves it as any holder (its name's SO_PEERCRED pid, the
+ *   socket's uid), and the tables are readable by everyone anyway.
  *
  * The server attaches before it replies (an attach that lost a race with
  * close or fork since the check answers not-owner: the client looks for
@@ -84,6 +93,15 @@ struct fs_rdv_rep {
   uint32_t pad2;             /* FS_RDV_F_BELL: the slot */
 };
 
+#define FS_RDV_MAGIC_WHO 0x48575346u /* "FSWH" */
+struct fs_rdv_who {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t pad;
+  uint32_t inode;
+  uint32_t pad2;
+};
+
 struct fs_rdv_ack {
   uint32_t magic;
   uint16_t version;
@@ -92,6 +110,10 @@ struct fs_rdv_ack {
 
 /* The shm fabric (fabric/fabric.h): its rendezvous runs on the engine's agent. */
 extern const struct fs_fabric_ops fs_shm_fabric;
+
+/* A received message that is a holder query (n bytes, nfds fds): answered
+ * on ufd, true; else false. */
+bool fs_rdv_who_answered(int ufd, const void *msg, ssize_t n, int nfds);
 
 /* Check a received request; 0 or a reason (enum fs_reason). Pure. */
 int fs_rdv_check_req(const struct fs_rdv_req *r, size_t len, int nfds);

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/un.h>
@@ -256,14 +257,67 @@ int fs_rdv_dial_names(const struct sockaddr *peer, uint32_t diag_uid, int ufd)
   return reason;
 }
 
+#define FS_RDV_WHO_WAIT_MS 100 /* the agent waits this long for an answer, chrooted only */
+
+/* Ask the process serving the peer's listener name which process holds the
+ * peer's socket (rdv.h, holder query): its pid, FS_RDV_AGAIN, or 0 (no
+ * answer: nobody serves the name, or an older library does). */
+static int fs_rdv_ask_holder(const struct sockaddr *peer, uint32_t inode)
+{
+  int qfd = fs_fdreg_high(FS_REAL(socket)(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (qfd < 0)
+    return 0;
+  int r = fs_rdv_dial_names(peer, 0, qfd), nf, fds[1], ans = 0;
+  struct fs_rdv_who q = { FS_RDV_MAGIC_WHO, FS_RDV_VERSION, 0, inode, 0 };
+  struct fs_rdv_rep rep = { 0 };
+  struct pollfd p = { qfd, POLLIN, 0 };
+  if ((r == 0 || r == FS_RDV_OTHER_UID) && fs_rdv_sendfds(qfd, &q, sizeof q, NULL, 0) == 0 &&
+      FS_REAL(poll)(&p, 1, FS_RDV_WHO_WAIT_MS) == 1 &&
+      fs_rdv_recvfds(qfd, &rep, sizeof rep, fds, 0, &nf) == (ssize_t)sizeof rep && rep.magic == FS_RDV_MAGIC_REP) {
+    if (rep.status == FS_REASON_NOT_OWNER && rep.pad2 > 0 && rep.pad2 <= INT32_MAX)
+      ans = (int)rep.pad2;
+    else if (rep.status == FS_REASON_PENDING)
+      ans = FS_RDV_AGAIN;
+  }
+  FS_REAL(close)(qfd);
+  return ans;
+}
+
+bool fs_rdv_who_answered(int ufd, const void *msg, ssize_t n, int nfds)
+{
+  struct fs_rdv_who q;
+  if (n != (ssize_t)sizeof q || nfds != 0)
+    return false;
+  memcpy(&q, msg, sizeof q);
+  if (q.magic != FS_RDV_MAGIC_WHO)
+    return false;
+  int pids[2], k = q.version == FS_RDV_VERSION && q.inode ? fs_stat_holders(q.inode, pids, 2) : -1;
+  struct fs_rdv_rep rep = { FS_RDV_MAGIC_REP, FS_RDV_VERSION, 0,
+                            k == 1 ? FS_REASON_NOT_OWNER : k >= 0 ? FS_REASON_PENDING : FS_REASON_NO_PEER,
+                            k == 1 ? (uint32_t)pids[0] : 0 };
+  (void)fs_rdv_sendfds(ufd, &rep, sizeof rep, NULL, 0);
+  return true;
+}
+
 /* The process that holds the peer's socket (the one that accepted it, or
  * the child it went to), found in the stat tables by the socket's inode
  * and proven by SO_PEERCRED.  Prefork servers, fork after accept, servers
- * whose listening process is gone (daemons). */
-int fs_rdv_dial_holder(uint32_t diag_uid, uint32_t inode, int ufd, bool told_shared, uint16_t port)
+ * whose listening process is gone (daemons).  A chrooted client (HAProxy's
+ * worker) has no tables in sight: the listener's process names the holder. */
+int fs_rdv_dial_holder(const struct sockaddr *peer, uint32_t diag_uid, uint32_t inode, int ufd, bool told_shared,
+                       uint16_t port)
 {
   int pids[2];
   int n = fs_stat_holders(inode, pids, 2);
+  if (n < 0) {
+    int asked = fs_rdv_ask_holder(peer, inode);
+    if (asked == FS_RDV_AGAIN)
+      return FS_RDV_AGAIN;
+    if (asked > 0) {
+      pids[0] = asked;
+      n = 1;
+    }
+  }
   if (n == 0 && !told_shared && fs_rdv_listened(port))
     return FS_RDV_UNLISTED;
   if (n < 0 || (n == 0 && !told_shared))

@@ -50,8 +50,11 @@ bool fs_rdv_listened(uint16_t port);
  * NOT_OWNER, RESOURCES or FS_RDV_OTHER_UID). */
 int fs_rdv_dial_names(const struct sockaddr *peer, uint32_t diag_uid, int ufd);
 /* Dial the process holding the peer's socket (inode), found in the stat
- * tables (0, a FS_REASON_*, FS_RDV_AGAIN or FS_RDV_UNLISTED).  told_shared:
- * the listener's process said it does not hold it. */
-int fs_rdv_dial_holder(uint32_t diag_uid, uint32_t inode, int ufd, bool told_shared, uint16_t port);
+ * tables, or where they are out of sight (a chroot) named by the process
+ * serving the peer's listener name (0, a FS_REASON_*, FS_RDV_AGAIN or
+ * FS_RDV_UNLISTED).  told_shared: the listener's process said it does not
+ * hold it. */
+int fs_rdv_dial_holder(const struct sockaddr *peer, uint32_t diag_uid, uint32_t inode, int ufd, bool told_shared,
+                       uint16_t port);
 
 #endif

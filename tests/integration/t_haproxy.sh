@@ -1,31 +1,57 @@
 #!/bin/bash
-# t_haproxy: HAProxy as Debian ships it in front of python3's http.server.
-# Debian's global section: a master that daemonizes (-W, master-worker, as
-# the unit runs it), a worker that chroots to /var/lib/haproxy, runs as
-# user haproxy and then forbids itself new threads (RLIMIT_NPROC 0, HAProxy's
-# guard against forks unless insecure-fork-wanted).  The worker could not
-# start the library's agent thread: every connection stayed on TCP (reason
-# resources) with a warning per connection.
+# t_haproxy: HAProxy as Debian ships it in front of nginx as containers and
+# Type=simple units run it (in the foreground, `daemon off`: its root master
+# serves the listener's rendezvous name, 2 workers as www-data accept).
+# HAProxy, Debian's global section: a master that daemonizes (-W,
+# master-worker, as the unit runs it), a worker that chroots to
+# /var/lib/haproxy, runs as user haproxy and then forbids itself new threads
+# (RLIMIT_NPROC 0, its guard against forks unless insecure-fork-wanted).
+# The worker could not start the library's agent thread: every connection
+# stayed on TCP (reason resources), a warning per connection.  And from its
+# chroot it cannot read the stat tables in /dev/shm that name the www-data
+# worker holding its backend connection: it asks nginx's master (holder
+# query, fabric/shm/rdv.h); it stayed on TCP (peer-no-fabsock).
 # curl fetches a 16 MiB file through it twice on one connection (intact, in
 # every mode); in [both] a download held slow (--limit-rate) shows both hops
 # on the expected fabric: curl to haproxy, and haproxy (in its chroot) to
-# the backend.
+# nginx.
 . "$(dirname "$0")/lib.sh"
-require_cmd haproxy curl python3
-real_python
+require_cmd haproxy curl nginx
 [ "$(id -u)" = 0 ] || skip_all "needs root (haproxy's worker chroots and becomes user haproxy)"
 id haproxy >/dev/null 2>&1 || skip_all "no user haproxy"
+id www-data >/dev/null 2>&1 || skip_all "no user www-data"
 [ -d /var/lib/haproxy ] || skip_all "no /var/lib/haproxy (haproxy's chroot)"
 IT_CLIENT_TIMEOUT=${IT_CLIENT_TIMEOUT:-60}
 
-W=$IT_TMP/www
-mkdir -p "$W"
-head -c $((16 << 20)) /dev/urandom >"$W/big"
-sum=$(sha256sum <"$W/big" | cut -d' ' -f1)
+# nginx's workers must read the file: a directory www-data can reach.
+NG=$(mktemp -d /tmp/fabsock-haproxy.XXXXXX) && chmod 755 "$NG" || skip_all "mktemp failed"
+trap 'rm -rf "$NG"' EXIT
+mkdir -p "$NG/www" "$NG/logs"
+head -c $((16 << 20)) /dev/urandom >"$NG/www/big"
+chmod -R a+rX "$NG/www"
+sum=$(sha256sum <"$NG/www/big" | cut -d' ' -f1)
+
+# haproxy_stop: its master and workers, gone before the next mode.
+haproxy_stop() {
+  local p i
+  p=$(cat "$IT_TMP/haproxy.pid" 2>/dev/null) && [ -n "$p" ] || return 0
+  kill "$p" 2>/dev/null
+  for i in $(seq 100); do kill -0 "$p" 2>/dev/null || return 0; sleep 0.05; done
+  kill -9 "$p" 2>/dev/null
+}
 
 for MODE in $(it_modes); do
   fport=$(pick_port) bport=$(pick_port)
-  start_server backend "$IT_PYTHON" -m http.server "$bport" --bind 127.0.0.1 --directory "$W"
+  cat >"$NG/nginx.conf" <<CONF
+user www-data;
+worker_processes 2;
+daemon off;
+pid $NG/nginx.pid;
+error_log $NG/logs/error.log;
+events { worker_connections 768; }
+http { access_log off; server { listen 127.0.0.1:$bport; root $NG/www; } }
+CONF
+  start_server nginx nginx -c "$NG/nginx.conf" -p "$NG"
   bpid=$SERVER_PID blog=$SERVER_LOG
   cat >"$IT_TMP/haproxy.cfg" <<CONF
 global
@@ -51,14 +77,14 @@ CONF
   rm -f "$IT_TMP/haproxy.pid"
   pre_for server
   if ! wait_port "$bport" "$bpid" 20 ||
-    ! FABSOCK_LOG=warn "${PRE[@]}" haproxy -W -f "$IT_TMP/haproxy.cfg" -p "$IT_TMP/haproxy.pid" >"$hlog" 2>&1 ||
+    ! "${PRE[@]}" haproxy -W -f "$IT_TMP/haproxy.cfg" -p "$IT_TMP/haproxy.pid" >"$hlog" 2>&1 ||
     ! wait_port "$fport" "" 20; then
     tap_not_ok "haproxy (master-worker, chroot, user haproxy) [$MODE]" "did not start" "$hlog" "$blog"
-    kill "$(cat "$IT_TMP/haproxy.pid" 2>/dev/null)" 2>/dev/null
+    haproxy_stop
     stop_server "$bpid"
     continue
   fi
-  fetch_twice "haproxy (chroot, user haproxy, RLIMIT_NPROC 0) to http.server, 16 MiB twice" \
+  fetch_twice "haproxy (chroot, user haproxy, RLIMIT_NPROC 0) to nginx (www-data), 16 MiB twice" \
     "http://127.0.0.1:$fport/big" "$sum"
   # Both hops have a preloaded end at each side only in [both].
   if [ "$MODE" = both ] && fabric_enabled; then
@@ -66,12 +92,12 @@ CONF
     start_bg_client slow curl -sS --limit-rate 1M -o /dev/null "http://127.0.0.1:$fport/big"
     rc=0 detail=
     expect_fabric "$fport" "$(fabric_expected)" 10 || { rc=1; detail="curl-haproxy: $FABRIC_DETAIL; "; }
-    expect_fabric "$bport" "$(fabric_expected)" 10 || { rc=1; detail+="haproxy-backend: $FABRIC_DETAIL"; }
+    expect_fabric "$bport" "$(fabric_expected)" 10 || { rc=1; detail+="haproxy-nginx: $FABRIC_DETAIL"; }
     kill "$BG_PID" 2>/dev/null
     it_reap "$BG_PID"; it_forget "$BG_PID"
     tap_result $rc "$name [$MODE] fabric=$(fabric_expected)" "${detail:-$FABRIC_DETAIL}" "$hlog"
   fi
-  kill "$(cat "$IT_TMP/haproxy.pid" 2>/dev/null)" 2>/dev/null
+  haproxy_stop
   stop_server "$bpid"
 done
 it_done

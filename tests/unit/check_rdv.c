@@ -11,6 +11,7 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -419,6 +420,67 @@ START_TEST(t_diag)
 }
 END_TEST
 
+/* One holder query (rdv.h) on a fresh connection to the listener's name:
+ * the reply's status, and its pid in *pid. */
+static int ask_who(const void *q, size_t len, const int *fds, int nfds, uint32_t *pid)
+{
+  int u = rdv_connect();
+  ck_assert_int_eq(send_req(u, q, len, fds, nfds), (int)len);
+  struct pollfd p = { u, POLLIN, 0 };
+  ck_assert_int_eq(FS_REAL(poll)(&p, 1, 3000), 1);
+  struct fs_rdv_rep rep;
+  ck_assert_int_eq(FS_REAL(recv)(u, &rep, sizeof rep, 0), (ssize_t)sizeof rep);
+  ck_assert_uint_eq(rep.magic, FS_RDV_MAGIC_REP);
+  FS_REAL(close)(u);
+  *pid = rep.pad2;
+  return (int)rep.status;
+}
+
+/* A client in a chroot cannot read the stat tables: it asks the listener's
+ * process who holds the peer's socket.  Here a child forked with the
+ * accepted socket lists it (this process is never its own answer): its pid
+ * comes back; an inode nobody lists is "pending"; a malformed query gets
+ * no pid, and one with descriptors is a bad request.  The connection stays
+ * on TCP, unharmed. */
+START_TEST(t_holder_query)
+{
+  pair_setup();
+  struct stat st;
+  ck_assert_int_eq(fstat(sfd, &st), 0);
+  uint32_t pid = 1;
+  struct fs_rdv_who q = { FS_RDV_MAGIC_WHO, FS_RDV_VERSION, 0, (uint32_t)st.st_ino, 0 };
+  ck_assert_int_eq(ask_who(&q, sizeof q, NULL, 0, &pid), FS_REASON_PENDING);
+  ck_assert_uint_eq(pid, 0);
+  int go[2];
+  ck_assert_int_eq(pipe(go), 0);
+  fs_sock_before_fork();
+  pid_t child = fork();
+  fs_sock_after_fork(child);
+  if (child == 0) {
+    char b;
+    (void)!FS_REAL(read)(go[0], &b, 1); /* until the parent is done */
+    _exit(0);
+  }
+  int status = -1;
+  for (int i = 0; i < 200 && (status = ask_who(&q, sizeof q, NULL, 0, &pid)) != FS_REASON_NOT_OWNER; i++)
+    usleep(10000);
+  ck_assert_int_eq(status, FS_REASON_NOT_OWNER);
+  ck_assert_uint_eq(pid, (uint32_t)child);
+  struct fs_rdv_who bad = q;
+  bad.version = 7;
+  ck_assert_int_eq(ask_who(&bad, sizeof bad, NULL, 0, &pid), FS_REASON_NO_PEER);
+  ck_assert_uint_eq(pid, 0);
+  bad = q;
+  bad.inode = 0;
+  ck_assert_int_eq(ask_who(&bad, sizeof bad, NULL, 0, &pid), FS_REASON_NO_PEER);
+  ck_assert_int_eq(ask_who(&q, sizeof q, &cfd, 1, &pid), FS_REASON_PROTOCOL);
+  ck_assert_int_eq(ask_who(&q, sizeof q - 1, NULL, 0, &pid), FS_REASON_PROTOCOL);
+  ck_assert_int_eq(FS_REAL(write)(go[1], "x", 1), 1);
+  ck_assert_int_eq(waitpid(child, &status, 0), child);
+  assert_still_tcp();
+}
+END_TEST
+
 /* A listener name served by another uid than the peer socket's: a prefork
  * master whose workers run as another user, or a squatter.  The dial says
  * so (the client then asks the holder, checked by pid and uid) and sends
@@ -478,6 +540,7 @@ int main(void)
   tcase_add_test(tc, t_check_req);
   tcase_add_test(tc, t_diag);
   tcase_add_test(tc, t_hostile_requests);
+  tcase_add_test(tc, t_holder_query);
   tcase_add_test(tc, t_truncated_fds);
   tcase_add_test(tc, t_held_until_first_use);
   tcase_add_test(tc, t_held_then_handed_on);
