@@ -2,7 +2,9 @@
  * splice/tee/copy_file_range and the _FORTIFY_SOURCE variants.  An
  * untracked fd costs one load. */
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <string.h>
 #include <sys/sendfile.h>
 #include <unistd.h>
@@ -62,10 +64,18 @@ FS_EXPORT ssize_t read(int fd, void *buf, size_t n)
   return fs_io_recv(c, fd, &io);
 }
 
+/* A vector the kernel refuses (EINVAL for readv/writev, EMSGSIZE for
+ * recvmsg/sendmsg) is refused by the kernel: it moves no byte, on a fabric
+ * connection either.  A fabric took 1025 buffers and read "0 bytes" for -1. */
+static inline bool fs_io_bad_vec(size_t n)
+{
+  return n > IOV_MAX;
+}
+
 FS_EXPORT ssize_t readv(int fd, const struct iovec *iov, int cnt)
 {
   struct fs_conn *c = fs_fdtab_get(fd);
-  if (!c)
+  if (!c || fs_io_bad_vec((size_t)cnt))
     return FS_REAL(readv)(fd, iov, cnt);
   struct fs_io io = { .op = FS_IO_READV, .iov = (struct iovec *)iov, .iovcnt = cnt };
   return fs_io_recv(c, fd, &io);
@@ -104,6 +114,8 @@ FS_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
     }
     return r;
   }
+  if (!msg || fs_io_bad_vec(msg->msg_iovlen))
+    return FS_REAL(recvmsg)(fd, msg, flags);
   struct fs_io io = { .op = FS_IO_RECVMSG, .flags = flags, .msg = msg,
                       .iov = msg->msg_iov, .iovcnt = (int)msg->msg_iovlen };
   return fs_io_recv(c, fd, &io);
@@ -146,7 +158,7 @@ FS_EXPORT ssize_t write(int fd, const void *buf, size_t n)
 FS_EXPORT ssize_t writev(int fd, const struct iovec *iov, int cnt)
 {
   struct fs_conn *c = fs_fdtab_get(fd);
-  if (!c)
+  if (!c || fs_io_bad_vec((size_t)cnt))
     return FS_REAL(writev)(fd, iov, cnt);
   struct fs_io io = { .op = FS_IO_WRITEV, .iov = (struct iovec *)iov, .iovcnt = cnt };
   return fs_io_send(c, fd, &io);
@@ -184,6 +196,8 @@ FS_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
     }
     return FS_REAL(sendmsg)(fd, msg, flags);
   }
+  if (!msg || fs_io_bad_vec(msg->msg_iovlen))
+    return FS_REAL(sendmsg)(fd, msg, flags);
   struct fs_io io = { .op = FS_IO_SENDMSG, .flags = flags, .msg = (struct msghdr *)msg,
                       .iov = msg->msg_iov, .iovcnt = (int)msg->msg_iovlen };
   return fs_io_send(c, fd, &io);

@@ -3,8 +3,11 @@
 # pipe (ENOTSOCK), bad arguments (EINVAL, EAFNOSUPPORT, ...), an unconnected
 # socket (ENOTCONN, EPIPE), a refused connect (ECONNREFUSED), non-blocking
 # reads (EAGAIN), a double connect (EISCONN), bad buffers (EFAULT),
-# shutdown/half-close, dup, epoll errors, and checks that successful calls
-# leave errno alone.  One process; the preloaded transcript must be
+# shutdown/half-close, dup, epoll errors, vectors the kernel refuses
+# (IOV_MAX + 1 or -1 buffers: EINVAL, EMSGSIZE) and discarding receives
+# (MSG_TRUNC, NULL buffer) on a pair that moved 1 MiB each way (on a fabric
+# where preloaded: it took 1025 buffers, and read "0 bytes" for -1), and
+# checks that successful calls leave errno alone.  One process; the preloaded transcript must be
 # identical to the plain one.
 . "$(dirname "$0")/lib.sh"
 require_progs errnos

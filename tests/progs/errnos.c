@@ -14,6 +14,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -209,6 +210,43 @@ int main(void)
   usleep(20000);
   T("readv(2+5)", readv(s, riov, 2));
   printf("readv data: %.7s\n", buf);
+
+  puts("== vectors and discards (after 1 MiB each way: on a fabric where preloaded)");
+  /* A pair of its own: the transcript after it stays where it was. */
+  int vc = socket(AF_INET, SOCK_STREAM, 0);
+  if (connect(vc, (struct sockaddr *)&la, sizeof la) < 0)
+    it_die(2, "connect:");
+  wait_in(l);
+  int vs = accept(l, NULL, NULL);
+  if (vs < 0)
+    it_die(2, "accept:");
+  static char chunk[65536];
+  for (int i = 0; i < 16; i++) {
+    if (it_write_all(vc, chunk, sizeof chunk) != (ssize_t)sizeof chunk ||
+        it_read_full(vs, chunk, sizeof chunk) != (ssize_t)sizeof chunk ||
+        it_write_all(vs, chunk, sizeof chunk) != (ssize_t)sizeof chunk ||
+        it_read_full(vc, chunk, sizeof chunk) != (ssize_t)sizeof chunk)
+      return 2;
+  }
+  usleep(200000); /* the rendezvous, where there is one */
+  static struct iovec many[IOV_MAX + 1];
+  for (int i = 0; i <= IOV_MAX; i++)
+    many[i] = (struct iovec){ buf, 1 };
+  volatile int neg = -1;
+  T("writev(IOV_MAX + 1)", writev(vc, many, IOV_MAX + 1));
+  T("writev(-1)", writev(vc, many, neg));
+  struct msghdr mh = { .msg_iov = many, .msg_iovlen = IOV_MAX + 1 };
+  T("sendmsg(IOV_MAX + 1)", sendmsg(vc, &mh, MSG_NOSIGNAL));
+  T("readv(IOV_MAX + 1)", readv(vs, many, IOV_MAX + 1));
+  T("readv(-1)", readv(vs, many, neg));
+  T("recvmsg(IOV_MAX + 1)", recvmsg(vs, &mh, MSG_DONTWAIT));
+  T("send(trunc)", send(vc, "trunc", 5, 0));
+  wait_in(vs);
+  T("recv(NULL, MSG_PEEK | MSG_TRUNC)", recv(vs, NULL, 100, MSG_PEEK | MSG_TRUNC | MSG_DONTWAIT));
+  T("recv(NULL, MSG_TRUNC)", recv(vs, NULL, 100, MSG_TRUNC | MSG_DONTWAIT));
+  T("recv(MSG_TRUNC, drained)", recv(vs, NULL, 100, MSG_TRUNC | MSG_DONTWAIT));
+  close(vc);
+  close(vs);
 
   puts("== dup");
   int d = dup(s);
