@@ -701,8 +701,10 @@ static ssize_t fs_sock_recv_up(struct fs_conn *c, int fd, struct fs_io *io)
   if (__builtin_expect(fs_gpuio_device(io), 0))
     return fs_gpuio_recv(c, fd, io, fs_sock_recv);
   int flags = fs_io_flags(io);
-  if (__builtin_expect(flags & MSG_OOB, 0))
-    return fs_sock_tcp_io(fd, io); /* the urgent byte is the kernel's, outside the stream */
+  /* The urgent byte and the error queue are the kernel's, outside the
+   * stream: a fabric recv(MSG_ERRQUEUE) returned (and consumed) stream bytes. */
+  if (__builtin_expect(flags & (MSG_OOB | MSG_ERRQUEUE), 0))
+    return fs_sock_tcp_io(fd, io);
   if (__builtin_expect(flags & MSG_TRUNC, 0) && c->hooks)
     return fs_sockio_discard(c, fd, io, fs_sock_recv_up); /* the hooks see the bytes */
   bool peek = flags & MSG_PEEK;

@@ -4,6 +4,7 @@
 #include <netinet/tcp.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include "base/lock.h"
@@ -163,12 +164,32 @@ void fs_sockopt_switch_push(struct fs_conn *c)
   errno = saved;
 }
 
-int fs_sockopt_fionread(struct fs_conn *c, int *out)
+int fs_sockopt_fionread(struct fs_conn *c, int fd, int *out)
 {
   struct fs_chan *ch = fs_cutover_chan(c);
-  if (!ch || c->rx_flow != FS_FLOW_FABRIC)
+  if (!ch || c->rx_flow == FS_FLOW_EOF)
     return -ENOTSUP;
-  size_t n = fs_ring_readable(&ch->rx);
+  size_t n;
+  if (c->rx_flow == FS_FLOW_TCP) {
+    /* The peer has switched (its SWITCH heads the ring): the TCP bytes due
+     * before it, then the ring's.  The kernel's count alone said 0 with
+     * the ring full until the next read popped the SWITCH.  Read without
+     * the rx lock: a count as racy as the kernel's own. */
+    uint64_t at;
+    int k;
+    if (c->resync_rx || fs_cutover_switch_head(ch, &at) != 1)
+      return -ENOTSUP;
+    if (FS_REAL(ioctl)(fd, FIONREAD, &k) < 0)
+      return -errno;
+    uint64_t due = at > c->tcp_rx ? at - c->tcp_rx : 0;
+    if ((uint64_t)k < due) {
+      *out = k;
+      return 0;
+    }
+    n = (size_t)due + fs_ring_readable_past_head(&ch->rx);
+  } else {
+    n = fs_ring_readable(&ch->rx);
+  }
   *out = n > 0x7fffffff ? 0x7fffffff : (int)n;
   return 0;
 }

@@ -48,7 +48,8 @@ void fs_sockopt_buf_cap(struct fs_conn *c, struct fs_chan *ch);
 /* ch is being put on c: publish our SO_RCVBUF to the peer, cap our tx. */
 void fs_sockopt_attach(struct fs_conn *c, struct fs_chan *ch);
 
-/* FIONREAD on a fabric connection; -ENOTSUP means ask the kernel. */
-int fs_sockopt_fionread(struct fs_conn *c, int *out);
+/* FIONREAD on connection c (socket fd) with a channel; -ENOTSUP means
+ * ask the kernel. */
+int fs_sockopt_fionread(struct fs_conn *c, int fd, int *out);
 
 #endif

@@ -382,7 +382,7 @@ ssize_t fs_ring_get_data(struct fs_ring *r, const struct iovec *iov, int iovcnt,
   return (ssize_t)copied;
 }
 
-size_t fs_ring_readable(const struct fs_ring *r)
+static size_t fs_ring_readable_from(const struct fs_ring *r, bool past_head)
 {
   uint64_t head = __atomic_load_n(&r->ctl->head, __ATOMIC_RELAXED);
   uint64_t tail = fs_ring_load(&r->ctl->tail);
@@ -390,11 +390,24 @@ size_t fs_ring_readable(const struct fs_ring *r)
   for (;;) {
     uint32_t hdr[2];
     uint64_t total;
-    if (fs_ring_rec(r, &head, tail, hdr, &total) <= 0 || (hdr[0] & 0xff) != FS_REC_DATA)
+    if (fs_ring_rec(r, &head, tail, hdr, &total) <= 0 || ((hdr[0] & 0xff) != FS_REC_DATA && !past_head))
       return n;
-    n += hdr[1];
+    if (past_head)
+      past_head = false;
+    else
+      n += hdr[1];
     head += total;
   }
+}
+
+size_t fs_ring_readable(const struct fs_ring *r)
+{
+  return fs_ring_readable_from(r, false);
+}
+
+size_t fs_ring_readable_past_head(const struct fs_ring *r)
+{
+  return fs_ring_readable_from(r, true);
 }
 
 bool fs_ring_data_ahead(const struct fs_ring *r, size_t need)

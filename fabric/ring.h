@@ -148,6 +148,8 @@ void fs_ring_pop(struct fs_ring *r);
 
 /* DATA bytes readable before the first control record (FIONREAD). */
 size_t fs_ring_readable(const struct fs_ring *r);
+/* The same after the record at the head (a SWITCH, which a reader pops). */
+size_t fs_ring_readable_past_head(const struct fs_ring *r);
 
 /* Has the consumer what a reader needing `need` bytes waits for: that many
  * DATA bytes, or fewer with a control record behind them (EOF, REVERT,

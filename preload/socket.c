@@ -371,7 +371,7 @@ FS_EXPORT int ioctl(int fd, unsigned long req, ...)
   int rc;
   if (req == FIONREAD) {
     int n;
-    rc = fs_sockopt_fionread(c, &n);
+    rc = fs_sockopt_fionread(c, fd, &n);
     if (rc == -ENOTSUP) {
       rc = FS_REAL(ioctl)(fd, req, arg);
     } else if (rc == 0) {

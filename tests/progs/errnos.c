@@ -242,6 +242,11 @@ int main(void)
   T("recvmsg(IOV_MAX + 1)", recvmsg(vs, &mh, MSG_DONTWAIT));
   T("send(trunc)", send(vc, "trunc", 5, 0));
   wait_in(vs);
+  T("recv(MSG_ERRQUEUE)", recv(vs, buf, 100, MSG_ERRQUEUE | MSG_DONTWAIT));
+  usleep(20000);
+  v = -1;
+  T("ioctl(FIONREAD, the peer's first bytes after its switch)", ioctl(vs, FIONREAD, &v));
+  printf("FIONREAD: %d\n", v);
   T("recv(NULL, MSG_PEEK | MSG_TRUNC)", recv(vs, NULL, 100, MSG_PEEK | MSG_TRUNC | MSG_DONTWAIT));
   T("recv(NULL, MSG_TRUNC)", recv(vs, NULL, 100, MSG_TRUNC | MSG_DONTWAIT));
   T("recv(MSG_TRUNC, drained)", recv(vs, NULL, 100, MSG_TRUNC | MSG_DONTWAIT));

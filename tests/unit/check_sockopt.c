@@ -393,6 +393,47 @@ START_TEST(t_kernel_only_options)
 }
 END_TEST
 
+static int fionread(struct tcp *t)
+{
+  int n = -1;
+  int rc = fs_sockopt_fionread(t->c, t->fd, &n);
+  if (rc == -ENOTSUP)
+    ck_assert_int_eq(ioctl(t->fd, FIONREAD, &n), 0);
+  else
+    ck_assert_int_eq(rc, 0);
+  return n;
+}
+
+/* FIONREAD while the peer's SWITCH heads our ring and rx is still on TCP
+ * (until the next read pops it): the TCP bytes due before it, then the
+ * ring's.  It said 0 with the ring full (the kernel's count alone), and a
+ * program that takes "readable, 0 bytes" for a closed peer closed. */
+START_TEST(t_fionread_counts_past_the_switch)
+{
+  struct tcp t;
+  tcp_new(&t);
+  tcp_onto_fabric(&t);
+  ck_assert_int_eq(write(t.peer, "abc", 3), 3);
+  ck_assert_int_eq(fs_ring_put_ctl(&t.b->tx, FS_REC_SWITCH, 6), 0);
+  struct iovec v = { "fabric", 6 };
+  ck_assert_uint_eq(fs_ring_put_data(&t.b->tx, &v, 1, 0, 6), 6);
+  usleep(20000);
+  ck_assert_int_eq(fionread(&t), 3); /* 3 more due on TCP first */
+  ck_assert_int_eq(write(t.peer, "def", 3), 3);
+  usleep(20000);
+  ck_assert_int_eq(fionread(&t), 12);
+  char b[32];
+  struct iovec r = { b, sizeof b };
+  struct fs_io io = { .op = FS_IO_RECV, .flags = MSG_DONTWAIT, .iov = &r, .iovcnt = 1 };
+  ck_assert_int_eq(fs_sock_recv(t.c, t.fd, &io), 6);
+  ck_assert_int_eq(memcmp(b, "abcdef", 6), 0);
+  ck_assert_int_eq(fionread(&t), 6);
+  ck_assert_int_eq(fs_sock_recv(t.c, t.fd, &io), 6);
+  ck_assert_int_eq(memcmp(b, "fabric", 6), 0);
+  ck_assert_int_eq(fionread(&t), 0);
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("sockopt");
@@ -409,6 +450,7 @@ int main(void)
   tcase_add_test(tc, t_sendfile_on_fabric_fills_the_ring);
   tcase_add_test(tc, t_bad_buffer_on_fabric_is_efault);
   tcase_add_test(tc, t_reply_sizes_seen_before_the_upgrade);
+  tcase_add_test(tc, t_fionread_counts_past_the_switch);
   suite_add_tcase(s, tc);
   return run_suite(s, true);
 }
