@@ -35,6 +35,16 @@ def echo_trips(s, n, size=65536):
     print('exchanged %d bytes each way' % (n * size), flush=True)
 
 
+def echo_until_eof(c):
+    """Echo what socket c receives until EOF, then close it."""
+    while True:
+        b = c.recv(65536)
+        if not b:
+            break
+        c.sendall(b)
+    c.close()
+
+
 def listen_portfile(portfile, backlog=1):
     """A listener on 127.0.0.1 at a port of the kernel's choosing, written
     to portfile (atomically: the test reads it once it exists)."""

@@ -441,6 +441,37 @@ release_bg() {
   it_forget "$BG_PID"; BG_PID=
   return $rc
 }
+# held_pair_start TAG SCRIPT [CLIENT_ARGS...]: a Python test program in its
+# two roles: `SCRIPT server PORTFILE` as the server, then `SCRIPT client
+# PORT HOLDFILE CLIENT_ARGS...` in the background, held once it printed
+# "exchanged ..." (past the upgrade threshold) until held_pair_end: the
+# caller looks at the connection meanwhile.  Sets HELD_PORT (empty if the
+# server did not start), and rc (1 on failure) and detail (why), as the
+# tests that use it report them.
+held_pair_start() {
+  local tag=$1 script=$2 pf=$IT_TMP/$1.$MODE.port
+  shift 2
+  HELD_HOLD=$pf.hold HELD_PORT= rc=0 detail=
+  rm -f "$pf" "$HELD_HOLD"
+  real_python
+  start_server "$tag" "$IT_PYTHON" "$script" server "$pf"
+  if ! wait_file "$pf" "$SERVER_PID" 20; then
+    server_status; rc=1; detail="server did not start ($SRV_STATUS); "
+    return 1
+  fi
+  HELD_PORT=$(cat "$pf")
+  start_bg_client "$tag" "$IT_PYTHON" "$script" client "$HELD_PORT" "$HELD_HOLD" "$@"
+  wait_log '^exchanged' "$BG_LOG" "$BG_PID"
+}
+# held_pair_end: release the held client, wait for both; a failed client
+# or a server exit other than 0 sets rc and says so in detail.
+held_pair_end() {
+  [ -n "$HELD_PORT" ] && { release_bg "$HELD_HOLD" || rc=1; }
+  wait "$SERVER_PID"
+  local src=$?
+  it_forget "$SERVER_PID"
+  [ "$src" -eq 0 ] || { rc=1; detail+="server exit $src; "; }
+}
 # wait_log PATTERN FILE PID [SECONDS]: until a line of FILE matches PATTERN
 # (a program's cue); 1 once PID has exited or after SECONDS (default 20).
 wait_log() {

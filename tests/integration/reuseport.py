@@ -11,14 +11,7 @@ import socket
 import sys
 import threading
 
-
-def serve(c):
-    while True:
-        b = c.recv(65536)
-        if not b:
-            break
-        c.sendall(b)
-    c.close()
+from itsock import echo_until_eof
 
 
 def main():
@@ -30,7 +23,7 @@ def main():
         f.write("ok\n")
     while True:
         c, _ = ls.accept()
-        threading.Thread(target=serve, args=(c,), daemon=True).start()
+        threading.Thread(target=echo_until_eof, args=(c,), daemon=True).start()
 
 
 if __name__ == "__main__":

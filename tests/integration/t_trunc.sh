@@ -10,27 +10,16 @@
 # buffer, NULL here, even on TCP.
 . "$(dirname "$0")/lib.sh"
 require_cmd python3
-real_python
 echo "bbbbbbbbbb" >"$IT_TMP/trunc.patterns"
 for MODE in $(it_modes); do
  for how in plain hooks; do
   name="recv MSG_TRUNC discards as on TCP (NULL buffer, peek, HAProxy's drain, recvmsg)"
   hooks=
   [ $how = hooks ] && { name="$name (a dpi hook)"; hooks="dpi:patterns=$IT_TMP/trunc.patterns,action=log"; }
-  pf=$IT_TMP/trunc.$MODE.$how.port hold=$IT_TMP/trunc.$MODE.$how.hold
-  rm -f "$pf" "$hold"
-  FABSOCK_HOOKS=$hooks start_server trunc-$how "$IT_PYTHON" "$IT_DIR/trunc.py" server "$pf"
-  rc=0 detail=
-  if ! wait_file "$pf" "$SERVER_PID" 20; then
-    server_status; rc=1; detail="server did not start ($SRV_STATUS); "
-  else
-    FABSOCK_HOOKS=$hooks start_bg_client trunc-$how "$IT_PYTHON" "$IT_DIR/trunc.py" client "$(cat "$pf")" "$hold"
-    wait_log '^exchanged' "$BG_LOG" "$BG_PID"
-    expect_fabric "$(cat "$pf")" "$(fabric_expected)" 10 || { rc=1; detail="before: $FABRIC_DETAIL; "; }
-    release_bg "$hold" || rc=1
+  if FABSOCK_HOOKS=$hooks held_pair_start trunc-$how "$IT_DIR/trunc.py"; then
+    expect_fabric "$HELD_PORT" "$(fabric_expected)" 10 || { rc=1; detail="before: $FABRIC_DETAIL; "; }
   fi
-  wait "$SERVER_PID"; src=$?; it_forget "$SERVER_PID"
-  [ "$src" -eq 0 ] || { rc=1; detail+="server exit $src; "; }
+  held_pair_end
   grep -qx 'discarded 5000 300/300 7000 2000' "$SERVER_LOG" || rc=1
   grep -qx 'last round trip exact' "$BG_LOG" || rc=1
   # 50 x 64 KiB echoed, 5000 dropped and 300 read: the drained b's start there
