@@ -389,6 +389,8 @@ ssize_t fs_sock_send(struct fs_conn *c, int fd, struct fs_io *io)
   fs_hold_use(c);
   if (__builtin_expect(c->connecting, 0))
     return fs_sock_io_connecting(c, fd, io, fs_sock_send_up);
+  if (__builtin_expect(fs_io_flags(io) & MSG_FASTOPEN, 0))
+    return fs_sockio_fastopen(c, fd, io, fs_sock_send_up);
   return fs_sock_send_up(c, fd, io);
 }
 

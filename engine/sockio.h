@@ -33,6 +33,11 @@ ssize_t fs_sockio_live_check(struct fs_conn *c, int fd);
  * dropped; the count, or -errno. */
 ssize_t fs_sockio_discard(struct fs_conn *c, int fd, struct fs_io *io, fs_io_fn recv);
 
+/* A send with MSG_FASTOPEN through send (the caller's entry point): on a
+ * socket not connected yet with an address, the connect it is (TCP Fast
+ * Open); the send's result. */
+ssize_t fs_sockio_fastopen(struct fs_conn *c, int fd, struct fs_io *io, fs_io_fn send);
+
 /* fs_sock_tcp_io on c's socket under lock l, which a cancel of the call
  * (a cancellation point) unlocks on its way out (engine/cancel.h).  A call
  * that cannot block needs that only once the process cancels threads. */

@@ -1,9 +1,13 @@
-/* MSG_TRUNC on a stream socket (engine/sockio.h, fs_sockio_discard). */
+/* The MSG_* flags few programs use, each with the path it needs beside the
+ * ordinary send and receive (engine/sockio.h): MSG_TRUNC receives
+ * (fs_sockio_discard), MSG_FASTOPEN sends (fs_sockio_fastopen). */
 #include <errno.h>
 #include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "engine/conn.h"
+#include "engine/sock.h"
 #include "engine/sockio.h"
 
 /* Linux's TCP takes MSG_TRUNC as "discard": the bytes are consumed (or, with
@@ -57,4 +61,28 @@ ssize_t fs_sockio_discard(struct fs_conn *c, int fd, struct fs_io *io, fs_io_fn 
     io->msg->msg_flags = 0;
   }
   return (ssize_t)got;
+}
+
+/* sendto/sendmsg(MSG_FASTOPEN) with an address, on a socket not connected
+ * yet, is a connect (TCP Fast Open: curl --tcp-fastopen): the kernel's
+ * send, counted as any TCP send, after which the socket is connecting (the
+ * kernel says when it is done, as after a non-blocking connect: with a
+ * cookie the call returns while the SYN is out).  It stayed "unconnected":
+ * never upgraded, its stat row without addresses. */
+ssize_t fs_sockio_fastopen(struct fs_conn *c, int fd, struct fs_io *io, fs_io_fn send)
+{
+  const struct sockaddr *to = NULL;
+  socklen_t tolen = 0;
+  if (io->op == FS_IO_SENDTO) {
+    to = io->to;
+    tolen = io->tolen;
+  } else if (io->op == FS_IO_SENDMSG) {
+    to = io->msg->msg_name;
+    tolen = io->msg->msg_namelen;
+  }
+  bool opens = to && fs_conn_state(c) == FS_STATE_UNCONNECTED;
+  ssize_t r = send(c, fd, io);
+  if (opens && (r >= 0 || r == -EINPROGRESS))
+    fs_sock_connect_done(c, fd, -EINPROGRESS, to, tolen);
+  return r;
 }
