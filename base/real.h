@@ -26,6 +26,8 @@
 
 struct io_uring;        /* liburing's, opaque here */
 struct io_uring_params;
+struct io_uring_cqe;
+struct __kernel_timespec;
 
 /* X(return type, name, error value, parameter list, argument list).  The
  * io_uring_* entries are liburing's (they return -errno), present only in a
@@ -96,7 +98,33 @@ struct io_uring_params;
   X(int, io_uring_queue_init, -ENOSYS, (unsigned e, struct io_uring *r, unsigned f), (e, r, f)) \
   X(int, io_uring_queue_init_params, -ENOSYS, (unsigned e, struct io_uring *r, struct io_uring_params *p), (e, r, p)) \
   X(int, io_uring_queue_init_mem, -ENOSYS, \
-    (unsigned e, struct io_uring *r, struct io_uring_params *p, void *b, size_t n), (e, r, p, b, n))
+    (unsigned e, struct io_uring *r, struct io_uring_params *p, void *b, size_t n), (e, r, p, b, n)) \
+  X(void, io_uring_queue_exit, , (struct io_uring *r), (r)) \
+  X(int, io_uring_submit, -ENOSYS, (struct io_uring *r), (r)) \
+  X(int, io_uring_submit_and_wait, -ENOSYS, (struct io_uring *r, unsigned n), (r, n)) \
+  X(int, io_uring_submit_and_wait_timeout, -ENOSYS, \
+    (struct io_uring *r, struct io_uring_cqe **c, unsigned n, struct __kernel_timespec *t, sigset_t *s), \
+    (r, c, n, t, s)) \
+  X(int, io_uring_submit_and_get_events, -ENOSYS, (struct io_uring *r), (r)) \
+  X(int, io_uring_wait_cqes, -ENOSYS, \
+    (struct io_uring *r, struct io_uring_cqe **c, unsigned n, struct __kernel_timespec *t, sigset_t *s), \
+    (r, c, n, t, s)) \
+  X(int, io_uring_wait_cqe_timeout, -ENOSYS, (struct io_uring *r, struct io_uring_cqe **c, \
+    struct __kernel_timespec *t), (r, c, t)) \
+  X(int, __io_uring_get_cqe, -ENOSYS, \
+    (struct io_uring *r, struct io_uring_cqe **c, unsigned sub, unsigned n, sigset_t *s), (r, c, sub, n, s)) \
+  X(int, io_uring_enter, -ENOSYS, (unsigned fd, unsigned sub, unsigned n, unsigned f, sigset_t *s), \
+    (fd, sub, n, f, s)) \
+  X(int, io_uring_enter2, -ENOSYS, (unsigned fd, unsigned sub, unsigned n, unsigned f, sigset_t *s, size_t z), \
+    (fd, sub, n, f, s, z)) \
+  X(int, io_uring_register, -ENOSYS, (unsigned fd, unsigned op, const void *a, unsigned n), (fd, op, a, n)) \
+  X(int, io_uring_register_files, -ENOSYS, (struct io_uring *r, const int *f, unsigned n), (r, f, n)) \
+  X(int, io_uring_register_files_tags, -ENOSYS, (struct io_uring *r, const int *f, const uint64_t *t, unsigned n), \
+    (r, f, t, n)) \
+  X(int, io_uring_register_files_update, -ENOSYS, (struct io_uring *r, unsigned o, const int *f, unsigned n), \
+    (r, o, f, n)) \
+  X(int, io_uring_register_files_update_tag, -ENOSYS, \
+    (struct io_uring *r, unsigned o, const int *f, const uint64_t *t, unsigned n), (r, o, f, t, n))
 
 enum fs_real_id {
 #define FS_REAL_X_ID(ret, name, err, params, args) FS_REAL_ID_##name,

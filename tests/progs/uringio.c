@@ -15,6 +15,10 @@
  * byte-exact, or the ring waits forever for bytes sitting in a fabric ring.
  *   -L        make the ring with liburing (io_uring_queue_init) rather than
  *             with syscall(SYS_io_uring_setup); exit 77 when built without it
+ *   -F        a liburing ring for file reads alone (InnoDB's way), made
+ *             before the connection and used again once the stream is done
+ *             (server) or sent (client); the stream is send()/recv()'s (the
+ *             server reads up to 64 MiB)
  *   -H FILE   client: hold at it_hold(FILE) after connect (the harness lets
  *             go once the connection is on a fabric)
  *   -w FILE   hold at it_hold(FILE) once done, before closing (for a stat)
@@ -145,6 +149,46 @@ static int ring_op(struct ring *r, int op, int fd, void *buf, size_t n)
   }
 }
 
+/* As InnoDB (MariaDB) does: file I/O through a liburing ring, the stream
+ * never in it.  A 64 KiB scratch file, read through the ring by its fd and
+ * as a registered (fixed) file, each read checked. */
+static void ring_file_reads(struct ring *r)
+{
+#ifdef HAVE_LIBURING
+  char path[] = "/tmp/uringio.XXXXXX", want[CHUNK], got[CHUNK];
+  int ffd = mkstemp(path);
+  if (ffd < 0)
+    it_die(1, "mkstemp:");
+  unlink(path);
+  for (size_t i = 0; i < sizeof want; i++)
+    want[i] = (char)(i * 7);
+  if (it_write_all(ffd, want, sizeof want) != (ssize_t)sizeof want)
+    it_die(1, "write scratch file:");
+  static int registered; /* the second time, the registered slot is updated */
+  int reg = registered++ ? io_uring_register_files_update(&r->u, 0, &ffd, 1) : io_uring_register_files(&r->u, &ffd, 1);
+  if (reg < 0)
+    it_die(1, "io_uring_register_files: %s", strerror(-reg));
+  for (int fixed = 0; fixed < 2; fixed++) {
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&r->u);
+    memset(got, 0, sizeof got);
+    io_uring_prep_read(sqe, fixed ? 0 : ffd, got, sizeof got, 0);
+    if (fixed)
+      sqe->flags |= IOSQE_FIXED_FILE;
+    struct io_uring_cqe *cqe = NULL;
+    int rc = io_uring_submit(&r->u);
+    while (rc >= 0 && (rc = io_uring_wait_cqe(&r->u, &cqe)) == -EINTR)
+      ;
+    if (rc < 0 || cqe->res != (int)sizeof got || memcmp(got, want, sizeof got) != 0)
+      it_die(1, "ring file read (fixed %d): %d", fixed, rc < 0 ? rc : cqe->res);
+    io_uring_cqe_seen(&r->u, cqe);
+  }
+  close(ffd);
+#else
+  (void)r;
+  it_die(77, "built without liburing (liburing-dev)");
+#endif
+}
+
 /* Send exactly n bytes of buf through the ring. */
 static int ring_send_all(struct ring *r, int fd, const char *buf, size_t n)
 {
@@ -184,11 +228,16 @@ static void report(const char *role, uint64_t bytes, uint32_t crc)
   fflush(stdout);
 }
 
-static void serve(const char *portfile, uint64_t rfirst, int ring_first, int lib, const char *endhold)
+static void serve(const char *portfile, uint64_t rfirst, int ring_first, int lib, int files, const char *endhold)
 {
   struct ring r;
   uint64_t bytes = 0;
   uint32_t crc = 0;
+  if (files) { /* a ring for files alone: the stream is recv()'s */
+    ring_init(&r, 1);
+    ring_file_reads(&r);
+    rfirst = 64u << 20; /* past any stream the harness sends: recv() to its EOF */
+  }
   if (ring_first)
     ring_init(&r, lib);
   int bound, lfd = it_listen(0, NULL, 0, 4, &bound);
@@ -206,23 +255,25 @@ static void serve(const char *portfile, uint64_t rfirst, int ring_first, int lib
     if (fd < 0)
       it_die(1, "accept:");
     if (!it_stream_server_first(fd, rfirst, &bytes, &crc))
-      goto done; /* EOF before the switch */
+      goto done; /* EOF before the switch (with -F: the whole stream) */
     ring_init(&r, lib);
   }
   if (ring_recv_all(&r, fd, &bytes, &crc) < 0)
     it_die(1, "ring recv after %llu bytes:", (unsigned long long)bytes);
 done:
+  if (files)
+    ring_file_reads(&r); /* the ring again, the connection on its fabric */
   report("server", bytes, crc);
   it_hold(endhold);
 }
 
 int main(int argc, char **argv)
 {
-  int opt, listen_mode = 0, port = 0, ring_first = 0, lib = 0;
+  int opt, listen_mode = 0, port = 0, ring_first = 0, lib = 0, files = 0;
   uint64_t n = 0, first = 0, rfirst = 512 * 1024;
   const char *portfile = NULL, *hold = NULL, *endhold = NULL;
   it_prog = "uringio";
-  while ((opt = getopt(argc, argv, "lcp:P:n:s:r:ALH:w:V")) != -1) {
+  while ((opt = getopt(argc, argv, "lcp:P:n:s:r:ALFH:w:V")) != -1) {
     switch (opt) {
     case 'V':
 #ifdef HAVE_LIBURING
@@ -240,20 +291,28 @@ int main(int argc, char **argv)
     case 'r': rfirst = it_size(optarg); break;
     case 'A': ring_first = 1; break;
     case 'L': lib = 1; break;
+    case 'F': files = 1; break;
     case 'H': hold = optarg; break;
     case 'w': endhold = optarg; break;
     default:
-      it_die(2, "usage: uringio -l [-P portfile] [-r bytes] [-A] [-L] [-w f] | -c -p port -n bytes [-s bytes] [-L] "
-                "[-H f] [-w f]");
+      it_die(2, "usage: uringio -l [-P portfile] [-r bytes] [-A] [-L] [-F] [-w f] | -c -p port -n bytes [-s bytes] "
+                "[-L] [-F] [-H f] [-w f]");
     }
   }
   if (listen_mode) {
-    serve(portfile, rfirst, ring_first, lib, endhold);
+    serve(portfile, rfirst, ring_first, lib, files, endhold);
     return 0;
   }
   int fd;
-  char *buf = it_stream_client(port, n, &first, hold, &fd);
   struct ring r;
+  if (files) { /* a ring for files alone: the stream is send()'s */
+    ring_init(&r, 1);
+    ring_file_reads(&r);
+    first = n;
+  }
+  char *buf = it_stream_client(port, n, &first, hold, &fd);
+  if (files)
+    ring_file_reads(&r);
   if (first < n) {
     ring_init(&r, lib);
     if (ring_send_all(&r, fd, buf + first, n - first) < 0)
