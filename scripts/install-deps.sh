@@ -10,8 +10,7 @@
 #   vm     qemu + a Debian kernel + busybox for the Soft-RoCE VM tests
 #
 # The integration tests start their own redis-server, memcached, nginx, haproxy,
-# MariaDB,
-# apache2 and PostgreSQL on free ports; the system services these packages
+# MariaDB, apache2 and PostgreSQL on free ports; the system services these packages
 # install are neither needed nor started by the install (nothing is
 # stopped, disabled or reconfigured here).
 set -eu
