@@ -59,7 +59,7 @@ void fs_real_resolve_all(void)
   if (__atomic_load_n(&fs_real_all, __ATOMIC_ACQUIRE))
     return;
 #define FS_REAL_X_ALL(ret, name, err, params, args) \
-  if (strncmp(#name, "io_uring", 8) != 0 && __atomic_load_n(&fs_real_tab.name, __ATOMIC_ACQUIRE) == NULL) \
+  if (!strstr(#name, "io_uring") && __atomic_load_n(&fs_real_tab.name, __ATOMIC_ACQUIRE) == NULL) \
     (void)fs_real_resolve(FS_REAL_ID_##name);
   FS_REAL_SYMBOLS(FS_REAL_X_ALL)
 #undef FS_REAL_X_ALL

@@ -30,7 +30,7 @@ struct io_uring_cqe;
 struct __kernel_timespec;
 
 /* X(return type, name, error value, parameter list, argument list).  The
- * io_uring_* entries are liburing's (they return -errno), present only in a
+ * io_uring_* and __io_uring_* entries are liburing's (they return -errno), present only in a
  * process that links it. */
 #define FS_REAL_SYMBOLS(X) \
   X(int, socket, -1, (int d, int t, int p), (d, t, p)) \
