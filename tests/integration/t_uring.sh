@@ -18,6 +18,8 @@
 #   accept   the server makes its ring first, accepts and reads through it;
 #            the client sends with send() only: its rendezvous with a
 #            process that takes no channel is refused at once, not held
+#   acceptlib the same with a liburing ring, which is followed: the accepted
+#            socket is the kernel's (never tracked), the client stays on TCP
 # Each: bytes and CRC intact, nothing hangs; but for files, each preloaded
 # end ends on TCP with reason io-uring (kernel-io: liburing) where it was
 # surely on the fabric (or asked for it).
@@ -36,15 +38,17 @@ fi
 wait "$ppid" 2>/dev/null
 
 for MODE in $(it_modes); do
-  for tag in switch liburing accept files; do
+  for tag in switch liburing accept acceptlib files; do
     why=io-uring
     case $tag in
       switch) sargs='' cargs='' early=1 want=accept name="both ends switch to io_uring (syscall) half way through 8 MiB, upgraded before the first byte" ;;
       liburing) sargs=-L cargs=-L early=1 want=accept why=kernel-io name="both ends switch to io_uring (liburing) half way through 8 MiB, upgraded before the first byte" ;;
       accept) sargs=-A cargs="-s 8M" early='' want=connect name="server accepts and reads 8 MiB through io_uring, client plain send()" ;;
+      acceptlib) sargs="-A -L" cargs="-s 8M" early='' want='' why= name="server accepts and reads 8 MiB through a liburing ring, client plain send()" ;;
       files) sargs=-F cargs=-F early='' want='' why= name="a liburing ring for files at both ends (InnoDB's way), 8 MiB by send/recv: the fabric kept" ;;
     esac
-    if { [ "$tag" = liburing ] || [ "$tag" = files ]; } && [ "$("$PROGS/uringio" -V)" != liburing=yes ]; then
+    if { [ "$tag" = liburing ] || [ "$tag" = acceptlib ] || [ "$tag" = files ]; } &&
+      [ "$("$PROGS/uringio" -V)" != liburing=yes ]; then
       tap_skip "$name [$MODE]" "tests/progs/uringio built without liburing (install liburing-dev, re-run configure)"
       continue
     fi
@@ -67,7 +71,7 @@ for MODE in $(it_modes); do
         done
       fi
     elif [ "$MODE" != plain ]; then
-      skip=; [ "$tag" = accept ] && skip=accept
+      skip=; [ "$tag" = accept ] || [ "$tag" = acceptlib ] && skip=accept
       ends_tcp_why "$STREAM_STAT" "$([ "$MODE" = both ] && echo "$why")" $skip
     fi
     tap_result "$([ -z "$WHY" ]; echo $?)" "$name [$MODE]" "${WHY:-${STREAM_SERVER#uringio: }}" "$out"
