@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/auxv.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -131,4 +132,40 @@ int fs_proc_threads(void)
   int n = stat("/proc/self/task", &st) == 0 && st.st_nlink > 2 ? (int)(st.st_nlink - 2) : -1;
   errno = saved;
   return n;
+}
+
+/* The page holding the pid; FS_PROC_SELF_NONE where the kernel has no
+ * MADV_WIPEONFORK (before 4.14): getpid() each time there. */
+#define FS_PROC_SELF_NONE ((int *)1)
+static int *fs_proc_self_slot;
+
+int fs_proc_self(void)
+{
+  int *s = __atomic_load_n(&fs_proc_self_slot, __ATOMIC_ACQUIRE);
+  if (__builtin_expect(s != NULL && s != FS_PROC_SELF_NONE, 1)) {
+    int pid = __atomic_load_n(s, __ATOMIC_RELAXED);
+    if (__builtin_expect(pid != 0, 1))
+      return pid;
+    pid = (int)getpid(); /* a child: the page came zeroed */
+    __atomic_store_n(s, pid, __ATOMIC_RELAXED);
+    return pid;
+  }
+  if (s == FS_PROC_SELF_NONE)
+    return (int)getpid();
+  int saved = errno;
+  long pg = sysconf(_SC_PAGESIZE);
+  int *page = mmap(NULL, (size_t)(pg > 0 ? pg : 4096), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  int *want = FS_PROC_SELF_NONE;
+  if (page != MAP_FAILED) {
+    if (madvise(page, (size_t)(pg > 0 ? pg : 4096), MADV_WIPEONFORK) == 0)
+      want = page;
+    else
+      munmap(page, (size_t)(pg > 0 ? pg : 4096));
+  }
+  int *none = NULL;
+  if (!__atomic_compare_exchange_n(&fs_proc_self_slot, &none, want, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) &&
+      want != FS_PROC_SELF_NONE)
+    munmap(want, (size_t)(pg > 0 ? pg : 4096)); /* another thread's page won */
+  errno = saved;
+  return fs_proc_self();
 }

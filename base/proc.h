@@ -21,6 +21,13 @@ size_t fs_proc_read(const char *path, char *buf, size_t len);
  * two plus that), or -1 if it cannot be told. */
 int fs_proc_threads(void);
 
+/* This process's pid, without a system call after the first in each
+ * process: kept in a page a child finds zeroed (MADV_WIPEONFORK), whatever
+ * made it (fork, _Fork, a bare clone).  Not for a vfork child, which shares
+ * the parent's memory: getpid() there.  A waiter asked getpid() at every
+ * sleep (engine/door.c): 1.7 system calls per MariaDB query. */
+int fs_proc_self(void);
+
 /* Does process pid hold socket inode among its descriptors
  * (/proc/PID/fd/N -> "socket:[inode]")?  1 yes, 0 no (or no such
  * process), -errno when it cannot be told (another user's process). */

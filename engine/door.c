@@ -4,6 +4,7 @@
 #include <sys/epoll.h>
 
 #include "base/fdreg.h"
+#include "base/proc.h"
 #include "base/real.h"
 #include "engine/door.h"
 
@@ -26,7 +27,7 @@ int fs_door_new(struct fs_door **out)
     return rc;
   }
   d->refs = 1;
-  d->pid = getpid();
+  d->pid = fs_proc_self();
   pthread_mutex_init(&d->lock, NULL);
   pthread_mutex_lock(&fs_door_all_lock);
   d->gnext = fs_door_all;
@@ -201,7 +202,7 @@ static void fs_door_watch_key_make(void)
 static struct fs_door_watch *fs_door_watch_mine(void)
 {
   struct fs_door_watch *w = fs_door_watch_tls;
-  if (w && w->pid == getpid())
+  if (w && w->pid == fs_proc_self())
     return w;
   pthread_once(&fs_door_watch_once, fs_door_watch_key_make);
   if (w) { /* the parent's, copied by fork: its set is the parent's too */
@@ -218,7 +219,7 @@ static struct fs_door_watch *fs_door_watch_mine(void)
     free(w);
     return NULL;
   }
-  w->pid = getpid();
+  w->pid = fs_proc_self();
   fs_door_watch_tls = w;
   (void)pthread_setspecific(fs_door_watch_key, w);
   return w;
@@ -248,7 +249,7 @@ int fs_door_watch(struct fs_door *d)
 bool fs_door_watch_is(int fd)
 {
   struct fs_door_watch *w = fs_door_watch_tls;
-  return w && fd >= 0 && w->epfd == fd && w->pid == getpid();
+  return w && fd >= 0 && w->epfd == fd && w->pid == fs_proc_self();
 }
 
 void fs_door_fd_woken(struct fs_door *d, int fd)

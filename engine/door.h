@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "base/bell.h"
+#include "base/proc.h"
 #include "engine/conn.h"
 
 #define FS_DOOR_CHUNK 256u
@@ -52,7 +53,7 @@ void fs_door_slot_put(struct fs_door *d, uint32_t slot);
 
 static inline bool fs_door_mine(const struct fs_door *d)
 {
-  return d->pid == getpid();
+  return d->pid == fs_proc_self();
 }
 
 /* Take the rung slots (fs_door_mine only), calling fn(arg, c) for each
