@@ -44,8 +44,9 @@ void fs_uring_sqes(const struct io_uring_sqe *sqes, unsigned shift, unsigned mas
   for (unsigned i = from; i != to; i++) {
     const struct io_uring_sqe *s = &sqes[(i & mask) << shift];
     uint8_t op = s->opcode;
-    if (!(s->flags & IOSQE_FIXED_FILE))
-      fs_uring_fd(s->fd, op == IORING_OP_CLOSE && s->file_index == 0);
+    /* A close of a registered slot (file_index) names no descriptor. */
+    if (!(s->flags & IOSQE_FIXED_FILE) && !(op == IORING_OP_CLOSE && s->file_index))
+      fs_uring_fd(s->fd, op == IORING_OP_CLOSE);
     if ((op == IORING_OP_SPLICE || op == IORING_OP_TEE) && !(s->splice_flags & SPLICE_F_FD_IN_FIXED))
       fs_uring_fd(s->splice_fd_in, false);
     if (op == IORING_OP_FILES_UPDATE)

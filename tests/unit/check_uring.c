@@ -71,6 +71,12 @@ START_TEST(t_sqes_name_sockets)
   sqe(10, IORING_OP_CLOSE, e, 0);
   fs_uring_sqes(sqes, 0, 7, 10, 11);
   ck_assert_ptr_null(fs_fdtab_get(e));
+  /* a close of a registered slot names no descriptor, whatever its fd says */
+  int g = tracked();
+  sqe(11, IORING_OP_CLOSE, g, 0);
+  sqes[11 & 7].file_index = 3;
+  fs_uring_sqes(sqes, 0, 7, 11, 12);
+  ck_assert(!kernel_io(g));
   /* files updated through an SQE */
   int upd[2] = { file, d };
   sqe(11, IORING_OP_FILES_UPDATE, -1, 0);
