@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 
-from reuseport import serve
+from itsock import echo_until_eof
 
 
 def worker(fd):
@@ -27,7 +27,7 @@ def worker(fd):
         if not msg:
             return
         for f in fds:
-            threading.Thread(target=serve, args=(socket.socket(fileno=f),), daemon=True).start()
+            threading.Thread(target=echo_until_eof, args=(socket.socket(fileno=f),), daemon=True).start()
 
 
 def main():
