@@ -15,30 +15,16 @@
 # the last line.
 #
 # usage: bench/proxy-db.sh [-r ROUNDS] [-s SECONDS] LIB...
-#   LIB      a libfabsock.so, or "plain" for no library
+#   LIB      a libfabsock.so, or "plain" for no library; LIB,VAR=VALUE[,...]
+#            runs it with those environment variables (as libs-ab.sh)
 # Needs root, haproxy + nginx + wrk, mariadb-server + mariadb-client; a
 # workload whose programs are missing is left out.
 set -u
-rounds=3 secs=5
-while getopts r:s: o; do
-  case $o in
-  r) rounds=$OPTARG ;;
-  s) secs=$OPTARG ;;
-  *) echo "usage: $0 [-r ROUNDS] [-s SECONDS] LIB..." >&2; exit 2 ;;
-  esac
-done
-shift $((OPTIND - 1))
-[ $# -ge 1 ] || { echo "usage: $0 [-r ROUNDS] [-s SECONDS] LIB..." >&2; exit 2; }
+# shellcheck source=bench/ab-common.sh
+. "$(cd "$(dirname "$0")" && pwd)/ab-common.sh"
+ab_parse "$0" "$@"
 [ "$(id -u)" = 0 ] || { echo "proxy-db: needs root (haproxy's chroot, www-data, mysql)" >&2; exit 1; }
-libs=()
-for l in "$@"; do
-  if [ "$l" = plain ]; then libs+=(plain); continue; fi
-  [ -f "$l" ] || { echo "proxy-db: no library at $l" >&2; exit 1; }
-  libs+=("$(readlink -f "$l")")
-done
 tmp=$(mktemp -d /tmp/fabsock-proxy-db.XXXXXX) && chmod 755 "$tmp" || exit 1
-pre() { if [ "$1" = plain ]; then echo env; else echo "env LD_PRELOAD=$1"; fi; }
-median() { sort -g | awk '{v[NR]=$1} END {if (NR==0) print "nan"; else if (NR%2) print v[(NR+1)/2]; else print (v[NR/2]+v[NR/2+1])/2}'; }
 stop_pidfile() {
   local p
   p=$(cat "$1" 2>/dev/null) && [ -n "$p" ] || return 0
@@ -95,7 +81,7 @@ if [ $have_db = 1 ]; then
   TMPDIR=$tmp/run mariadb-install-db --user=mysql --datadir="$tmp/data" >/dev/null 2>&1 || have_db=0
 fi
 db_start() {
-  $(pre "$1") mariadbd --no-defaults --user=mysql --datadir="$tmp/data" --port=$MPORT --bind-address=127.0.0.1 \
+  $(ab_pre "$1") mariadbd --no-defaults --user=mysql --datadir="$tmp/data" --port=$MPORT --bind-address=127.0.0.1 \
     --socket="$tmp/run/my.sock" --pid-file="$tmp/run/my.pid" --skip-grant-tables --tmpdir="$tmp/run" \
     --log-error="$tmp/run/err.log" >/dev/null 2>&1 &
   wait_port $MPORT
@@ -107,46 +93,29 @@ if [ $have_db = 1 ] && db_start plain; then
   stop_pidfile "$tmp/run/my.pid"
 fi
 
-for r in $(seq "$rounds"); do
-  n=${#libs[@]}
-  for k in $(seq 0 $((n - 1))); do
-    i=$(((k + r - 1) % n))
-    lib=${libs[$i]}; line="round $r $(basename "$lib"):"
-    if [ $have_proxy = 1 ]; then
-      $(pre "$lib") nginx -c "$tmp/nginx.conf" -p "$tmp" >/dev/null 2>&1 &
-      wait_port $BPORT && $(pre "$lib") haproxy -W -f "$tmp/haproxy.cfg" -p "$tmp/haproxy.pid" >/dev/null 2>&1 &&
-        wait_port $FPORT
-      v=$($(pre "$lib") wrk -t2 -c50 -d"${secs}s" "http://127.0.0.1:$FPORT/f4k" 2>/dev/null | awk '/Requests\/sec/ {print $2}')
-      echo "${v:-nan}" >>"$tmp/haproxy.$i"; line="$line haproxy ${v:-?}/s"
-      stop_pidfile "$tmp/haproxy.pid"; stop_pidfile "$tmp/nginx.pid"
-    fi
-    if [ $have_db = 1 ] && db_start "$lib"; then
-      q=$((secs * 4000))
-      t=$($(pre "$lib") mysqlslap --no-defaults -h 127.0.0.1 -P $MPORT --concurrency=8 --iterations=1 \
-        --number-of-queries=$q --create-schema=t --no-drop --query="SELECT v FROM x WHERE id=1234" 2>/dev/null |
-        awk '/Average number of seconds/ {print $(NF-1)}')
-      v=$(awk -v q=$q -v t="${t:-0}" 'BEGIN { if (t > 0) printf "%.0f", q / t; else print "nan" }')
-      echo "$v" >>"$tmp/mariadb.$i"; line="$line mariadb $v q/s"
-      stop_pidfile "$tmp/run/my.pid"
-    fi
-    echo "$line"
-  done
-done
+# One LIB's turn in a round: each workload, a figure each in $tmp/W.I.
+one() {
+  local lib=$1 i=$2 r=$3 v t q line
+  line="round $r $(basename "$lib"):"
+  if [ $have_proxy = 1 ]; then
+    $(ab_pre "$lib") nginx -c "$tmp/nginx.conf" -p "$tmp" >/dev/null 2>&1 &
+    wait_port $BPORT && $(ab_pre "$lib") haproxy -W -f "$tmp/haproxy.cfg" -p "$tmp/haproxy.pid" >/dev/null 2>&1 &&
+      wait_port $FPORT
+    v=$($(ab_pre "$lib") wrk -t2 -c50 -d"${secs}s" "http://127.0.0.1:$FPORT/f4k" 2>/dev/null | awk '/Requests\/sec/ {print $2}')
+    echo "${v:-nan}" >>"$tmp/haproxy.$i"; line="$line haproxy ${v:-?}/s"
+    stop_pidfile "$tmp/haproxy.pid"; stop_pidfile "$tmp/nginx.pid"
+  fi
+  if [ $have_db = 1 ] && db_start "$lib"; then
+    q=$((secs * 4000))
+    t=$($(ab_pre "$lib") mysqlslap --no-defaults -h 127.0.0.1 -P $MPORT --concurrency=8 --iterations=1 \
+      --number-of-queries=$q --create-schema=t --no-drop --query="SELECT v FROM x WHERE id=1234" 2>/dev/null |
+      awk '/Average number of seconds/ {print $(NF-1)}')
+    v=$(awk -v q=$q -v t="${t:-0}" 'BEGIN { if (t > 0) printf "%.0f", q / t; else print "nan" }')
+    echo "$v" >>"$tmp/mariadb.$i"; line="$line mariadb $v q/s"
+    stop_pidfile "$tmp/run/my.pid"
+  fi
+  echo "$line"
+}
+ab_rounds one
 
-printf '\n%-10s %-40s %14s %8s %8s\n' workload lib median "vs first" "paired"
-json="{\"rounds\": $rounds, \"seconds\": $secs, \"results\": ["
-sep=
-for w in haproxy mariadb; do
-  [ -e "$tmp/$w.0" ] || continue
-  first=$(median <"$tmp/$w.0")
-  for i in "${!libs[@]}"; do
-    m=$(median <"$tmp/$w.$i")
-    ratio=$(awk -v p="$first" -v q="$m" 'BEGIN { if (p > 0 && q == q + 0) printf "%.2f", q / p; else print "nan" }')
-    paired=$(paste "$tmp/$w.0" "$tmp/$w.$i" | awk '$1 > 0 && $2 == $2 + 0 { printf "%.4f\n", $2 / $1 }' | median)
-    paired=$(awk -v v="$paired" 'BEGIN { if (v == v + 0 && v != "") printf "%.2f", v; else print "nan" }')
-    printf '%-10s %-40s %14s %7sx %7sx\n' "$w" "${libs[$i]}" "$m" "$ratio" "$paired"
-    json="$json$sep{\"workload\": \"$w\", \"lib\": \"${libs[$i]}\", \"median\": $m, \"vs_first\": $ratio, \"paired\": $paired}"
-    sep=", "
-  done
-done
-echo "$json]}"
+ab_report haproxy mariadb

@@ -14,7 +14,8 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT
-median() { sort -g | awk '{v[NR]=$1} END {if (NR==0) print "nan"; else if (NR%2) print v[(NR+1)/2]; else print (v[NR/2]+v[NR/2+1])/2}'; }
+# shellcheck source=bench/ab-common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/ab-common.sh" # median
 
 have_nginx=0; command -v nginx >/dev/null && command -v wrk >/dev/null && id www-data >/dev/null 2>&1 && have_nginx=1
 have_ab=0; command -v ab >/dev/null && have_ab=$have_nginx
