@@ -154,18 +154,19 @@ int fs_proc_self(void)
     return (int)getpid();
   int saved = errno;
   long pg = sysconf(_SC_PAGESIZE);
-  int *page = mmap(NULL, (size_t)(pg > 0 ? pg : 4096), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  size_t len = pg > 0 ? (size_t)pg : 4096;
+  int *page = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   int *want = FS_PROC_SELF_NONE;
   if (page != MAP_FAILED) {
-    if (madvise(page, (size_t)(pg > 0 ? pg : 4096), MADV_WIPEONFORK) == 0)
+    if (madvise(page, len, MADV_WIPEONFORK) == 0)
       want = page;
     else
-      munmap(page, (size_t)(pg > 0 ? pg : 4096));
+      munmap(page, len);
   }
   int *none = NULL;
   if (!__atomic_compare_exchange_n(&fs_proc_self_slot, &none, want, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) &&
       want != FS_PROC_SELF_NONE)
-    munmap(want, (size_t)(pg > 0 ? pg : 4096)); /* another thread's page won */
+    munmap(want, len); /* another thread's page won */
   errno = saved;
   return fs_proc_self();
 }

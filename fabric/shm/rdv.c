@@ -306,13 +306,6 @@ static void fs_rdv_srv_event(struct fs_rdv_item *it)
 
 /* ---- client side ------------------------------------------------------ */
 
-/* A unix socket of the agent's (a dial, a name served again), high
- * (base/fdreg.h); -1 and errno if none. */
-static int fs_rdv_unix_socket(void)
-{
-  return fs_fdreg_high(FS_REAL(socket)(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-}
-
 /* A retry item waits b ms (at least 1); the one after waits twice that,
  * up to FS_RDV_RETRY_MAX_MS. */
 static void fs_rdv_cli_wait(struct fs_rdv_item *it, uint64_t now, uint32_t b)

@@ -48,6 +48,11 @@ int fs_rdv_proc_name(char *buf, size_t len, int pid)
 
 /* ---- small I/O helpers ------------------------------------------------ */
 
+int fs_rdv_unix_socket(void)
+{
+  return fs_fdreg_high(FS_REAL(socket)(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+}
+
 int fs_rdv_sendfds(int ufd, const void *msg, size_t len, const int *fds, int nfds)
 {
   struct iovec iov = { (void *)msg, len };
@@ -264,7 +269,7 @@ int fs_rdv_dial_names(const struct sockaddr *peer, uint32_t diag_uid, int ufd)
  * answer: nobody serves the name, or an older library does). */
 static int fs_rdv_ask_holder(const struct sockaddr *peer, uint32_t inode)
 {
-  int qfd = fs_fdreg_high(FS_REAL(socket)(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  int qfd = fs_rdv_unix_socket();
   if (qfd < 0)
     return 0;
   int r = fs_rdv_dial_names(peer, 0, qfd), nf, fds[1], ans = 0;

@@ -20,6 +20,10 @@ int fs_rdv_name(char *buf, size_t len, const struct sockaddr *sa, bool wild);
 /* Build the name process pid serves; its length as above. */
 int fs_rdv_proc_name(char *buf, size_t len, int pid);
 
+/* A unix socket of the agent's (a dial, a name served again, a holder
+ * query), high (base/fdreg.h); -1 and errno if none. */
+int fs_rdv_unix_socket(void);
+
 /* Send one message with nfds (<= 3) descriptors; 0 or -errno. */
 int fs_rdv_sendfds(int ufd, const void *msg, size_t len, const int *fds, int nfds);
 /* Receive one message and up to `max` fds (moved high, marked ours); every
