@@ -742,16 +742,8 @@ static ssize_t fs_sock_recv_up(struct fs_conn *c, int fd, struct fs_io *io)
   hrc = fs_sockio_hooks(c, fd, io, r, false, peek);
   fs_sockio_count(c, r, false, peek, true);
   fs_unlock(&c->rxlock);
-  /* What a TCP recvfrom/recvmsg reports: no address, no control data. */
-  if (r >= 0) {
-    if (io->op == FS_IO_RECVFROM && io->from && io->fromlen)
-      *io->fromlen = 0;
-    if (io->op == FS_IO_RECVMSG) {
-      io->msg->msg_namelen = 0;
-      io->msg->msg_controllen = 0;
-      io->msg->msg_flags = 0;
-    }
-  }
+  if (r >= 0)
+    fs_sockio_no_meta(io);
   return fs_sockio_done(c, r, false, peek, hrc);
 }
 

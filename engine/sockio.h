@@ -27,6 +27,19 @@ ssize_t fs_sockio_liveness(int fd);
  * (c->tcp_news) or every 10 ms, else -EAGAIN at once. */
 ssize_t fs_sockio_live_check(struct fs_conn *c, int fd);
 
+/* What a TCP recvfrom/recvmsg reports besides the bytes, for a receive
+ * the kernel did not make: no address, no control data, no flags. */
+static inline void fs_sockio_no_meta(struct fs_io *io)
+{
+  if (io->op == FS_IO_RECVFROM && io->from && io->fromlen)
+    *io->fromlen = 0;
+  if (io->op == FS_IO_RECVMSG) {
+    io->msg->msg_namelen = 0;
+    io->msg->msg_controllen = 0;
+    io->msg->msg_flags = 0;
+  }
+}
+
 /* A receive with MSG_TRUNC where the kernel's cannot serve it (a channel,
  * or hooks that see every byte): the bytes are read into scratch memory
  * through recv (the caller's entry point, called without MSG_TRUNC) and

@@ -52,14 +52,7 @@ ssize_t fs_sockio_discard(struct fs_conn *c, int fd, struct fs_io *io, fs_io_fn 
     free(buf);
   if (!got && r < 0)
     return r;
-  /* What a TCP recvfrom/recvmsg reports: no address, no control data. */
-  if (io->op == FS_IO_RECVFROM && io->from && io->fromlen)
-    *io->fromlen = 0;
-  if (io->op == FS_IO_RECVMSG) {
-    io->msg->msg_namelen = 0;
-    io->msg->msg_controllen = 0;
-    io->msg->msg_flags = 0;
-  }
+  fs_sockio_no_meta(io);
   return (ssize_t)got;
 }
 
