@@ -38,6 +38,7 @@ const char *fs_conn_state_name(int state);
 struct fs_chan;     /* fabric channel (fabric/chan.h) */
 struct fs_hookset;  /* hook instances (hooks/hook.h) */
 struct fs_door;     /* an epoll set's doorbell (engine/door.h) */
+struct fs_door_home; /* a thread's claim on its connections (engine/door.h) */
 
 struct fs_conn {
   uint32_t refs;              /* atomic */
@@ -142,6 +143,9 @@ struct fs_conn {
    * whoever drains the door. */
   struct fs_door *door;
   uint32_t door_slot;
+  /* The thread that slept on it last while on TCP (engine/door.h, thread
+   * doors; referenced, changed under lock), whose door it takes. */
+  struct fs_door_home *door_home;
   uint32_t wake_users;        /* waits that entered its door (under lock) */
   bool wake_leased;           /* wake_fd is leased: back to the pool after them */
   bool wake_pooled;           /* wake_fd was a lease made its own: back to the

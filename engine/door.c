@@ -268,3 +268,118 @@ void fs_door_fd_woken(struct fs_door *d, int fd)
   for (int i = 0; i < n; i++)
     __atomic_store_n(&((struct fs_door *)ev[i].data.ptr)->page->rung, 0, __ATOMIC_SEQ_CST);
 }
+
+/* ---- thread doors (door.h) ---------------------------------------------- */
+
+/* No lock of its own: a fork child may inherit one held by a thread it
+ * does not have.  Its door is replaced by compare-and-swap, as the
+ * process's (a fork child's is its parent's: not mine). */
+struct fs_door_home {
+  uint32_t refs;        /* atomic: the thread's, and each connection's marked */
+  struct fs_door *door; /* atomic; made at its first connection's rendezvous */
+};
+
+static __thread struct fs_door_home *fs_door_home_tls __attribute__((tls_model("initial-exec")));
+static pthread_key_t fs_door_home_key;
+static pthread_once_t fs_door_home_once = PTHREAD_ONCE_INIT;
+static bool fs_door_home_keyed;
+static uint32_t fs_door_homes; /* homes holding a door (atomic): at most FS_DOOR_HOMES */
+
+static void fs_door_home_put(struct fs_door_home *h)
+{
+  if (!h || __atomic_sub_fetch(&h->refs, 1, __ATOMIC_ACQ_REL) != 0)
+    return;
+  if (h->door) {
+    __atomic_sub_fetch(&fs_door_homes, 1, __ATOMIC_RELAXED);
+    int saved = errno;
+    fs_door_put(h->door); /* its connections hold their own references */
+    errno = saved;
+  }
+  free(h);
+}
+
+static void fs_door_home_exit(void *arg)
+{
+  if (fs_door_home_tls == arg)
+    fs_door_home_tls = NULL;
+  fs_door_home_put(arg);
+}
+
+static void fs_door_home_key_make(void)
+{
+  fs_door_home_keyed = pthread_key_create(&fs_door_home_key, fs_door_home_exit) == 0;
+}
+
+void fs_door_home_mark(struct fs_conn *c)
+{
+  struct fs_door_home *h = fs_door_home_tls;
+  if (h && __atomic_load_n(&c->door_home, __ATOMIC_RELAXED) == h)
+    return; /* the common case: one load each */
+  if (!h) {
+    pthread_once(&fs_door_home_once, fs_door_home_key_make);
+    if (!fs_door_home_keyed || !(h = calloc(1, sizeof *h)))
+      return; /* the process's door serves it */
+    h->refs = 1;
+    fs_door_home_tls = h;
+    (void)pthread_setspecific(fs_door_home_key, h);
+  }
+  __atomic_add_fetch(&h->refs, 1, __ATOMIC_RELAXED);
+  pthread_mutex_lock(&c->lock);
+  struct fs_door_home *old = c->door_home;
+  __atomic_store_n(&c->door_home, h, __ATOMIC_RELAXED);
+  pthread_mutex_unlock(&c->lock);
+  fs_door_home_put(old);
+}
+
+struct fs_door *fs_door_home_door(struct fs_conn *c, int fd)
+{
+  pthread_mutex_lock(&c->lock);
+  struct fs_door_home *h = c->door_home;
+  if (h)
+    __atomic_add_fetch(&h->refs, 1, __ATOMIC_RELAXED);
+  pthread_mutex_unlock(&c->lock);
+  if (!h)
+    return NULL;
+  struct fs_door *d = __atomic_load_n(&h->door, __ATOMIC_ACQUIRE);
+  while (!d || !fs_door_mine(d)) {
+    struct fs_door *n = NULL;
+    /* A fork child's home replaces its parent's door without counting it
+     * again: the parent's counted it. */
+    bool counted = d != NULL;
+    if (!counted && __atomic_add_fetch(&fs_door_homes, 1, __ATOMIC_RELAXED) > FS_DOOR_HOMES) {
+      __atomic_sub_fetch(&fs_door_homes, 1, __ATOMIC_RELAXED);
+      break;
+    }
+    if (!fs_fdreg_budget_ok(fd, 2) || fs_door_new(&n) < 0) {
+      if (!counted)
+        __atomic_sub_fetch(&fs_door_homes, 1, __ATOMIC_RELAXED);
+      break;
+    }
+    if (__atomic_compare_exchange_n(&h->door, &d, n, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+      fs_door_put(d);
+      d = n;
+    } else {
+      if (!counted)
+        __atomic_sub_fetch(&fs_door_homes, 1, __ATOMIC_RELAXED);
+      fs_door_put(n); /* another thread's won; d is it */
+    }
+  }
+  if (d && fs_door_mine(d))
+    fs_door_get(d);
+  else
+    d = NULL;
+  fs_door_home_put(h);
+  return d;
+}
+
+void fs_door_home_forget(struct fs_conn *c)
+{
+  struct fs_door_home *h = c->door_home;
+  c->door_home = NULL;
+  fs_door_home_put(h);
+}
+
+unsigned fs_door_home_count(void)
+{
+  return __atomic_load_n(&fs_door_homes, __ATOMIC_RELAXED);
+}

@@ -94,4 +94,31 @@ struct fs_door *fs_door_by_efd(int efd);
 /* Any door alive in this process?  (One load.) */
 bool fs_door_live(void);
 
+/* Thread doors.  A connection in no epoll set used to get the process's
+ * door, and every thread blocked on one of those (a thread per connection:
+ * MariaDB, Java) slept on that one eventfd: each ring woke them all, one
+ * drained it and woke the right one again (docs/design.md 1.7).  So a
+ * thread that sleeps on a connection still on TCP (a blocking receive, a
+ * poll) marks it as its own, and at the rendezvous the connection takes
+ * that thread's door, made then: its peer's ring wakes the thread that
+ * waits for it, and nobody else.  A thread's door costs two descriptors (at
+ * most FS_DOOR_HOMES of them per process; past that, or past the fd budget,
+ * the process's door serves).  A connection another thread serves later
+ * still works (any thread of the process drains any of its doors). */
+#define FS_DOOR_HOMES 64
+
+/* The calling thread sleeps on c, which has no door yet. */
+void fs_door_home_mark(struct fs_conn *c);
+
+/* The door of the thread that marked c last, made now if need be
+ * (referenced), or NULL (none marked it; no door to be had).  fd: c's,
+ * for the budget. */
+struct fs_door *fs_door_home_door(struct fs_conn *c, int fd);
+
+/* c is released: its mark goes. */
+void fs_door_home_forget(struct fs_conn *c);
+
+/* Thread doors alive (for tests). */
+unsigned fs_door_home_count(void);
+
 #endif

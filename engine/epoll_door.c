@@ -130,7 +130,7 @@ static void fs_door_deliver(void *arg, struct fs_conn *c)
   }
   if (c->ep_plain)
     fs_ep_pend_push(c->ep_plain, c);
-  bool others = c->pollers || __atomic_load_n(&c->rx_sleeping, __ATOMIC_RELAXED) ||
+  bool others = c->pollers > fs_ready_polling_here(c) || __atomic_load_n(&c->rx_sleeping, __ATOMIC_RELAXED) ||
                 __atomic_load_n(&c->tx_sleeping, __ATOMIC_RELAXED);
   int wfd = c->wake_fd;
   pthread_mutex_unlock(&c->lock);
@@ -201,8 +201,9 @@ static struct fs_ep *fs_door_set_of(struct fs_conn *c)
 }
 
 /* The process's door, for connections in no epoll set (a blocking client,
- * a poll loop): made on first need, one per process (a fork child makes
- * its own), never closed.  Referenced; NULL if it cannot be made. */
+ * a poll loop) that no thread marked as its own (engine/door.h, thread
+ * doors), or past their cap: made on first need, one per process (a fork
+ * child makes its own), never closed.  Referenced; NULL if it cannot be made. */
 static struct fs_door *fs_door_proc;
 
 static struct fs_door *fs_door_proc_get(void)
@@ -240,8 +241,14 @@ int fs_ready_door_offer(struct fs_conn *c, int *efd, int *memfd, uint32_t *slot)
     pthread_mutex_unlock(&c->lock);
     if (!ep)
       return -1;
+    bool home = false;
     if (ep == FS_DOOR_PROC) {
-      d = fs_door_proc_get();
+      fs_wake_on_door(fs_ready_door_kick);
+      fs_door_on_deliver(fs_door_deliver);
+      d = fs_door_home_door(c, c->fd);
+      home = d != NULL;
+      if (!d)
+        d = fs_door_proc_get();
     } else {
       pthread_mutex_lock(&ep->door_lock);
       d = fs_ep_door_own(ep);
@@ -264,7 +271,7 @@ int fs_ready_door_offer(struct fs_conn *c, int *efd, int *memfd, uint32_t *slot)
       return -1;
     }
     fs_log(FS_LOG_DEBUG, "fd %d: its peer rings slot %u of its %s door", c->fd, s,
-           ep == FS_DOOR_PROC ? "process's" : "epoll set's");
+           home ? "thread's" : ep == FS_DOOR_PROC ? "process's" : "epoll set's");
   }
   *efd = d->efd;
   *memfd = d->memfd;
@@ -277,6 +284,7 @@ int fs_ready_door_offer(struct fs_conn *c, int *efd, int *memfd, uint32_t *slot)
 
 void fs_ready_door_release(struct fs_conn *c)
 {
+  fs_door_home_forget(c);
   struct fs_door *d = c->door;
   if (!d)
     return;

@@ -42,11 +42,16 @@ void fs_ready_epoll_forget_conn(struct fs_conn *c);
  * registers it, woken by its bell if a thread sleeps there. */
 void fs_ready_epoll_wake_made(struct fs_conn *c);
 
+/* How many of the calling thread's polls, draining a door just now, armed
+ * c (they look at it next: a delivery need not wake them). */
+unsigned fs_ready_polling_here(const struct fs_conn *c);
+
 /* Doors (engine/door.h).  The rendezvous offers c's peer the door of the
- * one epoll set c is in: 0 and the door's eventfd, memfd (lent, not to be
- * closed) and c's slot, or -1: c is in no set, or in more than one, or
- * has a wake fd already, or FABSOCK_DOORBELL is off (the caller makes a
- * wake fd).  Once offered, c keeps its door until it is released. */
+ * one epoll set c is in, or where it is in none the door of the thread
+ * that slept on it last (or the process's): 0 and the door's eventfd,
+ * memfd (lent, not to be closed) and c's slot, or -1: c is in more than
+ * one set, or has a wake fd already, or FABSOCK_DOORBELL is off (the
+ * caller makes a wake fd).  Once offered, c keeps its door until it is released. */
 int fs_ready_door_offer(struct fs_conn *c, int *efd, int *memfd, uint32_t *slot);
 void fs_ready_door_release(struct fs_conn *c);
 /* c's own news (attached, reverted): its waiters look at it. */

@@ -16,6 +16,7 @@
 #include "engine/agent.h"
 #include "engine/batch.h"
 #include "engine/cutover.h"
+#include "engine/door.h"
 #include "engine/wait.h"
 #include "engine/gpuio.h"
 #include "hooks/hook.h"
@@ -716,6 +717,8 @@ static ssize_t fs_sock_recv_up(struct fs_conn *c, int fd, struct fs_io *io)
   /* No wake fd yet: the kernel's receive, as without us; it may sleep (even
    * with O_NONBLOCK: other processes set it), so an attach waits for it. */
   bool blind = !ch && fs_wake_none(c);
+  if (blind)
+    fs_door_home_mark(c); /* its peer will ring this thread's door */
   if (blind && !(blind = fs_wake_blind_enter(c)))
     ch = fs_cutover_chan_known(c, false); /* attached just now */
   if (blind || (!ch && (c->no_upgrade || c->wake_fd < 0))) {

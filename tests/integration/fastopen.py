@@ -11,9 +11,8 @@ never upgraded, no addresses in fabsock stat.
 """
 import socket
 import sys
-import threading
 
-from itsock import echo_trips, echo_until_eof, exact, listen_portfile, wait_path
+from itsock import echo_trips, exact, listen_portfile, serve_each, wait_path
 
 TCP_FASTOPEN = 23
 
@@ -21,15 +20,7 @@ TCP_FASTOPEN = 23
 def server(portfile):
     ls = listen_portfile(portfile, backlog=4)
     ls.setsockopt(socket.IPPROTO_TCP, TCP_FASTOPEN, 16)
-    threads = []
-    for _ in range(2):
-        c, _ = ls.accept()
-        t = threading.Thread(target=echo_until_eof, args=(c,))
-        t.start()
-        threads.append(t)
-    for t in threads:
-        t.join()
-    print('served 2', flush=True)
+    serve_each(ls, 2)
 
 
 def opened(port, first):

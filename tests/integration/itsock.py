@@ -1,6 +1,7 @@
 """Socket helpers the integration tests' Python programs share."""
 import os
 import socket
+import threading
 import time
 
 
@@ -43,6 +44,20 @@ def echo_until_eof(c):
             break
         c.sendall(b)
     c.close()
+
+
+def serve_each(ls, n, fn=echo_until_eof):
+    """Accept n connections on ls, each served by fn(conn) on a thread of
+    its own; once all are done, print "served N" (the test's check)."""
+    threads = []
+    for _ in range(n):
+        c, _ = ls.accept()
+        t = threading.Thread(target=fn, args=(c,))
+        t.start()
+        threads.append(t)
+    for t in threads:
+        t.join()
+    print('served %d' % n, flush=True)
 
 
 def listen_portfile(portfile, backlog=1):

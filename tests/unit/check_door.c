@@ -2,10 +2,13 @@
  * given back; a drain names each connection that rang, once, and none
  * whose slot was given back (or whose object now belongs to another
  * door); only the maker drains (a fork child does not); a door lives as
- * long as its last reference, its eventfd with it. */
+ * long as its last reference, its eventfd with it; a connection takes the
+ * door of the thread that marked it last, one per thread, at most
+ * FS_DOOR_HOMES of them. */
 #include <check.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -178,6 +181,115 @@ START_TEST(t_child_watches)
 }
 END_TEST
 
+/* ---- thread doors -------------------------------------------------------- */
+
+static void *mark_all(void *arg)
+{
+  for (struct fs_conn **c = arg; *c; c++)
+    fs_door_home_mark(*c);
+  return NULL;
+}
+
+/* Mark conns (NULL-terminated) from a thread of their own, gone after. */
+static void mark_in_thread(struct fs_conn **conns)
+{
+  pthread_t t;
+  ck_assert_int_eq(pthread_create(&t, NULL, mark_all, conns), 0);
+  ck_assert_int_eq(pthread_join(t, NULL), 0);
+}
+
+START_TEST(t_thread_doors)
+{
+  unsigned base = fs_door_home_count();
+  struct fs_conn *a = conn_new(), *b = conn_new(), *c = conn_new(), *d = conn_new();
+  struct fs_conn *t1[] = { a, b, NULL }, *t2[] = { c, NULL };
+  mark_in_thread(t1);
+  mark_in_thread(t2);
+  /* Unmarked: no thread's door (the process's serves it). */
+  ck_assert_ptr_null(fs_door_home_door(d, d->fd));
+  /* One door per thread, made at the first ask, whichever thread asks;
+   * the thread's exit leaves it to its connections. */
+  struct fs_door *da = fs_door_home_door(a, a->fd), *db = fs_door_home_door(b, b->fd);
+  struct fs_door *dc = fs_door_home_door(c, c->fd);
+  ck_assert_ptr_nonnull(da);
+  ck_assert_ptr_eq(da, db);
+  ck_assert_ptr_nonnull(dc);
+  ck_assert_ptr_ne(da, dc);
+  ck_assert(fs_door_mine(da) && fs_door_mine(dc));
+  ck_assert_uint_eq(fs_door_home_count(), base + 2);
+  /* Marked again by another thread: that thread's door from then on. */
+  fs_door_home_mark(b);
+  struct fs_door *db2 = fs_door_home_door(b, b->fd);
+  ck_assert_ptr_nonnull(db2);
+  ck_assert_ptr_ne(db2, da);
+  ck_assert_ptr_ne(db2, dc);
+  ck_assert_uint_eq(fs_door_home_count(), base + 3);
+  /* A fork child's is its own, not its parent's. */
+  pid_t pid = fork();
+  if (pid == 0) {
+    struct fs_door *x = fs_door_home_door(a, a->fd);
+    _exit(x && x != da && fs_door_mine(x) && !fs_door_mine(da) ? 0 : 1);
+  }
+  int st;
+  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+  ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  /* The first thread's home goes with its last marked connection; its
+   * door lives on while a connection that took it (da) holds it. */
+  int efd = da->efd;
+  fs_door_put(db);
+  fs_door_home_forget(a);
+  ck_assert_uint_eq(fs_door_home_count(), base + 2);
+  ck_assert(fcntl(efd, F_GETFD) >= 0);
+  fs_door_put(da);
+  ck_assert(fcntl(efd, F_GETFD) < 0);
+  fs_door_home_forget(b); /* the calling thread's home: its door stays */
+  ck_assert_uint_eq(fs_door_home_count(), base + 2);
+  fs_door_home_forget(c);
+  ck_assert_uint_eq(fs_door_home_count(), base + 1);
+  fs_door_put(dc);
+  fs_door_put(db2);
+  fs_door_home_forget(d);
+  fs_conn_put(a);
+  fs_conn_put(b);
+  fs_conn_put(c);
+  fs_conn_put(d);
+}
+END_TEST
+
+/* Past FS_DOOR_HOMES threads' doors, a connection gets none (the
+ * process's door serves it), until one goes. */
+START_TEST(t_thread_doors_capped)
+{
+  unsigned base = fs_door_home_count(), n = FS_DOOR_HOMES + 3;
+  struct fs_conn *cs[FS_DOOR_HOMES + 3];
+  struct fs_door *ds[FS_DOOR_HOMES + 3];
+  unsigned got = 0;
+  for (unsigned i = 0; i < n; i++) {
+    cs[i] = conn_new();
+    struct fs_conn *one[] = { cs[i], NULL };
+    mark_in_thread(one);
+    ds[i] = fs_door_home_door(cs[i], cs[i]->fd);
+    got += ds[i] != NULL;
+  }
+  ck_assert_uint_eq(got, FS_DOOR_HOMES - base);
+  ck_assert_uint_eq(fs_door_home_count(), FS_DOOR_HOMES);
+  ck_assert_ptr_null(ds[n - 1]);
+  fs_door_put(ds[0]);
+  fs_door_home_forget(cs[0]);
+  ck_assert_uint_eq(fs_door_home_count(), FS_DOOR_HOMES - 1);
+  ds[0] = NULL;
+  struct fs_door *late = fs_door_home_door(cs[n - 1], cs[n - 1]->fd);
+  ck_assert_ptr_nonnull(late);
+  fs_door_put(late);
+  for (unsigned i = 0; i < n; i++) {
+    fs_door_put(ds[i]);
+    fs_door_home_forget(cs[i]);
+    fs_conn_put(cs[i]);
+  }
+  ck_assert_uint_eq(fs_door_home_count(), base);
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("door");
@@ -185,6 +297,8 @@ int main(void)
   tcase_add_test(tc, t_slots_and_drain);
   tcase_add_test(tc, t_only_the_maker_drains);
   tcase_add_test(tc, t_child_watches);
+  tcase_add_test(tc, t_thread_doors);
+  tcase_add_test(tc, t_thread_doors_capped);
   suite_add_tcase(s, tc);
   return run_suite(s, true);
 }

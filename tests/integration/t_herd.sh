@@ -1,0 +1,21 @@
+#!/bin/bash
+# t_herd: threads blocked each on a connection of its own (MariaDB's thread
+# per connection, Java's blocking sockets; herd.py): while the main thread
+# sleeps for each of 300 replies on its own connection, the 4 idle threads
+# sleep through them (their context switches, counted), and every
+# connection, 1.3 MiB echoed each way and checked, is on the expected
+# fabric at both ends in [both].  Each connection's peer rang the
+# process's door, on which every blocked thread slept: each reply woke
+# them all (docs/design.md 1.7, thread doors).
+. "$(dirname "$0")/lib.sh"
+require_cmd python3
+for MODE in $(it_modes); do
+  name="threads blocked each on its own connection: a reply wakes its own thread alone"
+  if held_pair_start herd "$IT_DIR/herd.py"; then
+    expect_fabric "$HELD_PORT@1000000" "$(fabric_expected)" 10 || { rc=1; detail="$FABRIC_DETAIL; "; }
+  fi
+  held_pair_end
+  grep -qx 'served 5' "$SERVER_LOG" || rc=1
+  tap_result $rc "$name [$MODE]" "${detail}$(grep '^idle' "$BG_LOG" 2>/dev/null | tail -n 1)" "$BG_LOG" "$SERVER_LOG"
+done
+it_done
