@@ -73,7 +73,11 @@ ssize_t fs_sockio_fastopen(struct fs_conn *c, int fd, struct fs_io *io, fs_io_fn
     to = io->msg->msg_name;
     tolen = io->msg->msg_namelen;
   }
-  bool opens = to && fs_conn_state(c) == FS_STATE_UNCONNECTED;
+  /* On a connected socket the kernel sends nothing and says EISCONN
+   * (EOPNOTSUPP where Fast Open is off): on a fabric the bytes went. */
+  if (fs_conn_state(c) != FS_STATE_UNCONNECTED)
+    return fs_sock_tcp_io(fd, io);
+  bool opens = to != NULL;
   ssize_t r = send(c, fd, io);
   if (opens && (r >= 0 || r == -EINPROGRESS))
     fs_sock_connect_done(c, fd, -EINPROGRESS, to, tolen);

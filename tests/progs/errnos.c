@@ -240,6 +240,11 @@ int main(void)
   T("readv(IOV_MAX + 1)", readv(vs, many, IOV_MAX + 1));
   T("readv(-1)", readv(vs, many, neg));
   T("recvmsg(IOV_MAX + 1)", recvmsg(vs, &mh, MSG_DONTWAIT));
+  /* The kernel sends nothing here (EISCONN): on a fabric the byte went,
+   * and every reading below was one byte off. */
+  T("send(MSG_FASTOPEN) when connected", send(vc, "f", 1, MSG_FASTOPEN | MSG_NOSIGNAL));
+  T("sendto(MSG_FASTOPEN, its peer) when connected",
+    sendto(vc, "f", 1, MSG_FASTOPEN | MSG_NOSIGNAL, (struct sockaddr *)&la, sizeof la));
   T("send(trunc)", send(vc, "trunc", 5, 0));
   wait_in(vs);
   T("recv(MSG_ERRQUEUE)", recv(vs, buf, 100, MSG_ERRQUEUE | MSG_DONTWAIT));
