@@ -17,6 +17,7 @@
 #include "engine/agent.h"
 #include "engine/trim.h"
 #include "fabric/fabric.h"
+#include "policy/policy.h"
 
 
 /* An fd the agent watches for a fabric (or its own wake eventfd). */
@@ -426,6 +427,26 @@ bool fs_agent_listen(struct fs_conn *c, int fd, int fabric)
         served |= (*f)->listen(&c->link, fd);
   pthread_mutex_unlock(&A.lock);
   return served;
+}
+
+#define FS_AGENT_NAME_RETRY_NS 1000000000ull
+
+void fs_agent_take_names(struct fs_conn *lc, int fd)
+{
+  uint64_t now = fs_clock_coarse_ns(), last = __atomic_load_n(&lc->name_tried_ns, __ATOMIC_RELAXED);
+  if (__atomic_load_n(&lc->served, __ATOMIC_ACQUIRE) || (last && now - last < FS_AGENT_NAME_RETRY_NS) ||
+      !__atomic_compare_exchange_n(&lc->name_tried_ns, &last, now | 1, false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+    return;
+  int saved = errno;
+  bool disabled = false;
+  struct fs_policy_action act;
+  struct fs_policy_query q = { fs_proc_name(), FS_DIR_ACCEPT, (struct sockaddr *)&lc->local, NULL };
+  fs_policy_match(fs_policy_get(&disabled), &q, &act);
+  if (!disabled && act.fabric != FS_FABRIC_TCP && fs_agent_listen(lc, fd, act.fabric)) {
+    __atomic_store_n(&lc->served, true, __ATOMIC_RELEASE);
+    fs_log(FS_LOG_DEBUG, "fd %d: listener shared since fork, its names unserved: served from here now", fd);
+  }
+  errno = saved;
 }
 
 void fs_agent_unlisten(struct fs_conn *c)

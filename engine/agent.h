@@ -34,6 +34,16 @@ uint64_t fs_agent_wake_at(void);
  * here and now. */
 void fs_agent_run(struct fs_conn *c, void (*fn)(struct fs_conn *c));
 
+/* accept() returned a connection on listener lc (fd), shared since fork
+ * and not served here.  If nobody serves its rendezvous names (the process
+ * that called listen() exited: a daemon, as Debian starts nginx and
+ * Apache), serve them from here: a client in a chroot (HAProxy's worker)
+ * finds the holder of its connection only by asking them.  Tried at most
+ * once a second per listener while another process serves them (its
+ * bind fails), never by a process that forked from the one serving them
+ * and never accepts. */
+void fs_agent_take_names(struct fs_conn *lc, int fd);
+
 /* Listening socket c (fd): every fabric the policy allows (fabric: enum
  * fs_fabric, auto for all) serves rendezvous beside it.  At once, not
  * queued: a client that connects right after listen() returns must find

@@ -66,7 +66,10 @@ struct fs_conn {
                                  I/O after upgrade_due nudges the agent; atomic */
   bool shut_wr, shut_rd;      /* shutdown() seen */
   bool hook_closed;           /* a hook closed the connection */
-  bool served;                /* listening: some fabric serves rendezvous beside it */
+  bool served;                /* listening: some fabric serves rendezvous beside it
+                                 here (atomic; a fork child does not) */
+  uint64_t name_tried_ns;     /* listening, shared since fork: when this process
+                                 last tried to serve its names (fs_agent_take_names) */
   bool peer_revert_done;      /* we answered the peer's rx revert */
   bool reverted;              /* back on TCP for good; the channel is dead */
   bool peer_close_seen;       /* one send after the peer closed was taken */

@@ -235,7 +235,7 @@ void fs_sock_maybe_upgrade(struct fs_conn *c)
   fs_agent_upgrade(c);
 }
 
-void fs_sock_accepted(struct fs_conn *lc, int nfd, int flags, const struct sockaddr *peer, socklen_t plen)
+void fs_sock_accepted(struct fs_conn *lc, int lfd, int nfd, int flags, const struct sockaddr *peer, socklen_t plen)
 {
   struct fs_conn *c = fs_conn_new(nfd, lc->family);
   if (!c)
@@ -252,8 +252,10 @@ void fs_sock_accepted(struct fs_conn *lc, int nfd, int flags, const struct socka
   fs_conn_put(c);
   /* A peer asking the listener's name may reach another process sharing
    * the listener (prefork): it then looks for this one by its own name. */
-  if (lc->listener_shared && !c->no_upgrade)
+  if (lc->listener_shared && !c->no_upgrade) {
     fs_agent_serve_proc();
+    fs_agent_take_names(lc, lfd); /* its listen()er gone? */
+  }
   fs_agent_retry_held();
 }
 
@@ -579,6 +581,7 @@ static void fs_sock_fork_fix(int fd, struct fs_conn *c, void *arg)
     fs_sock_stat_refill(c, ch);
     fs_wake_fork_child_conn(c);
     c->hold_ns = 0; /* a request held here waits its own bound (engine/hold.h) */
+    c->served = false, c->name_tried_ns = 0; /* the parent serves its listeners' names */
   }
   if (ch && !ch->ops->fork_shares(ch)) { /* downgraded before the fork, unless a thread was inside a call */
     if (pid == 0) {

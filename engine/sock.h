@@ -21,9 +21,9 @@ void fs_sock_init(void);
 /* socket() succeeded: track fd if it is a TCP stream socket and policy allows. */
 void fs_sock_created(int fd, int domain, int type, int protocol);
 
-/* accept()/accept4() on a tracked listener returned nfd; peer (plen
+/* accept()/accept4() on tracked listener lfd returned nfd; peer (plen
  * bytes): the address accept wrote, or NULL (then getpeername tells). */
-void fs_sock_accepted(struct fs_conn *lc, int nfd, int flags, const struct sockaddr *peer, socklen_t plen);
+void fs_sock_accepted(struct fs_conn *lc, int lfd, int nfd, int flags, const struct sockaddr *peer, socklen_t plen);
 
 /* connect() returned rc (0 or -errno) on c, given addr (len bytes). */
 void fs_sock_connect_done(struct fs_conn *c, int fd, int rc, const struct sockaddr *addr, socklen_t len);

@@ -78,7 +78,7 @@ static int fs_accept_common(int fd, struct sockaddr *addr, socklen_t *len, int f
       lc = fs_inherit_listener(fd); /* handed over (socket activation)? */
     if (lc) {
       bool whole = l && *l <= asked;
-      fs_sock_accepted(lc, nfd, four ? flags : 0, whole ? a : NULL, whole ? *l : 0);
+      fs_sock_accepted(lc, fd, nfd, four ? flags : 0, whole ? a : NULL, whole ? *l : 0);
       fs_conn_put(lc);
     }
     errno = saved;

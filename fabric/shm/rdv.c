@@ -692,8 +692,11 @@ static bool fs_rdv_listen(struct fs_link *c, int fd)
     }
   struct fs_rdv_item *it = fs_rdv_serve_name(un.sun_path, n);
   if (!it) {
-    fs_log(FS_LOG_INFO, "rendezvous name for port %u taken (%s); connections accepted here are found "
-           "by this process's own name", fs_addr_port((struct sockaddr *)&ss), strerror(errno));
+    /* (A listener shared since fork tries again while its listen()er,
+     * or a sibling, serves it: fs_agent_take_names.) */
+    fs_log(c->listener_shared ? FS_LOG_DEBUG : FS_LOG_INFO, "rendezvous name for port %u taken (%s); "
+           "connections accepted here are found by this process's own name", fs_addr_port((struct sockaddr *)&ss),
+           strerror(errno));
     return false;
   }
   fs_host->get(c);

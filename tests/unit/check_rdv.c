@@ -106,7 +106,7 @@ static void pair_setup(void)
   ck_assert_int_eq(FS_REAL(connect)(cfd, (struct sockaddr *)&laddr, sizeof laddr), 0);
   sfd = FS_REAL(accept)(lfd, NULL, NULL);
   ck_assert_int_ge(sfd, 0);
-  fs_sock_accepted(lc, sfd, 0, NULL, 0); /* getpeername tells */
+  fs_sock_accepted(lc, lfd, sfd, 0, NULL, 0); /* getpeername tells */
   fs_conn_put(lc);
 }
 
