@@ -4,8 +4,9 @@
 # ends of every connection under the same LIB:
 #   haproxy   HAProxy as Debian configures it (master-worker, a worker
 #             chrooted to /var/lib/haproxy as user haproxy, RLIMIT_NPROC 0)
-#             in front of nginx in the foreground (root master, 2 workers
-#             as www-data); wrk -t2 -c50 through it for a 4 KiB file
+#             in front of nginx as Debian's unit starts it (a daemon: the
+#             process that listen()s exits; a root master, 2 workers as
+#             www-data); wrk -t2 -c50 through it for a 4 KiB file
 #             (requests/s): two hops per request
 #   mariadb   MariaDB (InnoDB on io_uring, as user mysql); mysqlslap -c 8,
 #             a point SELECT on a 4096-row table, SECONDS x 4000 queries
@@ -52,7 +53,6 @@ if [ $have_proxy = 1 ]; then
   cat >"$tmp/nginx.conf" <<CONF
 user www-data;
 worker_processes 2;
-daemon off;
 pid $tmp/nginx.pid;
 error_log $tmp/logs/error.log;
 events { worker_connections 768; }
@@ -98,7 +98,7 @@ one() {
   local lib=$1 i=$2 r=$3 v t q line
   line="round $r $(basename "$lib"):"
   if [ $have_proxy = 1 ]; then
-    $(ab_pre "$lib") nginx -c "$tmp/nginx.conf" -p "$tmp" >/dev/null 2>&1 &
+    $(ab_pre "$lib") nginx -c "$tmp/nginx.conf" -p "$tmp" >/dev/null 2>&1
     wait_port $BPORT && $(ab_pre "$lib") haproxy -W -f "$tmp/haproxy.cfg" -p "$tmp/haproxy.pid" >/dev/null 2>&1 &&
       wait_port $FPORT
     v=$($(ab_pre "$lib") wrk -t2 -c50 -d"${secs}s" "http://127.0.0.1:$FPORT/f4k" 2>/dev/null | awk '/Requests\/sec/ {print $2}')
