@@ -3,8 +3,8 @@
 client PORT HOLDFILE.
 
 The client opens 4 connections, each from a thread of its own that
-upgrades it (20 echoed round trips of 64 KiB, checked) and then blocks in
-recv() on it.  Its main thread then makes 300 round trips of 64 B on its
+upgrades it (20 echoed round trips of 64 KiB, checked) and then blocks on
+it: in recv(), or in poll() first (half of them, as MariaDB's threads).  Its main thread then makes 300 round trips of 64 B on its
 own fifth connection, each of which the server holds 1 ms before its
 echo, so that the main thread sleeps for every reply.  The four idle
 threads must sleep through them: under the library each reply's wake used
@@ -18,6 +18,7 @@ connection and ends every connection.  The server echoes each
 connection on a thread of its own until EOF.
 """
 import os
+import select
 import socket
 import sys
 import threading
@@ -66,6 +67,10 @@ def client(port, holdfile):
             echo_trips(s, 20)
             tids[i] = threading.get_native_id()
             ready.wait()
+            if i % 2:  # half wait in poll() first, as MariaDB's threads do
+                p = select.poll()
+                p.register(s, select.POLLIN)
+                p.poll()
             m = exact(s, 1)  # asleep here while the main thread works
             if m != b'x':
                 errors.append('idle %d: got %r' % (i, m))

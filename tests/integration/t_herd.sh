@@ -1,6 +1,6 @@
 #!/bin/bash
 # t_herd: threads blocked each on a connection of its own (MariaDB's thread
-# per connection, Java's blocking sockets; herd.py): while the main thread
+# per connection, Java's blocking sockets; herd.py), in recv() or poll(): while the main thread
 # sleeps for each of 300 replies on its own connection, the 4 idle threads
 # sleep through them (their context switches, counted), and every
 # connection, 1.3 MiB echoed each way and checked, is on the expected
