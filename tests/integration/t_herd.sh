@@ -1,12 +1,12 @@
 #!/bin/bash
 # t_herd: threads blocked each on a connection of its own (MariaDB's thread
-# per connection, Java's blocking sockets; herd.py), in recv() or poll(): while the main thread
-# sleeps for each of 300 replies on its own connection, the 4 idle threads
-# sleep through them (their context switches, counted), and every
-# connection, 1.3 MiB echoed each way and checked, is on the expected
-# fabric at both ends in [both].  Each connection's peer rang the
-# process's door, on which every blocked thread slept: each reply woke
-# them all (docs/design.md 1.7, thread doors).
+# per connection, Java's blocking sockets; herd.py), in recv() or poll():
+# while the main thread sleeps for each of 300 replies on its own
+# connection, the 4 idle threads sleep through them (their context
+# switches, counted), and every connection, 1.3 MiB echoed each way and
+# checked, is on the expected fabric at both ends in [both].  Each
+# connection's peer rang the process's door, on which every blocked thread
+# slept: each reply woke them all (docs/design.md 1.7, thread doors).
 . "$(dirname "$0")/lib.sh"
 require_cmd python3
 for MODE in $(it_modes); do
