@@ -75,22 +75,6 @@ static struct {
 
 static bool fs_rdv_event(void *arg);
 
-/* A refusal (status: the reason; efd -1). */
-static void fs_rdv_reply(int ufd, uint32_t status, int efd)
-{
-  struct fs_rdv_rep rep = { FS_RDV_MAGIC_REP, FS_RDV_VERSION, 0, status, 0 };
-  (void)fs_rdv_sendfds(ufd, &rep, sizeof rep, &efd, status == 0 ? 1 : 0);
-}
-
-/* The accept: our wake eventfd, or our epoll set's bell and our slot. */
-static void fs_rdv_accept(int ufd, int efd, const struct fs_rdv_bell *b)
-{
-  bool bell = b->efd >= 0;
-  struct fs_rdv_rep rep = { FS_RDV_MAGIC_REP, FS_RDV_VERSION, bell ? FS_RDV_F_BELL : 0, 0, bell ? b->slot : 0 };
-  int fds[2] = { bell ? b->efd : efd, b->memfd };
-  (void)fs_rdv_sendfds(ufd, &rep, sizeof rep, fds, bell ? 2 : 1);
-}
-
 /* ---- item bookkeeping ------------------------------------------------- */
 
 static int fs_rdv_watch(struct fs_rdv_item *it)
@@ -497,6 +481,21 @@ static void fs_rdv_cli_again(struct fs_rdv_item *it, bool holder_only)
   fs_host->put(c);
 }
 
+/* A request in flight becomes a retry (holder_only: of the holder alone). */
+static void fs_rdv_cli_reset(struct fs_rdv_item *it, bool holder_only)
+{
+  it->kind = K_CLI_RETRY;
+  it->holder_only = holder_only;
+  it->seen_ns = 0;
+  fs_host->unwatch(it->ufd);
+  fs_fdreg_close(it->ufd);
+  it->ufd = -1;
+  if (it->ch) {
+    fs_chan_detach(it->ch);
+    it->ch = NULL;
+  }
+}
+
 static void fs_rdv_cli_event(struct fs_rdv_item *it)
 {
   struct fs_rdv_rep rep;
@@ -505,7 +504,19 @@ static void fs_rdv_cli_event(struct fs_rdv_item *it)
   if (n == -EAGAIN)
     return;
   int reason = n == -EMFILE ? FS_REASON_RESOURCES : FS_REASON_PROTOCOL;
-  if (n == (ssize_t)sizeof rep && rep.magic == FS_RDV_MAGIC_REP && rep.version == FS_RDV_VERSION) {
+  if (n == 0 || n == -ECONNRESET) {
+    /* Closed with no answer: the process serving the name is gone (it
+     * exec'd, as a socket activator into its service, which serves the
+     * name again; it exited).  Ask again, from the names, until the bound:
+     * it took every connection of the first moment to `protocol`. */
+    uint64_t now = fs_clock_ns();
+    if (now < it->give_up) {
+      fs_rdv_cli_reset(it, it->holder_only);
+      fs_rdv_cli_wait(it, now, it->backoff_ms);
+      return;
+    }
+    reason = FS_REASON_NO_PEER;
+  } else if (n == (ssize_t)sizeof rep && rep.magic == FS_RDV_MAGIC_REP && rep.version == FS_RDV_VERSION) {
     bool bell = rep.pad == FS_RDV_F_BELL;
     /* Our doorbell cost no fd; the server's eventfd would be one more. */
     if (rep.status == 0 && !bell && it->rings && !fs_fdreg_budget_ok(it->c->fd, 1))
@@ -532,16 +543,7 @@ static void fs_rdv_cli_event(struct fs_rdv_item *it)
     } else if (rep.status == FS_REASON_NOT_OWNER && nf == 0) {
       /* The listener's process does not hold it (prefork), or its holder
        * still shares it (fork, then the parent closes): find the holder. */
-      it->kind = K_CLI_RETRY;
-      it->holder_only = true;
-      it->seen_ns = 0;
-      fs_host->unwatch(it->ufd);
-      fs_fdreg_close(it->ufd);
-      it->ufd = -1;
-      if (it->ch) {
-        fs_chan_detach(it->ch);
-        it->ch = NULL;
-      }
+      fs_rdv_cli_reset(it, true);
       if (!it->via_holder) {
         fs_rdv_cli_again(it, true);
         return;
@@ -616,15 +618,6 @@ static int fs_rdv_next_timeout(void)
   /* Held requests are also retried every few ms in case a wake was missed. */
   uint64_t ms = best > now ? (best - now) / 1000000u + 1 : 0;
   return ms > 5 ? 5 : (int)ms;
-}
-
-/* Bind unix socket ufd to the abstract name and listen: 0, or -1 and errno. */
-static int fs_rdv_bind_name(int ufd, const char *name, int n)
-{
-  struct sockaddr_un un = { .sun_family = AF_UNIX };
-  memcpy(un.sun_path, name, (size_t)n);
-  socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)n);
-  return FS_REAL(bind)(ufd, (struct sockaddr *)&un, len) < 0 || FS_REAL(listen)(ufd, SOMAXCONN) < 0 ? -1 : 0;
 }
 
 /* Bind and serve an abstract name; the new listener item, or NULL. */

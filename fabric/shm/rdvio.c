@@ -53,6 +53,28 @@ int fs_rdv_unix_socket(void)
   return fs_fdreg_high(FS_REAL(socket)(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
 }
 
+void fs_rdv_reply(int ufd, uint32_t status, int efd)
+{
+  struct fs_rdv_rep rep = { FS_RDV_MAGIC_REP, FS_RDV_VERSION, 0, status, 0 };
+  (void)fs_rdv_sendfds(ufd, &rep, sizeof rep, &efd, status == 0 ? 1 : 0);
+}
+
+void fs_rdv_accept(int ufd, int efd, const struct fs_rdv_bell *b)
+{
+  bool bell = b->efd >= 0;
+  struct fs_rdv_rep rep = { FS_RDV_MAGIC_REP, FS_RDV_VERSION, bell ? FS_RDV_F_BELL : 0, 0, bell ? b->slot : 0 };
+  int fds[2] = { bell ? b->efd : efd, b->memfd };
+  (void)fs_rdv_sendfds(ufd, &rep, sizeof rep, fds, bell ? 2 : 1);
+}
+
+int fs_rdv_bind_name(int ufd, const char *name, int n)
+{
+  struct sockaddr_un un = { .sun_family = AF_UNIX };
+  memcpy(un.sun_path, name, (size_t)n);
+  socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)n);
+  return FS_REAL(bind)(ufd, (struct sockaddr *)&un, len) < 0 || FS_REAL(listen)(ufd, SOMAXCONN) < 0 ? -1 : 0;
+}
+
 int fs_rdv_sendfds(int ufd, const void *msg, size_t len, const int *fds, int nfds)
 {
   struct iovec iov = { (void *)msg, len };

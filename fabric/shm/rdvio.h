@@ -14,6 +14,8 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
+struct fs_rdv_bell; /* rdv.h */
+
 /* Build the abstract name for family/address/port (wild = any address);
  * returns its length, the leading NUL included. */
 int fs_rdv_name(char *buf, size_t len, const struct sockaddr *sa, bool wild);
@@ -23,6 +25,14 @@ int fs_rdv_proc_name(char *buf, size_t len, int pid);
 /* A unix socket of the agent's (a dial, a name served again, a holder
  * query), high (base/fdreg.h); -1 and errno if none. */
 int fs_rdv_unix_socket(void);
+/* Bind unix socket ufd to the abstract name (n bytes) and listen: 0, or -1
+ * and errno. */
+int fs_rdv_bind_name(int ufd, const char *name, int n);
+
+/* The server's reply (rdv.h): a refusal (status: the reason; efd -1),
+ * or the accept: our wake eventfd, or our doorbell and our slot. */
+void fs_rdv_reply(int ufd, uint32_t status, int efd);
+void fs_rdv_accept(int ufd, int efd, const struct fs_rdv_bell *b);
 
 /* Send one message with nfds (<= 3) descriptors; 0 or -errno. */
 int fs_rdv_sendfds(int ufd, const void *msg, size_t len, const int *fds, int nfds);
