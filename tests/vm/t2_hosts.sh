@@ -34,7 +34,11 @@ b_sample() {
   local n
   sleep 5
   for n in 1 2 3 4 5 6 7 8 9; do
-    timeout 20 "$FABSOCK_BIN" stat --json > "$1.tmp" && grep -qF "\"$PEER" "$1.tmp" || break
+    # Not there yet (a guest slowed down: the client started late): look again.
+    if ! timeout 20 "$FABSOCK_BIN" stat --json > "$1.tmp" || ! grep -qF "\"$PEER" "$1.tmp"; then
+      sleep 1
+      continue
+    fi
     mv "$1.tmp" "$1.json"
     grep -qF '"reason":"pending"' "$1.json" && ! grep -qF '"fabric":"rdma"' "$1.json" || break
     sleep 1
@@ -48,10 +52,14 @@ b_serve() {
   eval "bpid_${name//-/_}=$bg_pid"
   # A libfabsock server's connections are sampled here 5 s on (the client runs by then): a
   # sample A asked for would cost both guests python starts during the measurement.  While
-  # one is still pending and none is on rdma, again each second, up to 8 times, keeping the
-  # last sample that names the peer: an emulated rdma_cm set-up at the accepting end has
-  # ended after 5 s (iperf3's data connection: rdma at A, pending in B's one sample).
-  [ "$how" != fab ] || b_sample "$T_WORK/b-$name.snap" > /dev/null 2>&1 < /dev/null &
+  # one is still pending and none is on rdma, or none names the peer yet (a slowed guest),
+  # again each second, up to 8 times, keeping the last sample that names the peer: an
+  # emulated rdma_cm set-up at the accepting end has ended after 5 s (iperf3's data
+  # connection: rdma at A, pending in B's one sample).  b_stat NAME waits for it.
+  if [ "$how" = fab ]; then
+    b_sample "$T_WORK/b-$name.snap" > /dev/null 2>&1 < /dev/null &
+    eval "bsample_${name//-/_}=$!"
+  fi
   if wait_listen "$port" 30 "$bg_pid"; then echo listening
   else server_gone "$bg_pid" "$T_WORK/b-$name"; echo "not listening ($gone)"; fi
 }
@@ -62,6 +70,9 @@ b_link() { echo "$(rdma link show | grep -o 'state [A-Z]*' | head -n 1), mtu $(c
 # sampled after server NAME started.
 b_stat() {
   if [ -n "${1:-}" ]; then
+    local sp i
+    eval "sp=\${bsample_${1//-/_}:-}"
+    for i in $(seq 60); do [ -n "$sp" ] && kill -0 "$sp" 2>/dev/null || break; sleep 0.5; done
     "$PYTHON" "$VMTOOL" stat --peer "$PEER:*" < "$T_WORK/b-$1.snap.json" > "$T_WORK/b-stat" || { echo "no sample"; return; }
   else
     fabsock_stat "$T_WORK/b-stat" --peer "$PEER:*" || { echo "stat failed"; return; }
