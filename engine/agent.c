@@ -417,8 +417,15 @@ void fs_agent_nudge(struct fs_conn *c)
 
 /* ---- listeners and process events ------------------------------------- */
 
-bool fs_agent_listen(struct fs_conn *c, int fd, int fabric)
+int fs_agent_listen(struct fs_conn *c, int fd)
 {
+  bool disabled = false;
+  struct fs_policy_action act;
+  struct fs_policy_query q = { fs_proc_name(), FS_DIR_ACCEPT, (struct sockaddr *)&c->local, NULL };
+  fs_policy_match(fs_policy_get(&disabled), &q, &act);
+  if (disabled || act.fabric == FS_FABRIC_TCP)
+    return -1;
+  int fabric = act.fabric;
   bool served = false;
   pthread_mutex_lock(&A.lock);
   if (fs_agent_start() == 0)
@@ -438,11 +445,7 @@ void fs_agent_take_names(struct fs_conn *lc, int fd)
       !__atomic_compare_exchange_n(&lc->name_tried_ns, &last, now | 1, false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
     return;
   int saved = errno;
-  bool disabled = false;
-  struct fs_policy_action act;
-  struct fs_policy_query q = { fs_proc_name(), FS_DIR_ACCEPT, (struct sockaddr *)&lc->local, NULL };
-  fs_policy_match(fs_policy_get(&disabled), &q, &act);
-  if (!disabled && act.fabric != FS_FABRIC_TCP && fs_agent_listen(lc, fd, act.fabric)) {
+  if (fs_agent_listen(lc, fd) > 0) {
     __atomic_store_n(&lc->served, true, __ATOMIC_RELEASE);
     fs_log(FS_LOG_DEBUG, "fd %d: listener shared since fork, its names unserved: served from here now", fd);
   }

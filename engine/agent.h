@@ -44,11 +44,12 @@ void fs_agent_run(struct fs_conn *c, void (*fn)(struct fs_conn *c));
  * and never accepts. */
 void fs_agent_take_names(struct fs_conn *lc, int fd);
 
-/* Listening socket c (fd): every fabric the policy allows (fabric: enum
- * fs_fabric, auto for all) serves rendezvous beside it.  At once, not
- * queued: a client that connects right after listen() returns must find
- * them there.  True if any fabric serves it. */
-bool fs_agent_listen(struct fs_conn *c, int fd, int fabric);
+/* Listening socket c (fd, its address in c->local): every fabric the
+ * policy allows for it serves rendezvous beside it.  At once, not queued:
+ * a client that connects right after listen() returns must find them
+ * there.  1 if any fabric serves it, 0 if none does (its names taken), -1
+ * if the policy keeps it on TCP (tcp, or disabled). */
+int fs_agent_listen(struct fs_conn *c, int fd);
 
 /* A listening socket is closed. */
 void fs_agent_unlisten(struct fs_conn *c);

@@ -304,19 +304,15 @@ void fs_sock_listening(struct fs_conn *c, int fd)
     c->stat->listening = 1;
     fs_sock_stat_addrs(c);
   }
-  bool disabled = false;
-  const struct fs_policy *pol = fs_policy_get(&disabled);
-  struct fs_policy_action act;
-  struct fs_policy_query q = { fs_proc_name(), FS_DIR_ACCEPT, (struct sockaddr *)&c->local, NULL };
-  fs_policy_match(pol, &q, &act);
-  if (disabled || act.fabric == FS_FABRIC_TCP || c->served || c->listener_shared)
+  if (c->served || c->listener_shared)
     return;
-  c->served = fs_agent_listen(c, fd, act.fabric);
+  int rc = fs_agent_listen(c, fd);
+  c->served = rc > 0;
   /* Not served here: its name is another process's (the listener came
    * from it, and a node cluster worker listen()s again on the one it was
    * handed), or taken.  Served as shared since fork: each connection
    * accepted here is found by this process's own name. */
-  if (!c->served)
+  if (rc == 0)
     c->listener_shared = true;
 }
 
