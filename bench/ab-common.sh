@@ -1,7 +1,9 @@
 # ab-common.sh: what the builds-alternating benchmarks share (libs-ab.sh,
-# proxy-db.sh), sourced by both, and median for servers-common.sh too.
-#   ab_parse NAME "$@"   -r ROUNDS -s SECONDS LIB...: sets rounds, secs and
-#                        libs (each a library's full path, "plain", or
+# proxy-db.sh; doorbell.sh its arguments and rounds), sourced by them, and
+# median for servers-common.sh too.
+#   ab_parse NAME "$@"   -r ROUNDS -s SECONDS LIB...: sets rounds (default 3),
+#                        secs (default $ab_default_secs, else 5) and libs (each
+#                        a library's full path, "plain", or
 #                        LIB,VAR=VALUE[,...]); exits 2 with the usage, 1 for a
 #                        library that is not there
 #   ab_pre LIB           the env(1) words that run a program under LIB
@@ -14,7 +16,7 @@ median() { sort -g | awk '{v[NR]=$1} END {if (NR==0) print "nan"; else if (NR%2)
 ab_parse() {
   local name=$1 o l
   shift
-  rounds=3 secs=5
+  rounds=3 secs=${ab_default_secs:-5}
   OPTIND=1
   while getopts r:s: o; do
     case $o in

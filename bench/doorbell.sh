@@ -15,61 +15,50 @@
 #
 # usage: bench/doorbell.sh [-r ROUNDS] [-s SECONDS] LIB
 set -u
-rounds=3 secs=4
-while getopts r:s: o; do
-  case $o in
-  r) rounds=$OPTARG ;;
-  s) secs=$OPTARG ;;
-  *) echo "usage: $0 [-r ROUNDS] [-s SECONDS] LIB" >&2; exit 2 ;;
-  esac
-done
-shift $((OPTIND - 1))
-[ $# -eq 1 ] && [ -f "$1" ] || { echo "usage: $0 [-r ROUNDS] [-s SECONDS] LIB" >&2; exit 2; }
-lib=$(readlink -f "$1")
+# shellcheck source=bench/ab-common.sh
+. "$(cd "$(dirname "$0")" && pwd)/ab-common.sh"
+ab_default_secs=4 ab_parse "$0" "$@"
+[ ${#libs[@]} -eq 1 ] && [ "${libs[0]}" != plain ] || { echo "usage: $0 [-r ROUNDS] [-s SECONDS] LIB" >&2; exit 2; }
+lib=${libs[0]}
 for p in sockperf redis-server redis-benchmark; do
   command -v $p >/dev/null || { echo "# SKIP doorbell: $p not installed"; exit 77; }
 done
 tmp=$(mktemp -d /tmp/fabsock-doorbell.XXXXXX) || exit 1
 trap 'pkill -P $$ 2>/dev/null; rm -rf "$tmp"' EXIT
 variants=(plain wakefd doorbell)
-pre() {
-  case $1 in
-  plain) echo env ;;
-  wakefd) echo "env LD_PRELOAD=$lib FABSOCK_DOORBELL=0" ;;
-  doorbell) echo "env LD_PRELOAD=$lib FABSOCK_DOORBELL=1" ;;
-  esac
-}
+libs=(plain "$lib,FABSOCK_DOORBELL=0" "$lib,FABSOCK_DOORBELL=1") # ab_rounds alternates them
 fds() { find /proc/"$1"/fd -mindepth 1 2>/dev/null | wc -l; }
 port=$((20000 + $$ % 10000))
 
-for r in $(seq "$rounds"); do
-  for k in 0 1 2; do
-    v=${variants[$(((k + r - 1) % 3))]}
-    port=$((port + 1))
-    $(pre $v) sockperf sr --tcp -i 127.0.0.1 -p $port >/dev/null 2>&1 &
-    sp=$!
-    sleep 0.5
-    $(pre $v) sockperf pp --tcp -i 127.0.0.1 -p $port -t "$secs" -m 64 --mps 4000000 2>&1 |
-      sed 's/\x1b\[[0-9;]*m//g' | awk '/percentile 50.000 =/ { p50 = $NF } /percentile 99.000 =/ { p99 = $NF }
-        END { print (p50 == "" ? "nan" : p50), (p99 == "" ? "nan" : p99) }' >"$tmp/sp"
-    kill $sp 2>/dev/null; wait $sp 2>/dev/null
-    read -r p50 p99 <"$tmp/sp"
-    echo "$p50" >>"$tmp/p50.$v"; echo "$p99" >>"$tmp/p99.$v"
-    port=$((port + 1))
-    $(pre $v) redis-server --port $port --save '' --appendonly no >/dev/null 2>&1 &
-    rs=$!
-    sleep 0.5
-    $(pre $v) redis-benchmark -p $port -c 50 -n 100000000 -t get -q >"$tmp/rb" 2>&1 &
-    rb=$!
-    sleep "$secs"
-    sfd=$(fds "$(pgrep -P $rs -x redis-server || echo $rs)") cfd=$(fds $rb)
-    kill $rb 2>/dev/null; wait $rb 2>/dev/null # (SIGINT is ignored in a background job)
-    rps=$(tr '\r' '\n' <"$tmp/rb" | awk 'match($0, /rps=[0-9.]+ \(overall: [0-9.]+/) { v = substr($0, RSTART, RLENGTH); sub(/.*: /, "", v) } END { print (v == "" ? "nan" : v) }')
-    kill $rs 2>/dev/null; wait $rs 2>/dev/null
-    echo "$rps" >>"$tmp/rps.$v"; echo "$sfd" >>"$tmp/sfd.$v"; echo "$cfd" >>"$tmp/cfd.$v"
-    echo "round $r $v: sockperf p50 $p50 us p99 $p99 us; redis GET $rps/s, fds server $sfd client $cfd"
-  done
-done
+# One variant's turn in a round (ab_rounds: LIB I ROUND).
+one() {
+  local v=${variants[$2]} r=$3 pre sp rs rb p50 p99 sfd cfd rps
+  pre=$(ab_pre "$1")
+  port=$((port + 1))
+  $pre sockperf sr --tcp -i 127.0.0.1 -p $port >/dev/null 2>&1 &
+  sp=$!
+  sleep 0.5
+  $pre sockperf pp --tcp -i 127.0.0.1 -p $port -t "$secs" -m 64 --mps 4000000 2>&1 |
+    sed 's/\x1b\[[0-9;]*m//g' | awk '/percentile 50.000 =/ { p50 = $NF } /percentile 99.000 =/ { p99 = $NF }
+      END { print (p50 == "" ? "nan" : p50), (p99 == "" ? "nan" : p99) }' >"$tmp/sp"
+  kill $sp 2>/dev/null; wait $sp 2>/dev/null
+  read -r p50 p99 <"$tmp/sp"
+  echo "$p50" >>"$tmp/p50.$v"; echo "$p99" >>"$tmp/p99.$v"
+  port=$((port + 1))
+  $pre redis-server --port $port --save '' --appendonly no >/dev/null 2>&1 &
+  rs=$!
+  sleep 0.5
+  $pre redis-benchmark -p $port -c 50 -n 100000000 -t get -q >"$tmp/rb" 2>&1 &
+  rb=$!
+  sleep "$secs"
+  sfd=$(fds "$(pgrep -P $rs -x redis-server || echo $rs)") cfd=$(fds $rb)
+  kill $rb 2>/dev/null; wait $rb 2>/dev/null # (SIGINT is ignored in a background job)
+  rps=$(tr '\r' '\n' <"$tmp/rb" | awk 'match($0, /rps=[0-9.]+ \(overall: [0-9.]+/) { v = substr($0, RSTART, RLENGTH); sub(/.*: /, "", v) } END { print (v == "" ? "nan" : v) }')
+  kill $rs 2>/dev/null; wait $rs 2>/dev/null
+  echo "$rps" >>"$tmp/rps.$v"; echo "$sfd" >>"$tmp/sfd.$v"; echo "$cfd" >>"$tmp/cfd.$v"
+  echo "round $r $v: sockperf p50 $p50 us p99 $p99 us; redis GET $rps/s, fds server $sfd client $cfd"
+}
+ab_rounds one
 
 python3 - "$tmp" "$rounds" "$secs" <<'PY'
 import json, statistics, sys
