@@ -203,7 +203,8 @@ static struct fs_ep *fs_door_set_of(struct fs_conn *c)
 /* The process's door, for connections in no epoll set (a blocking client,
  * a poll loop) that no thread marked as its own (engine/door.h, thread
  * doors), or past their cap: made on first need, one per process (a fork
- * child makes its own), never closed.  Referenced; NULL if it cannot be made. */
+ * child makes its own), never closed.  Referenced; NULL if it cannot be made.
+ * (The offer sets the readiness hooks first.) */
 static struct fs_door *fs_door_proc;
 
 static struct fs_door *fs_door_proc_get(void)
@@ -213,8 +214,6 @@ static struct fs_door *fs_door_proc_get(void)
     struct fs_door *n;
     if (fs_door_new(&n) < 0)
       return NULL;
-    fs_wake_on_door(fs_ready_door_kick);
-    fs_door_on_deliver(fs_door_deliver);
     if (__atomic_compare_exchange_n(&fs_door_proc, &d, n, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
       /* The parent's, in a fork child: its connections keep their
        * references. */
@@ -243,6 +242,7 @@ int fs_ready_door_offer(struct fs_conn *c, int *efd, int *memfd, uint32_t *slot)
       return -1;
     bool home = false;
     if (ep == FS_DOOR_PROC) {
+      /* Before either door is made (a set's are hooked in fs_ep_door_own). */
       fs_wake_on_door(fs_ready_door_kick);
       fs_door_on_deliver(fs_door_deliver);
       d = fs_door_home_door(c, c->fd);
