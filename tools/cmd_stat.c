@@ -50,7 +50,9 @@ void fs_tool_stat_usage(FILE *out)
         "  List the connections of every process running libfabsock (only PID's if\n"
         "  given): PID PROGRAM FD STATE FABRIC LOCAL PEER TX RX TXMSG RXMSG REASON,\n"
         "  then how many connections each process has closed, by the fabric that\n"
-        "  carried some of their data (SHM, RDMA; TCP: none did).\n"
+        "  carried some of their data (SHM, RDMA; TCP: none did).  An accepted\n"
+        "  connection still pending whose connecting end (in another table) went\n"
+        "  no further than TCP shows that end's reason as peer:REASON.\n"
         "  Tables are read from $FABSOCK_STATDIR, default /dev/shm; those of\n"
         "  exited processes are removed when they belong to the caller.\n"
         "  --json          print one JSON object instead of a table\n"
@@ -61,26 +63,31 @@ void fs_tool_stat_usage(FILE *out)
 /* One connection, formatted. */
 struct fs_tool_row {
   int pid;
-  char program[64];
+  char program[64];      /* sanitized, for the table */
   struct fs_stat_conn c;
+  uint8_t peer_reason;   /* a pending accepted end: its peer's settled reason, else 0 */
   char laddr[INET6_ADDRSTRLEN], paddr[INET6_ADDRSTRLEN]; /* "" when unset */
   char local[INET6_ADDRSTRLEN + 10], peer[INET6_ADDRSTRLEN + 10];
 };
 
-/* A process's closed connections (header closed[]), for the table's footer. */
-struct fs_tool_closed {
+/* A process's table: its header's fields and where its rows are. */
+struct fs_tool_proc {
   int pid;
-  char program[64];
-  uint64_t n[4];       /* by enum fs_fabric: [1] rdma, [2] shm, [3] tcp */
+  bool shown;          /* listed (every process, or the PID asked for) */
+  char program[64];    /* as the table has it (JSON escapes it) */
+  uint64_t start_ns;
+  uint64_t closed[4];  /* by enum fs_fabric: [1] rdma, [2] shm, [3] tcp */
+  size_t first, nrows; /* its connections in rows[] */
 };
 
+/* Every table is read before anything is printed: an accepted end's peer
+ * may be in any of them (fs_tool_peer_reasons). */
 struct fs_tool_stat {
   bool json;
-  int nproc;           /* processes printed so far (JSON commas) */
   struct fs_tool_row *rows;
   size_t nrows, cap;
-  struct fs_tool_closed *closed;
-  size_t nclosed, ccap;
+  struct fs_tool_proc *procs;
+  size_t nprocs, pcap;
 };
 
 /* The program name is untrusted bytes: keep it printable for the table. */
@@ -232,7 +239,12 @@ static void fs_tool_json_conn(const struct fs_tool_row *r, bool first)
   fs_tool_json_str(fs_tool_fabric_name(c->fabric));
   printf(",\"reason\":");
   fs_tool_json_str(fs_reason_name(c->reason));
-  printf(",\"reason_code\":%u,\"dir\":", (unsigned)c->reason);
+  printf(",\"reason_code\":%u,\"peer_reason\":", (unsigned)c->reason);
+  if (r->peer_reason)
+    fs_tool_json_str(fs_reason_name(r->peer_reason));
+  else
+    fputs("null", stdout);
+  printf(",\"dir\":");
   const char *dir = fs_tool_dir_name(c->dir);
   if (dir)
     fs_tool_json_str(dir);
@@ -259,21 +271,18 @@ static void fs_tool_json_conn(const struct fs_tool_row *r, bool first)
          c->tx_bytes, c->rx_bytes, c->tx_msgs, c->rx_msgs, c->fabric_tx, c->fabric_rx, (unsigned)c->resumes);
 }
 
-static int fs_tool_add_closed(struct fs_tool_stat *S, const struct fs_tool_row *r, const uint64_t n[4])
+static struct fs_tool_proc *fs_tool_add_proc(struct fs_tool_stat *S)
 {
-  struct fs_tool_closed *all = fs_tool_room(S->closed, &S->ccap, S->nclosed, sizeof *all);
+  struct fs_tool_proc *all = fs_tool_room(S->procs, &S->pcap, S->nprocs, sizeof *all);
   if (all == NULL)
-    return -ENOMEM;
-  S->closed = all;
-  struct fs_tool_closed *c = &S->closed[S->nclosed++];
-  c->pid = r->pid;
-  memcpy(c->program, r->program, sizeof c->program);
-  memcpy(c->n, n, sizeof c->n);
-  return 0;
+    return NULL;
+  S->procs = all;
+  return &S->procs[S->nprocs++];
 }
 
-/* Read one table file; prints it (JSON) or collects its rows (table). */
-static int fs_tool_stat_file(struct fs_tool_stat *S, const char *dir, int pid)
+/* Read one table file into S: a process and its live connections.  0, or
+ * -ENOMEM (what was read of this table is left out). */
+static int fs_tool_stat_file(struct fs_tool_stat *S, const char *dir, int pid, bool shown)
 {
   char path[PATH_MAX];
   if (snprintf(path, sizeof path, "%s/fabsock.%d.stat", dir, pid) >= (int)sizeof path)
@@ -313,45 +322,161 @@ static int fs_tool_stat_file(struct fs_tool_stat *S, const char *dir, int pid)
   if (n > (len - sizeof h) / sizeof *slots)
     n = (len - sizeof h) / sizeof *slots;
 
+  struct fs_tool_proc *p = fs_tool_add_proc(S);
+  if (p == NULL) {
+    rc = -ENOMEM;
+    goto unmap;
+  }
+  p->pid = pid;
+  p->shown = shown;
+  memcpy(p->program, h.program, sizeof p->program - 1);
+  p->program[sizeof p->program - 1] = '\0';
+  p->start_ns = h.start_ns;
+  for (int k = 0; k < 4; k++)
+    p->closed[k] = __atomic_load_n(&mh->closed[k], __ATOMIC_RELAXED);
+  p->first = S->nrows;
+  p->nrows = 0;
   struct fs_tool_row r;
   memset(&r, 0, sizeof r);
   r.pid = pid;
-  memcpy(r.program, h.program, sizeof r.program - 1);
-  uint64_t closed[4];
-  for (int k = 0; k < 4; k++)
-    closed[k] = __atomic_load_n(&mh->closed[k], __ATOMIC_RELAXED);
-  if (S->json) {
-    printf("%s{\"pid\":%d,\"program\":", S->nproc ? "," : "", pid);
-    fs_tool_json_str(r.program);
-    printf(",\"start_ns\":%" PRIu64 ",\"closed\":{", h.start_ns);
-    for (int k = 1; k < 4; k++) /* rdma, shm, tcp */
-      printf("%s\"%s\":%" PRIu64, k > 1 ? "," : "", fs_tool_fabric_name(k), closed[k]);
-    fputs("},\"connections\":[", stdout);
-  }
+  memcpy(r.program, p->program, sizeof r.program);
   fs_tool_sanitize(r.program);
-  if (!S->json && (closed[1] | closed[2] | closed[3]) != 0 && (rc = fs_tool_add_closed(S, &r, closed)) < 0)
-    goto unmap;
-  bool first = true;
   for (size_t i = 0; i < n; i++) {
     if (__atomic_load_n(&slots[i].used, __ATOMIC_ACQUIRE) != 1)
       continue;
     memcpy(&r.c, &slots[i], sizeof r.c);
     fs_tool_addr(r.c.family, r.c.laddr, r.c.lport, r.laddr, r.local, sizeof r.local);
     fs_tool_addr(r.c.family, r.c.paddr, r.c.pport, r.paddr, r.peer, sizeof r.peer);
-    if (S->json)
-      fs_tool_json_conn(&r, first);
-    else if ((rc = fs_tool_add_row(S, &r)) < 0)
+    if ((rc = fs_tool_add_row(S, &r)) < 0) {
+      S->nrows = p->first;
+      S->nprocs--;
       break;
-    first = false;
+    }
+    p->nrows++;
   }
-  if (S->json)
-    fputs("]}", stdout);
-  S->nproc++;
 unmap:
   munmap(map, len);
 out:
   close(fd);
   return rc;
+}
+
+/* ---- an accepted end's peer ------------------------------------------------
+ * The connecting end alone asks for the upgrade: when it gives up for good
+ * (it forked and shares the socket, a rule or FABSOCK_TRANSPORT=tcp, it
+ * exec'd), the accepted end has nothing to learn it from and reads
+ * `pending` for good.  When the connecting end runs libfabsock on this host
+ * its row is in another table, its addresses reversed: the accepted end is
+ * shown with that end's reason.  Nothing is sent for it, and nothing in the
+ * data path pays for it.  Both ends' addresses are compared in IPv6 form (a
+ * dual-stack listener's ::ffff:a.b.c.d against an AF_INET client). */
+struct fs_tool_key {
+  uint8_t l[16], p[16];
+  uint16_t lport, pport;
+  size_t row;
+};
+
+static void fs_tool_v6(int family, const uint8_t *in, uint8_t out[16])
+{
+  static const uint8_t mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+  if (family == AF_INET) {
+    memcpy(out, mapped, 12);
+    memcpy(out + 12, in, 4);
+  } else {
+    memcpy(out, in, 16);
+  }
+}
+
+static int fs_tool_key_cmp(const void *a, const void *b)
+{
+  const struct fs_tool_key *x = a, *y = b;
+  int d = memcmp(x->l, y->l, 16);
+  if (d == 0)
+    d = memcmp(x->p, y->p, 16);
+  if (d == 0)
+    d = (x->lport > y->lport) - (x->lport < y->lport);
+  if (d == 0)
+    d = (x->pport > y->pport) - (x->pport < y->pport);
+  return d;
+}
+
+static bool fs_tool_connected(const struct fs_stat_conn *c)
+{
+  return !c->listening && (c->family == AF_INET || c->family == AF_INET6) && c->lport != 0 && c->pport != 0;
+}
+
+/* A reason that says the end went no further than TCP for good. */
+static bool fs_tool_settled(const struct fs_stat_conn *c)
+{
+  return (c->state == 0 || c->state == 1) && c->reason != FS_REASON_NONE && c->reason != FS_REASON_PENDING &&
+         c->reason < FS_REASON_COUNT;
+}
+
+static void fs_tool_peer_reasons(struct fs_tool_stat *S)
+{
+  struct fs_tool_key *keys = malloc((S->nrows ? S->nrows : 1) * sizeof *keys);
+  if (keys == NULL)
+    return; /* shown as the tables have it */
+  size_t n = 0;
+  for (size_t i = 0; i < S->nrows; i++) {
+    const struct fs_stat_conn *c = &S->rows[i].c;
+    if (!fs_tool_connected(c) || !fs_tool_settled(c))
+      continue;
+    fs_tool_v6(c->family, c->laddr, keys[n].l);
+    fs_tool_v6(c->family, c->paddr, keys[n].p);
+    keys[n].lport = c->lport;
+    keys[n].pport = c->pport;
+    keys[n++].row = i;
+  }
+  if (n > 1)
+    qsort(keys, n, sizeof *keys, fs_tool_key_cmp);
+  for (size_t i = 0; n && i < S->nrows; i++) {
+    struct fs_tool_row *r = &S->rows[i];
+    const struct fs_stat_conn *c = &r->c;
+    if (c->dir != 2 || c->state != 1 || c->reason != FS_REASON_PENDING || !fs_tool_connected(c))
+      continue;
+    struct fs_tool_key want; /* the peer's view: our addresses reversed */
+    fs_tool_v6(c->family, c->paddr, want.l);
+    fs_tool_v6(c->family, c->laddr, want.p);
+    want.lport = c->pport;
+    want.pport = c->lport;
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+      size_t mid = lo + (hi - lo) / 2;
+      if (fs_tool_key_cmp(&keys[mid], &want) < 0)
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+    for (; lo < n && fs_tool_key_cmp(&keys[lo], &want) == 0; lo++)
+      if (S->rows[keys[lo].row].pid != r->pid) {
+        r->peer_reason = S->rows[keys[lo].row].c.reason;
+        break;
+      }
+  }
+  free(keys);
+}
+
+static void fs_tool_print_json(const struct fs_tool_stat *S)
+{
+  bool firstp = true;
+  fputs("{\"processes\":[", stdout);
+  for (size_t i = 0; i < S->nprocs; i++) {
+    const struct fs_tool_proc *p = &S->procs[i];
+    if (!p->shown)
+      continue;
+    printf("%s{\"pid\":%d,\"program\":", firstp ? "" : ",", p->pid);
+    fs_tool_json_str(p->program);
+    printf(",\"start_ns\":%" PRIu64 ",\"closed\":{", p->start_ns);
+    for (int k = 1; k < 4; k++) /* rdma, shm, tcp */
+      printf("%s\"%s\":%" PRIu64, k > 1 ? "," : "", fs_tool_fabric_name(k), p->closed[k]);
+    fputs("},\"connections\":[", stdout);
+    for (size_t j = 0; j < p->nrows; j++)
+      fs_tool_json_conn(&S->rows[p->first + j], j == 0);
+    fputs("]}", stdout);
+    firstp = false;
+  }
+  fputs("]}\n", stdout);
 }
 
 #define FS_TOOL_NCOLS 12
@@ -383,7 +508,11 @@ static const char *fs_tool_cell(const struct fs_tool_row *r, int k, char *cell)
   case 7: case 8: case 9: case 10:
     snprintf(cell, FS_TOOL_CELL, "%" PRIu64, counters[k - 7]);
     return cell;
-  default: return fs_reason_name(c->reason);
+  default:
+    if (r->peer_reason == 0)
+      return fs_reason_name(c->reason);
+    snprintf(cell, FS_TOOL_CELL, "peer:%s", fs_reason_name(r->peer_reason));
+    return cell;
   }
 }
 
@@ -415,24 +544,50 @@ static void fs_tool_print_table(const struct fs_tool_stat *S)
  * there when stat looks, but its process's counts are. */
 static void fs_tool_print_closed(const struct fs_tool_stat *S)
 {
-  if (S->nclosed == 0)
-    return;
   int wpid = 3, wprog = 7;
-  for (size_t i = 0; i < S->nclosed; i++) {
+  bool any = false;
+  for (size_t i = 0; i < S->nprocs; i++) {
+    const struct fs_tool_proc *p = &S->procs[i];
+    if (!p->shown || (p->closed[1] | p->closed[2] | p->closed[3]) == 0)
+      continue;
     char num[16];
-    int w = snprintf(num, sizeof num, "%d", S->closed[i].pid);
+    int w = snprintf(num, sizeof num, "%d", p->pid);
     if (w > wpid)
       wpid = w;
-    if ((int)strlen(S->closed[i].program) > wprog)
-      wprog = (int)strlen(S->closed[i].program);
+    if ((int)strlen(p->program) > wprog)
+      wprog = (int)strlen(p->program);
+    any = true;
   }
+  if (!any)
+    return;
   printf("\nclosed connections, by the fabric that carried their data:\n%*s  %-*s  %10s  %10s  %10s\n", wpid, "PID",
          wprog, "PROGRAM", "SHM", "RDMA", "TCP");
-  for (size_t i = 0; i < S->nclosed; i++) {
-    const struct fs_tool_closed *c = &S->closed[i];
-    printf("%*d  %-*s  %10" PRIu64 "  %10" PRIu64 "  %10" PRIu64 "\n", wpid, c->pid, wprog, c->program, c->n[2], c->n[1],
-           c->n[3]);
+  for (size_t i = 0; i < S->nprocs; i++) {
+    const struct fs_tool_proc *p = &S->procs[i];
+    if (!p->shown || (p->closed[1] | p->closed[2] | p->closed[3]) == 0)
+      continue;
+    char program[64];
+    memcpy(program, p->program, sizeof program);
+    fs_tool_sanitize(program);
+    printf("%*d  %-*s  %10" PRIu64 "  %10" PRIu64 "  %10" PRIu64 "\n", wpid, p->pid, wprog, program, p->closed[2],
+           p->closed[1], p->closed[3]);
   }
+}
+
+/* Only the rows of the processes shown, in order (the others were read
+ * for their peers' sake). */
+static void fs_tool_keep_shown(struct fs_tool_stat *S)
+{
+  size_t n = 0;
+  for (size_t i = 0; i < S->nprocs; i++) {
+    struct fs_tool_proc *p = &S->procs[i];
+    if (!p->shown)
+      continue;
+    memmove(&S->rows[n], &S->rows[p->first], p->nrows * sizeof *S->rows);
+    p->first = n;
+    n += p->nrows;
+  }
+  S->nrows = n;
 }
 
 static int fs_tool_cmp_int(const void *a, const void *b)
@@ -504,7 +659,7 @@ int fs_tool_stat_main(int argc, char **argv)
   }
   for (struct dirent *e; d != NULL && (e = readdir(d)) != NULL;) {
     int pid = fs_tool_parse_name(e->d_name);
-    if (pid == 0 || (only != 0 && pid != only))
+    if (pid == 0)
       continue;
     if (npids == cap) {
       cap = cap ? cap * 2 : 32;
@@ -520,24 +675,25 @@ int fs_tool_stat_main(int argc, char **argv)
   if (npids > 1)
     qsort(pids, npids, sizeof *pids, fs_tool_cmp_int);
 
+  /* With a PID, the other tables are read too, for its accepted ends' peers. */
   int rc = FS_TOOL_EXIT_OK;
-  if (S.json)
-    fputs("{\"processes\":[", stdout);
   for (size_t i = 0; i < npids; i++)
-    if (fs_tool_stat_file(&S, dir, pids[i]) < 0) {
+    if (fs_tool_stat_file(&S, dir, pids[i], only == 0 || pids[i] == only) < 0) {
       fprintf(stderr, "fabsock stat: out of memory\n");
       rc = FS_TOOL_EXIT_FAIL;
       break;
     }
+  fs_tool_peer_reasons(&S);
   if (S.json) {
-    fputs("]}\n", stdout);
+    fs_tool_print_json(&S);
   } else {
+    fs_tool_keep_shown(&S);
     fs_tool_print_table(&S);
     fs_tool_print_closed(&S);
   }
   free(pids);
   free(S.rows);
-  free(S.closed);
+  free(S.procs);
   if (fflush(stdout) != 0 || ferror(stdout)) {
     fprintf(stderr, "fabsock stat: stdout: %s\n", strerror(errno));
     rc = FS_TOOL_EXIT_FAIL;

@@ -22,6 +22,7 @@
 
 #include "base/aside.h"
 #include "base/proc.h"
+#include "base/reason.h"
 #include "base/stat.h"
 #include "tests/unit/pagemap.h"
 #include "tests/unit/check_run.h"
@@ -582,6 +583,30 @@ static void write_fake_table(int pid, uint64_t proc_start, const char *program)
   write_fake_table_at(pid, proc_start, 0, program);
 }
 
+/* A child that waits to be killed: a live pid for a fake table. */
+static pid_t spawn_sleeper(void)
+{
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    pause();
+    _exit(0);
+  }
+  return pid;
+}
+
+static void reap(pid_t pid)
+{
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+}
+
+static void has_all(const char *out, const char *const *want, size_t n)
+{
+  for (size_t i = 0; i < n; i++)
+    ck_assert_msg(strstr(out, want[i]) != NULL, "missing %s in %s", want[i], out);
+}
+
 START_TEST(test_tool_stat)
 {
   const char *bin = fabsock_bin();
@@ -633,19 +658,11 @@ START_TEST(test_tool_stat)
   waitid(P_PID, (id_t)zombie, &si, WEXITED | WNOWAIT); /* exited, not reaped */
   ck_assert(proc_start_of((int)zombie) != 0);
   write_fake_table((int)zombie, proc_start_of((int)zombie), "zombie");
-  pid_t live = fork();
-  if (live == 0) {
-    pause();
-    _exit(0);
-  }
+  pid_t live = spawn_sleeper();
   write_fake_table((int)live, 1, "reused");
   /* A forked child's table has no starttime, only its boot time at
    * creation: a process that started after that is another one. */
-  pid_t later = fork();
-  if (later == 0) {
-    pause();
-    _exit(0);
-  }
+  pid_t later = spawn_sleeper();
   write_fake_table_at((int)later, 0, 1000, "reused-boot");
 
   snprintf(cmd, sizeof cmd, "'%s' stat --json", bin);
@@ -670,8 +687,7 @@ START_TEST(test_tool_stat)
     "\"local\":\"[::1]:7000\"",
     "\"peer\":null",
   };
-  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
-    ck_assert_msg(strstr(out, want[i]) != NULL, "missing %s in %s", want[i], out);
+  has_all(out, want, sizeof want / sizeof want[0]);
   ck_assert_msg(strstr(out, "ghost") == NULL && strstr(out, "reused") == NULL && strstr(out, "reused-boot") == NULL &&
                 strstr(out, "zombie") == NULL, "%s", out);
   ck_assert(!table_exists((int)dead));
@@ -681,11 +697,7 @@ START_TEST(test_tool_stat)
   free(out);
 
   /* A table of a live process with the right start time is listed. */
-  pid_t other = fork();
-  if (other == 0) {
-    pause();
-    _exit(0);
-  }
+  pid_t other = spawn_sleeper();
   uint64_t start = proc_start_of((int)other);
   ck_assert(start != 0);
   write_fake_table((int)other, start, "fake prog");
@@ -796,6 +808,120 @@ START_TEST(test_closed_counts)
 }
 END_TEST
 
+/* A live TCP end on 127.0.0.1 at both ends, published. */
+static void loopback_end(struct fs_stat_conn *c, int fd, int dir, int reason, uint16_t lport, uint16_t pport)
+{
+  c->fd = fd;
+  c->family = AF_INET;
+  c->state = 1;
+  c->fabric = FS_STAT_FABRIC_TCP;
+  c->reason = (uint8_t)reason;
+  c->dir = (uint8_t)dir;
+  inet_pton(AF_INET, "127.0.0.1", c->laddr);
+  inet_pton(AF_INET, "127.0.0.1", c->paddr);
+  c->lport = lport;
+  c->pport = pport;
+  __atomic_store_n(&c->used, 1, __ATOMIC_RELEASE);
+}
+
+/* An accepted end still pending whose connecting end (in another table,
+ * addresses reversed) settled on TCP is shown with that end's reason: JSON
+ * peer_reason, "peer:REASON" in the table.  Matched across an IPv4-mapped
+ * and a plain IPv4 end; not from the same process, not from an end that is
+ * itself pending, not for a port that differs; `stat PID` still reads the
+ * other tables for it. */
+START_TEST(test_tool_peer_reason)
+{
+  const char *bin = fabsock_bin();
+  if (bin == NULL)
+    return;
+  int me = (int)getpid();
+  /* Ours: the connecting ends.  fork (v4), pending (v4), policy (v4, our
+   * own accepted end's twin below must not take it). */
+  struct fs_stat_conn *f = fs_stat_slot_alloc(), *p = fs_stat_slot_alloc(), *q = fs_stat_slot_alloc();
+  ck_assert(f && p && q);
+  struct fs_stat_conn *ends[3] = { f, p, q };
+  const uint16_t cport[3] = { 40001, 40002, 40003 };
+  const uint8_t reason[3] = { FS_REASON_FORK, FS_REASON_PENDING, FS_REASON_POLICY };
+  for (int i = 0; i < 3; i++)
+    loopback_end(ends[i], 10 + i, 1, reason[i], cport[i], 5555);
+  /* Our own accepted end for the policy one: the same process is no peer. */
+  struct fs_stat_conn *own = fs_stat_slot_alloc();
+  ck_assert_ptr_nonnull(own);
+  loopback_end(own, 20, 2, FS_REASON_PENDING, 5555, 40003);
+
+  /* The other process: accepted ends on a dual-stack listener (mapped). */
+  pid_t other = spawn_sleeper();
+  uint64_t start = proc_start_of((int)other);
+  ck_assert(start != 0);
+  char path[PATH_MAX + 64];
+  table_path((int)other, path, sizeof path);
+  struct fs_stat_header h = { .magic = FS_STAT_MAGIC, .version = FS_STAT_VERSION, .pid = (int)other,
+                              .nslots = FS_STAT_SLOTS, .proc_start = start, .hi_water = 4 };
+  strcpy(h.program, "server");
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(pwrite(fd, &h, sizeof h, 0), (ssize_t)sizeof h);
+  const uint16_t pport[4] = { 40001, 40002, 40003, 40009 };
+  for (int i = 0; i < 4; i++) {
+    struct fs_stat_conn c = { .used = 1, .fd = 30 + i, .family = AF_INET6, .state = 1,
+                              .fabric = FS_STAT_FABRIC_TCP, .reason = FS_REASON_PENDING, .dir = 2,
+                              .lport = 5555, .pport = pport[i] };
+    inet_pton(AF_INET6, "::ffff:127.0.0.1", c.laddr);
+    inet_pton(AF_INET6, "::ffff:127.0.0.1", c.paddr);
+    ck_assert_int_eq(pwrite(fd, &c, sizeof c, (off_t)(HDR + (size_t)i * sizeof c)), (ssize_t)sizeof c);
+  }
+  close(fd);
+
+  char cmd[PATH_MAX * 2];
+  int rc;
+  snprintf(cmd, sizeof cmd, "'%s' stat --json %d", bin, (int)other);
+  char *out = run_cmd(cmd, &rc);
+  char cmd2[PATH_MAX * 2];
+  snprintf(cmd2, sizeof cmd2, "'%s' stat", bin);
+  char *table = run_cmd(cmd2, &rc);
+  reap(other);
+  unlink(path);
+  ck_assert_int_eq(rc, 0);
+  static const char *const want[] = {
+    "\"fd\":30,\"state\":\"tcp\",\"fabric\":\"tcp\",\"reason\":\"pending\",\"reason_code\":1,\"peer_reason\":\"fork\"",
+    "\"fd\":31,\"state\":\"tcp\",\"fabric\":\"tcp\",\"reason\":\"pending\",\"reason_code\":1,\"peer_reason\":null",
+    "\"fd\":32,\"state\":\"tcp\",\"fabric\":\"tcp\",\"reason\":\"pending\",\"reason_code\":1,\"peer_reason\":\"policy\"",
+    "\"fd\":33,\"state\":\"tcp\",\"fabric\":\"tcp\",\"reason\":\"pending\",\"reason_code\":1,\"peer_reason\":null",
+  };
+  has_all(out, want, sizeof want / sizeof want[0]);
+  char mine[32];
+  snprintf(mine, sizeof mine, "\"pid\":%d", me);
+  ck_assert_msg(strstr(out, mine) == NULL, "stat PID listed another process: %s", out);
+  free(out);
+  /* The table: the server's fd 30 and 32 with their peers' reasons, our
+   * own accepted end (fd 20) still pending. */
+  const char *pf = strstr(table, "  peer:fork\n");
+  ck_assert_msg(pf != NULL, "%s", table);
+  const char *bol = pf;
+  while (bol > table && bol[-1] != '\n')
+    bol--;
+  ck_assert_msg(memmem(bol, (size_t)(pf - bol), "]:40001", 7) != NULL, "%s", table);
+  ck_assert_msg(strstr(table, "]:40003  ") != NULL && strstr(table, "  peer:policy\n") != NULL, "%s", table);
+  ck_assert_msg(strstr(pf + 3, "peer:fork") == NULL, "%s", table); /* once */
+  /* Our own accepted end (fd 20, plain IPv4 at both ends): pending. */
+  int seen = 0;
+  char *save = NULL;
+  for (char *ln = strtok_r(table, "\n", &save); ln != NULL; ln = strtok_r(NULL, "\n", &save))
+    if (strstr(ln, "127.0.0.1:5555 ") == strstr(ln, "127.0.0.1:") && strstr(ln, " 127.0.0.1:40003 ") != NULL &&
+        strchr(ln, '[') == NULL) {
+      seen++;
+      ck_assert_msg(strcmp(ln + strlen(ln) - 9, "  pending") == 0, "%s", ln);
+    }
+  ck_assert_int_eq(seen, 1);
+  free(table);
+  fs_stat_slot_free(f);
+  fs_stat_slot_free(p);
+  fs_stat_slot_free(q);
+  fs_stat_slot_free(own);
+}
+END_TEST
+
 START_TEST(test_tool_cli)
 {
   const char *bin = fabsock_bin();
@@ -893,23 +1019,6 @@ static void write_table(int pid, uint32_t hi_water, off_t size, unsigned at, uin
   if ((off_t)(HDR + (at + 1) * SLOT) <= size)
     ck_assert_int_eq(pwrite(fd, &c, sizeof c, (off_t)(HDR + at * SLOT)), (ssize_t)sizeof c);
   close(fd);
-}
-
-static pid_t spawn_sleeper(void)
-{
-  pid_t pid = fork();
-  ck_assert_int_ge(pid, 0);
-  if (pid == 0) {
-    pause();
-    _exit(0);
-  }
-  return pid;
-}
-
-static void reap(pid_t pid)
-{
-  kill(pid, SIGKILL);
-  waitpid(pid, NULL, 0);
 }
 
 START_TEST(test_holders)
@@ -1043,6 +1152,7 @@ static Suite *stat_suite(void)
   tcase_add_test(tool, test_tool_stat);
   tcase_add_test(tool, test_tool_cli);
   tcase_add_test(tool, test_closed_counts);
+  tcase_add_test(tool, test_tool_peer_reason);
   suite_add_tcase(s, tool);
   return s;
 }
