@@ -70,17 +70,23 @@ static int fs_accept_common(int fd, struct sockaddr *addr, socklen_t *len, int f
   socklen_t sl = sizeof ss;
   struct sockaddr *a = addr ? addr : (struct sockaddr *)&ss;
   socklen_t *l = addr ? len : &sl, asked = addr && len ? *len : sl;
-  int nfd = four ? FS_REAL(accept4)(fd, a, l, flags) : FS_REAL(accept)(fd, a, l);
-  if (nfd >= 0) {
+  struct fs_conn *lc = fs_fdtab_get(fd);
+  if (!lc) {
+    /* Handed over (socket activation)?  Adopted before the accept: its
+     * names are served before a socket from it exists, or a peer asking
+     * in between found neither names nor a listed listener. */
     int saved = errno;
-    struct fs_conn *lc = fs_fdtab_get(fd);
-    if (!lc)
-      lc = fs_inherit_listener(fd); /* handed over (socket activation)? */
-    if (lc) {
+    lc = fs_inherit_listener(fd);
+    errno = saved;
+  }
+  int nfd = four ? FS_REAL(accept4)(fd, a, l, flags) : FS_REAL(accept)(fd, a, l);
+  if (lc) {
+    int saved = errno;
+    if (nfd >= 0) {
       bool whole = l && *l <= asked;
       fs_sock_accepted(lc, fd, nfd, four ? flags : 0, whole ? a : NULL, whole ? *l : 0);
-      fs_conn_put(lc);
     }
+    fs_conn_put(lc);
     errno = saved;
   }
   return nfd;

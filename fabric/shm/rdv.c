@@ -315,6 +315,19 @@ static struct fs_rdv_item *fs_rdv_cli_item(struct fs_link *c, int kind, uint64_t
   return it;
 }
 
+/* c's attempt again after backoff_ms (an item holds c's ref): 0 or resources. */
+static int fs_rdv_cli_retry(struct fs_link *c, uint64_t give_up, bool holder_only, uint64_t seen_ns, uint64_t now,
+                            uint32_t backoff_ms)
+{
+  struct fs_rdv_item *it = fs_rdv_cli_item(c, K_CLI_RETRY, give_up);
+  if (!it)
+    return FS_REASON_RESOURCES;
+  it->holder_only = holder_only;
+  it->seen_ns = seen_ns;
+  fs_rdv_cli_wait(it, now, backoff_ms);
+  return 0;
+}
+
 /* One attempt of the connecting end (agent).  0: an item holds c's
  * reference now (a request in flight, or a retry); else a reason, and the
  * caller keeps the reference and says why.  holder_only: the listener's
@@ -348,9 +361,9 @@ static int fs_rdv_attempt(struct fs_link *c, bool holder_only, uint64_t give_up,
   /* Nobody serves the listener's names when its process is gone (a
    * prefork server that daemonized): the holder of the peer's socket is
    * found by its inode.  Asked right after connect (upgrade at 0 bytes),
-   * the socket may still sit in the accept queue (no inode), or be
-   * accepted but not listed yet: where a process of ours listens on that
-   * port, look again (briefly for the second); else no libfabsock there. */
+   * the socket may still sit in the accept queue (no inode: look again),
+   * or be accepted but not listed yet: where a process of ours listens on
+   * that port, look again briefly; else no libfabsock there. */
   reason = holder_only ? FS_REASON_NO_PEER : fs_rdv_dial_names((const struct sockaddr *)&c->peer, uid, ufd);
   /* A retry starts again from here (the names first). */
   bool again_holder = holder_only, told = holder_only;
@@ -377,20 +390,14 @@ static int fs_rdv_attempt(struct fs_link *c, bool holder_only, uint64_t give_up,
         seen_ns = now;
       reason = now - seen_ns < (uint64_t)FS_RDV_LIST_GRACE_MS * 1000000u ? FS_RDV_AGAIN : FS_REASON_NO_PEER;
     }
-  } else if (reason == FS_REASON_NO_PEER && (told || fs_rdv_listened(port))) {
-    reason = FS_RDV_AGAIN; /* no inode: still in the listener's accept queue */
+  } else if (reason == FS_REASON_NO_PEER) {
+    reason = FS_RDV_AGAIN; /* queued: its acceptor may be in an exec (socket activation) */
   }
   if (reason == FS_RDV_AGAIN) {
     FS_REAL(close)(ufd);
     if (now >= give_up)
       return told ? FS_REASON_NOT_OWNER : FS_REASON_NO_PEER;
-    struct fs_rdv_item *it = fs_rdv_cli_item(c, K_CLI_RETRY, give_up);
-    if (!it)
-      return FS_REASON_RESOURCES;
-    it->holder_only = again_holder;
-    it->seen_ns = seen_ns;
-    fs_rdv_cli_wait(it, now, backoff_ms);
-    return 0;
+    return fs_rdv_cli_retry(c, give_up, again_holder, seen_ns, now, backoff_ms);
   }
   struct fs_rdv_bell bell = { -1, -1, 0 }; /* our epoll set's doorbell, or our wake fd */
   if (!reason && fs_host->bell(c, &bell.efd, &bell.memfd, &bell.slot) < 0)
@@ -423,8 +430,12 @@ static int fs_rdv_attempt(struct fs_link *c, bool holder_only, uint64_t give_up,
   struct fs_rdv_req req = { FS_RDV_MAGIC_REQ, FS_RDV_VERSION, FS_FABRIC_SHM, ring, rings ? FS_RDV_F_BELL : 0,
                             bell.slot, 0 };
   int fds[4] = { dupfd, memfd, rings ? bell.efd : c->wake_fd, bell.memfd };
-  if (fs_rdv_sendfds(ufd, &req, rings ? FS_RDV_REQ_BELL_LEN : FS_RDV_REQ_LEN, fds, rings ? 4 : 3) < 0) {
-    reason = FS_REASON_NO_PEER;
+  int sent = fs_rdv_sendfds(ufd, &req, rings ? FS_RDV_REQ_BELL_LEN : FS_RDV_REQ_LEN, fds, rings ? 4 : 3);
+  if (sent < 0) {
+    /* Connected, then closed unread: the name's process went away between
+     * our connect and this send (a socket activator exec'ing into its
+     * service, which serves the name again).  Ask again (fs_rdv_cli_event). */
+    reason = (sent == -ECONNRESET || sent == -EPIPE) && now < give_up ? FS_RDV_AGAIN : FS_REASON_NO_PEER;
     goto fail;
   }
   fs_fdreg_close(dupfd);
@@ -456,6 +467,8 @@ fail:
     fs_fdreg_close(memfd);
   if (ufd >= 0)
     FS_REAL(close)(ufd);
+  if (reason == FS_RDV_AGAIN)
+    return fs_rdv_cli_retry(c, give_up, again_holder, seen_ns, now, backoff_ms);
   return reason;
 }
 

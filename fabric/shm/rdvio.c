@@ -79,7 +79,7 @@ int fs_rdv_sendfds(int ufd, const void *msg, size_t len, const int *fds, int nfd
 {
   struct iovec iov = { (void *)msg, len };
   union {
-    char buf[CMSG_SPACE(3 * sizeof(int))];
+    char buf[CMSG_SPACE(4 * sizeof(int))]; /* a request with a doorbell passes 4 */
     struct cmsghdr align;
   } u;
   struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
