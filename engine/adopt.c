@@ -35,10 +35,12 @@ static void fs_adopt_leaving(int fd)
   struct fs_conn *c = fs_fdtab_get(fd);
   if (!c)
     return;
-  if (fs_conn_state(c) == FS_STATE_LISTEN)
+  if (fs_conn_state(c) == FS_STATE_LISTEN) {
     c->listener_shared = true; /* as after fork: both may accept now */
-  else
+  } else {
+    fs_sock_publish_ino(c, fd); /* while we hold it too, the receiver is not alone with it */
     fs_sock_downgrade(c, fd, FS_REASON_FD_PASSED);
+  }
   fs_conn_put(c);
   fs_agent_retry_held(); /* a request held for it (engine/hold.h) goes to its new holder */
 }

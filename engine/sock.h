@@ -83,6 +83,12 @@ int fs_sock_refuse_all(void);
 /* fd (c installed for it) was handed to this process (engine/adopt.c):
  * set it up as an accepted connection others held before us. */
 void fs_sock_adopted(struct fs_conn *c, int fd);
+/* An accepted end's inode into its stat row, for peers that look for its
+ * holder (fstat once; not for one that stays on TCP).  errno kept. */
+void fs_sock_publish_ino(struct fs_conn *c, int fd);
+/* Within the module (engine/sockfork.c): c's addresses, direction and
+ * inode into its stat row. */
+void fs_sock_stat_addrs(struct fs_conn *c);
 /* Tracking is on (not FABSOCK_DISABLE, policy loaded). */
 bool fs_sock_enabled(void);
 

@@ -1,0 +1,166 @@
+/* Socket engine, fork and exec: what each connection does before and after
+ * a fork (in both processes) and before an exec (engine/sock.h).  Split
+ * from engine/sock.c, whose lifecycle it completes. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/proc.h"
+#include "base/stat.h"
+#include "engine/agent.h"
+#include "engine/cancel.h"
+#include "engine/cutover.h"
+#include "engine/fdtab.h"
+#include "engine/sock.h"
+#include "engine/wake.h"
+#include "fabric/chan.h"
+#include "base/real.h"
+
+/* Marks a connection visited by the walk before a fork (epoch) and after it
+ * (epoch + 1): no store to this page after the fork (a fault in each). */
+static uint32_t fs_sock_epoch;
+
+static void fs_sock_fork_prep(int fd, struct fs_conn *c, void *arg)
+{
+  (void)arg;
+  if (c->visit == fs_sock_epoch)
+    return;
+  c->visit = fs_sock_epoch;
+  struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
+  if (!ch)
+    fs_sock_publish_ino(c, fd); /* the child may be the one left holding it */
+  if (ch && !ch->ops->fork_shares(ch)) {
+    /* The child cannot use this end (a queue pair): both go back to TCP first. */
+    fs_sock_downgrade(c, fd, FS_REASON_FORK);
+  } else if (ch) { /* the child will hold this end too */
+    __atomic_fetch_add(&ch->me->refs, 1, __ATOMIC_ACQ_REL);
+  }
+}
+
+void fs_sock_before_fork(void)
+{
+  /* Agent lock first: no channel can be attached between the count of
+   * shared ends below and the fork. */
+  fs_agent_before_fork();
+  (void)fs_proc_fork_work_has(0); /* its page, present in the child (base/proc.h) */
+  if (__atomic_load_n(&fs_fdtab_hiwater, __ATOMIC_ACQUIRE) == 0)
+    return; /* never a socket: no walk, and no store to the epoch's page */
+  fs_sock_epoch += 2;
+  fs_fdtab_foreach(fs_sock_fork_prep, NULL);
+}
+
+/* The child's stat table is a copy of the parent's slots as they were when
+ * the child copied them, not when it forked: the parent goes on meanwhile.
+ * A slot it freed arrives empty (a server that closes its copy of an
+ * accepted connection right after fork), and one it freed and gave to its
+ * next connection arrives naming that one (the postmaster accepting the
+ * next client).  So every row is written again from the connection the
+ * child holds; counters restart at zero where the row was not its own. */
+static void fs_sock_stat_refill(struct fs_conn *c, struct fs_chan *ch)
+{
+  struct fs_stat_conn *s = c->stat;
+  if (!s)
+    return;
+  bool used = __atomic_load_n(&s->used, __ATOMIC_ACQUIRE);
+  uint16_t lport = s->lport, pport = s->pport;
+  uint32_t ino = s->inode;
+  int fd = s->fd;
+  fs_sock_stat_addrs(c);
+  if (s->family == 0)
+    s->family = (uint8_t)c->family;
+  if (!used || ino != c->ino || lport != s->lport || pport != s->pport || fd != c->fd) {
+    __atomic_store_n(&s->used, 0, __ATOMIC_RELEASE);
+    s->tx_bytes = s->rx_bytes = s->tx_msgs = s->rx_msgs = s->fabric_tx = s->fabric_rx = s->resumes = 0;
+  }
+  s->fd = c->fd;
+  s->state = (uint8_t)fs_conn_state(c);
+  s->reason = c->reason;
+  fs_stat_set_fabric(s, (uint8_t)(ch ? ch->ops->fabric : FS_FABRIC_TCP));
+  s->listening = fs_conn_state(c) == FS_STATE_LISTEN;
+  __atomic_store_n(&s->used, 1, __ATOMIC_RELEASE);
+}
+
+static void fs_sock_fork_fix(int fd, struct fs_conn *c, void *arg)
+{
+  pid_t pid = *(pid_t *)arg;
+  (void)fd;
+  if (c->visit == fs_sock_epoch + 1)
+    return;
+  c->visit = fs_sock_epoch + 1;
+  struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
+  if (pid == 0) { /* the threads that held these are gone */
+    fs_lock_fork_reset_mutex(&c->lock);
+    fs_lock_init(&c->txlock);
+    fs_lock_init(&c->rxlock);
+    fs_sock_stat_refill(c, ch);
+    fs_wake_fork_child_conn(c);
+    c->hold_ns = 0; /* a request held here waits its own bound (engine/hold.h) */
+    c->served = false, c->name_tried_ns = 0; /* the parent serves its listeners' names */
+  }
+  if (ch && !ch->ops->fork_shares(ch)) { /* downgraded before the fork, unless a thread was inside a call */
+    if (pid == 0) {
+      ch->ops->forget(ch);
+      fs_cutover_tcp_for_good(c, FS_REASON_FORK); /* the child has TCP only */
+    }
+    return;
+  }
+  if (pid < 0) {
+    if (ch)
+      __atomic_fetch_sub(&ch->me->refs, 1, __ATOMIC_ACQ_REL);
+    return;
+  }
+  if (ch)
+    c->fork_shared = true; /* in both processes */
+  if (fs_conn_state(c) == FS_STATE_LISTEN)
+    c->listener_shared = true;
+  /* Two processes now share the TCP socket: our byte counts no longer see
+   * all of it.  An accepted end may still upgrade once one process alone
+   * holds it (servers that fork after accept and close their copy), with
+   * counts from the kernel; any other stays on TCP. */
+  if (!ch && !c->no_upgrade && fs_conn_state(c) != FS_STATE_LISTEN) {
+    if (c->dir == FS_DIR_ACCEPT && c->ino != 0 && c->stat) {
+      c->shared_hist = true;
+      if (pid > 0 && pid != FS_SOCK_FORK_PID_UNKNOWN)
+        c->fork_child = (int32_t)pid;
+    } else {
+      c->no_upgrade = true;
+      fs_conn_set_state(c, FS_STATE_TCP, FS_REASON_FORK);
+    }
+  }
+}
+
+void fs_sock_after_fork(pid_t pid)
+{
+  if (pid == 0)
+    fs_stat_atfork_child();
+  fs_fdtab_foreach(fs_sock_fork_fix, &pid);
+  if (pid == 0)
+    fs_wake_fork_child();
+  if (pid == 0 && fs_proc_fork_work_has(FS_FORK_CANCEL))
+    fs_cancel_fork_child();
+  /* Agent lock last, as it was taken first: until the walk above has marked
+   * every connection that forked without a channel no_upgrade, the parent's
+   * agent must not attach one (a rendezvous acked just before the fork).
+   * Such a channel would be the parent's alone, its end counted once: the
+   * parent's close() then writes EOF on it while the child, which really
+   * serves the connection, stays on TCP, and the peer reads EOF early. */
+  fs_agent_after_fork(pid == 0);
+}
+
+static void fs_sock_exec_one(int fd, struct fs_conn *c, void *arg)
+{
+  (void)arg;
+  int fl = FS_REAL(fcntl)(fd, F_GETFD, 0);
+  if (fl >= 0 && !(fl & FD_CLOEXEC)) {
+    fs_sock_publish_ino(c, fd); /* a spawned child that adopts it is not alone with it */
+    fs_sock_downgrade(c, fd, FS_REASON_EXEC);
+  }
+}
+
+void fs_sock_before_exec(void)
+{
+  fs_fdtab_foreach(fs_sock_exec_one, NULL);
+}
+
