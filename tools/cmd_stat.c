@@ -542,13 +542,19 @@ static void fs_tool_print_table(const struct fs_tool_stat *S)
 /* After a blank line, the connections each process has closed, by the
  * fabric that carried some of their data: a short connection is seldom
  * there when stat looks, but its process's counts are. */
+/* A process the footer lists: shown, and it has closed some connection. */
+static bool fs_tool_in_footer(const struct fs_tool_proc *p)
+{
+  return p->shown && (p->closed[1] | p->closed[2] | p->closed[3]) != 0;
+}
+
 static void fs_tool_print_closed(const struct fs_tool_stat *S)
 {
   int wpid = 3, wprog = 7;
   bool any = false;
   for (size_t i = 0; i < S->nprocs; i++) {
     const struct fs_tool_proc *p = &S->procs[i];
-    if (!p->shown || (p->closed[1] | p->closed[2] | p->closed[3]) == 0)
+    if (!fs_tool_in_footer(p))
       continue;
     char num[16];
     int w = snprintf(num, sizeof num, "%d", p->pid);
@@ -564,7 +570,7 @@ static void fs_tool_print_closed(const struct fs_tool_stat *S)
          wprog, "PROGRAM", "SHM", "RDMA", "TCP");
   for (size_t i = 0; i < S->nprocs; i++) {
     const struct fs_tool_proc *p = &S->procs[i];
-    if (!p->shown || (p->closed[1] | p->closed[2] | p->closed[3]) == 0)
+    if (!fs_tool_in_footer(p))
       continue;
     char program[64];
     memcpy(program, p->program, sizeof program);
