@@ -65,7 +65,8 @@ struct fs_stat_conn {
   uint8_t family;          /* AF_INET or AF_INET6 */
   uint8_t dir;             /* enum fs_dir, 0 for listening sockets */
   uint8_t listening;
-  uint16_t lport, pport;   /* host order */
+  uint16_t lport, pport;   /* host order; a connecting end's lport and laddr
+                              stay 0 until it upgrades (engine/sock.c) */
   uint8_t laddr[16], paddr[16]; /* IPv4 in the first 4 bytes */
   uint8_t pad0[6];
   uint64_t tx_bytes, rx_bytes;  /* bytes the application sent/received */

@@ -324,14 +324,6 @@ void fs_cutover_resend_queue(struct fs_conn *c)
 }
 
 /* Does fd still name c?  Each look takes and drops a reference. */
-static bool fs_cutover_names(int fd, struct fs_conn *c)
-{
-  struct fs_conn *o = fd >= 0 ? fs_fdtab_get(fd) : NULL;
-  if (o)
-    fs_conn_put(o);
-  return o == c;
-}
-
 void fs_cutover_resend_job(struct fs_conn *c)
 {
   struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
@@ -344,8 +336,8 @@ void fs_cutover_resend_job(struct fs_conn *c)
      * application closed it and nothing can go anywhere.  txlock: c's last
      * close waits for us before the kernel's close. */
     int fd = c->resend_own ? c->resend_dup : c->resend_fd;
-    if (!c->resend_own && !fs_cutover_names(fd, c))
-      fd = fs_cutover_names(__atomic_load_n(&c->fd, __ATOMIC_ACQUIRE), c) ? c->fd : -1;
+    if (!c->resend_own && !fs_fdtab_names(fd, c))
+      fd = fs_fdtab_names(__atomic_load_n(&c->fd, __ATOMIC_ACQUIRE), c) ? c->fd : -1;
     fs_cutover_resend_on(c, ch, fd);
   }
   if (c->resend_own) { /* the last reference: the kernel's FIN, after the bytes */

@@ -38,6 +38,14 @@ static inline bool fs_fdtab_tracked(int fd)
   return (unsigned)fd < FS_FDTAB_SIZE && __atomic_load_n(&fs_fdtab_slots[fd], __ATOMIC_RELAXED) != NULL;
 }
 
+/* Whether fd's entry is c (the caller holds a reference: c is no other
+ * connection's memory meanwhile).  While it is, fd is c's socket: an entry
+ * goes before the kernel's close, another socket's comes after. */
+static inline bool fs_fdtab_names(int fd, const struct fs_conn *c)
+{
+  return (unsigned)fd < FS_FDTAB_SIZE && __atomic_load_n(&fs_fdtab_slots[fd], __ATOMIC_ACQUIRE) == c;
+}
+
 /* Install c at fd, taking a new reference; drops whatever was there (a stale
  * entry left by a close we did not see).  -EBADF if fd is out of range. */
 int fs_fdtab_install(int fd, struct fs_conn *c);

@@ -55,7 +55,8 @@ struct fs_fabric_host {
   void (*put)(struct fs_link *l);
   /* A referenced accepted connection with these addresses, or NULL. */
   struct fs_link *(*find)(const struct sockaddr *local, const struct sockaddr *peer);
-  /* Connecting end: may l still start a rendezvous (not closed, not given up)? */
+  /* Connecting end: may l still start a rendezvous (not closed, not given
+   * up)?  True also says l's own address is known (learned here, once). */
   bool (*may_upgrade)(struct fs_link *l);
   /* Accepting end: true while a peer's request for l must wait (the fabric
    * asks again at each tick and when the agent is kicked): accept() is

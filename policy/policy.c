@@ -562,6 +562,7 @@ static bool fs_policy_wedge;     /* ... it was _WEDGE */
 static bool fs_policy_door = true; /* FABSOCK_DOORBELL (0: off) */
 static struct fs_policy fs_policy_fallback; /* no rules, every match tcp */
 static bool fs_policy_hooks_any;  /* some connection may get inspection hooks */
+static bool fs_policy_local_any;  /* some rule names a local address or port */
 
 static const char *fs_policy_getenv(const char *name)
 {
@@ -628,6 +629,8 @@ static void fs_policy_load(void)
   for (size_t i = 0; i < p->nrules && !any; i++)
     any = (p->rules[i].set & (1u << K_HOOKS)) && p->rules[i].hooks && p->rules[i].hooks[0];
   fs_policy_hooks_any = any;
+  for (size_t i = 0; i < p->nrules && !fs_policy_local_any; i++)
+    fs_policy_local_any = p->rules[i].local.family != 0 || p->rules[i].local.nports != 0;
 }
 
 const struct fs_policy *fs_policy_get(bool *disabled)
@@ -656,6 +659,12 @@ bool fs_policy_may_hook(void)
 {
   (void)fs_policy_get(NULL);
   return fs_policy_hooks_any;
+}
+
+bool fs_policy_needs_local(void)
+{
+  (void)fs_policy_get(NULL);
+  return fs_policy_local_any;
 }
 
 bool fs_policy_test_rdma_wedge(void)

@@ -79,6 +79,11 @@ bool fs_policy_off(void);
  * may take its first bytes before it is looked at (engine/sockio.c). */
 bool fs_policy_may_hook(void);
 
+/* Whether some rule names a local address or port.  Where none does, every
+ * match is the same with a NULL local address: a connecting end then learns
+ * its own (getsockname) only when it is about to upgrade (engine/sock.c). */
+bool fs_policy_needs_local(void);
+
 /* FABSOCK_SHM_RING in bytes (K/M suffixes), 0 if unset; the fabric checks
  * it against its bounds and uses its default otherwise. */
 uint32_t fs_policy_ring_size(void);

@@ -282,6 +282,27 @@ static struct fs_tool_proc *fs_tool_add_proc(struct fs_tool_stat *S)
 
 /* Read one table file into S: a process and its live connections.  0, or
  * -ENOMEM (what was read of this table is left out). */
+/* p's connected rows that leave out their own address (lport 0: a
+ * connecting end learns it when it upgrades), from /proc; re-rendered. */
+static void fs_tool_proc_locals(struct fs_tool_stat *S, const struct fs_tool_proc *p)
+{
+  struct fs_stat_conn **want = malloc((p->nrows ? p->nrows : 1) * sizeof *want);
+  size_t n = 0;
+  if (want == NULL)
+    return;
+  for (size_t i = p->first; i < p->first + p->nrows; i++) {
+    struct fs_tool_row *r = &S->rows[i];
+    if (r->c.dir != 0 && !r->c.listening && r->c.lport == 0 && r->c.pport != 0)
+      want[n++] = &r->c;
+  }
+  if (n > 0 && fs_tool_fill_local(p->pid, want, n) > 0)
+    for (size_t i = p->first; i < p->first + p->nrows; i++) {
+      struct fs_tool_row *r = &S->rows[i];
+      fs_tool_addr(r->c.family, r->c.laddr, r->c.lport, r->laddr, r->local, sizeof r->local);
+    }
+  free(want);
+}
+
 static int fs_tool_stat_file(struct fs_tool_stat *S, const char *dir, int pid, bool shown)
 {
   char path[PATH_MAX];
@@ -354,6 +375,8 @@ static int fs_tool_stat_file(struct fs_tool_stat *S, const char *dir, int pid, b
     }
     p->nrows++;
   }
+  if (rc >= 0)
+    fs_tool_proc_locals(S, p);
 unmap:
   munmap(map, len);
 out:

@@ -42,4 +42,10 @@ struct fs_tool_env {
  * a message on stderr. */
 int fs_tool_env_parse(int argc, char **argv, const char *cmd, struct fs_tool_env *e);
 
+/* Connected rows whose own address their process has not learned yet
+ * (lport 0), filled from /proc/PID (tools/procnet.c); how many are now
+ * known. */
+struct fs_stat_conn;
+size_t fs_tool_fill_local(int pid, struct fs_stat_conn *const *rows, size_t n);
+
 #endif

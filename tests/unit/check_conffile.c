@@ -232,12 +232,52 @@ START_TEST(get_process_policy)
 }
 END_TEST
 
+/* fs_policy_needs_local: a rule naming a local address or port, and only
+ * such a rule, makes a connecting end learn its own address at connect
+ * (engine/sock.c).  Each case in a child: the policy is process-wide. */
+static void local_case(const char *conf, bool want)
+{
+  char path[160];
+  snprintf(path, sizeof path, "%s/local.conf", tmpdir);
+  write_file(path, conf);
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    unsetenv("FABSOCK_DISABLE");
+    unsetenv("FABSOCK_TRANSPORT");
+    setenv("FABSOCK_LOG", "off", 1);
+    setenv("FABSOCK_CONFIG", path, 1);
+    bool d = true;
+    if (fs_policy_get(&d) == NULL || d)
+      _exit(10);
+    _exit(fs_policy_needs_local() == want ? 0 : 11);
+  }
+  int st;
+  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "'%s': %d", conf, st);
+}
+
+START_TEST(needs_local)
+{
+  strcpy(tmpdir, "/tmp/check_policy.XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+  local_case("# none\n", false);
+  local_case("rule remote=10.0.0.0/8 fabric=tcp\nrule program=x local=* fabric=tcp\n", false);
+  local_case("rule remote=10.0.0.0/8 fabric=tcp\nrule local=127.0.0.1 fabric=tcp\n", true);
+  local_case("rule local=*:5432 fabric=tcp\n", true);
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+  ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("conffile");
   TCase *tc = tcase_create("load");
   tcase_add_test(tc, conffile_load);
   tcase_add_test(tc, get_process_policy);
+  tcase_add_test(tc, needs_local);
   tcase_set_timeout(tc, 60);
   suite_add_tcase(s, tc);
   return run_suite(s, false);

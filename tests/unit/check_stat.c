@@ -1126,6 +1126,56 @@ START_TEST(test_scan_takes_no_app_number)
 }
 END_TEST
 
+/* A connecting end's row without its own address (lport 0: the library
+ * learns it at the upgrade) is shown with the kernel's, from /proc, for a
+ * real connected socket; not when the fd's peer is not the row's (the
+ * number reused since), nor for an fd that is no socket. */
+START_TEST(test_tool_local_from_proc)
+{
+  const char *bin = fabsock_bin();
+  if (bin == NULL)
+    return;
+  int l = socket(AF_INET, SOCK_STREAM, 0), cl = socket(AF_INET, SOCK_STREAM, 0), pfd[2];
+  ck_assert(l >= 0 && cl >= 0 && pipe(pfd) == 0);
+  struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+  socklen_t al = sizeof a;
+  ck_assert_int_eq(bind(l, (struct sockaddr *)&a, sizeof a), 0);
+  ck_assert_int_eq(listen(l, 4), 0);
+  ck_assert_int_eq(getsockname(l, (struct sockaddr *)&a, &al), 0);
+  ck_assert_int_eq(connect(cl, (struct sockaddr *)&a, sizeof a), 0);
+  struct sockaddr_in me;
+  socklen_t ml = sizeof me;
+  ck_assert_int_eq(getsockname(cl, (struct sockaddr *)&me, &ml), 0);
+  uint16_t sport = ntohs(a.sin_port);
+  struct fs_stat_conn *real = fs_stat_slot_alloc(), *other = fs_stat_slot_alloc(), *nosock = fs_stat_slot_alloc();
+  ck_assert(real && other && nosock);
+  loopback_end(real, cl, 1, FS_REASON_PENDING, 0, sport);
+  loopback_end(other, cl, 1, FS_REASON_PENDING, 0, (uint16_t)(sport + 1));
+  loopback_end(nosock, pfd[0], 1, FS_REASON_PENDING, 0, sport);
+  memset(real->laddr, 0, 16), memset(other->laddr, 0, 16), memset(nosock->laddr, 0, 16); /* as the library leaves them */
+  char cmd[PATH_MAX * 2], want[128];
+  int rc;
+  snprintf(cmd, sizeof cmd, "'%s' stat --json %d", bin, (int)getpid());
+  char *out = run_cmd(cmd, &rc);
+  ck_assert_int_eq(rc, 0);
+  snprintf(want, sizeof want, "\"fd\":%d,", cl);
+  const char *r1 = strstr(out, want);
+  ck_assert_msg(r1 != NULL, "%s", out);
+  snprintf(want, sizeof want, "\"local\":\"127.0.0.1:%u\",\"local_addr\":\"127.0.0.1\",\"local_port\":%u,"
+           "\"peer\":\"127.0.0.1:%u\"", (unsigned)ntohs(me.sin_port), (unsigned)ntohs(me.sin_port), (unsigned)sport);
+  ck_assert_msg(strstr(out, want) != NULL, "want %s in %s", want, out);
+  snprintf(want, sizeof want, "\"local\":null,\"local_addr\":null,\"local_port\":0,\"peer\":\"127.0.0.1:%u\"",
+           (unsigned)(sport + 1));
+  ck_assert_msg(strstr(out, want) != NULL, "want %s in %s", want, out);
+  snprintf(want, sizeof want, "\"fd\":%d,", pfd[0]);
+  const char *r3 = strstr(out, want);
+  ck_assert_msg(r3 != NULL && strstr(r3, "\"local\":null,") != NULL && strstr(r3, "\"local\":null,") < strstr(r3, "}"),
+                "%s", out);
+  free(out);
+  close(cl), close(l), close(pfd[0]), close(pfd[1]);
+}
+END_TEST
+
 static Suite *stat_suite(void)
 {
   Suite *s = suite_create("stat");
@@ -1153,6 +1203,7 @@ static Suite *stat_suite(void)
   tcase_add_test(tool, test_tool_cli);
   tcase_add_test(tool, test_closed_counts);
   tcase_add_test(tool, test_tool_peer_reason);
+  tcase_add_test(tool, test_tool_local_from_proc);
   suite_add_tcase(s, tool);
   return s;
 }
