@@ -65,25 +65,6 @@ static void fs_stat_fail(const char *what, int err)
   }
 }
 
-/* Field 22 (starttime) of /proc/self/stat; 0 if unreadable.  The comm field
- * may contain spaces and parentheses, so count from the last ')'. */
-static uint64_t fs_stat_proc_start(void)
-{
-  char buf[1024];
-  if (fs_proc_read("/proc/self/stat", buf, sizeof buf) == 0)
-    return 0;
-  char *p = strrchr(buf, ')');
-  if (p == NULL)
-    return 0;
-  /* p+1 is " state ppid ...": field 3 follows the first space. */
-  for (int field = 2; field < 22; field++) {
-    p = strchr(p + 1, ' ');
-    if (p == NULL)
-      return 0;
-  }
-  return strtoull(p + 1, NULL, 10);
-}
-
 static void fs_stat_program(char *out, size_t len)
 {
   const char *name = fs_proc_name();
@@ -93,10 +74,11 @@ static void fs_stat_program(char *out, size_t len)
 }
 
 /* Header fields for a table owned by pid; magic is left for the caller to
- * publish last, so a reader never trusts a half-written header.  A forked
- * child leaves proc_start 0: boot_ns, taken a moment after the fork, serves
- * (base/stat.h). */
-static void fs_stat_fill_header(struct fs_stat_header *h, int pid, uint32_t hi_water, bool forked)
+ * publish last, so a reader never trusts a half-written header.  proc_start
+ * stays 0: boot_ns, taken after the owner started, tells a reused pid apart
+ * (base/stat.h), and reading /proc/self/stat cost three system calls of a
+ * process's first socket (a one-shot client's). */
+static void fs_stat_fill_header(struct fs_stat_header *h, int pid, uint32_t hi_water)
 {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -104,7 +86,7 @@ static void fs_stat_fill_header(struct fs_stat_header *h, int pid, uint32_t hi_w
   h->pid = pid;
   h->nslots = FS_STAT_SLOTS;
   h->start_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-  h->proc_start = forked ? 0 : fs_stat_proc_start();
+  h->proc_start = 0;
   clock_gettime(CLOCK_BOOTTIME, &ts);
   h->boot_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
   fs_stat_program(h->program, sizeof h->program);
@@ -201,7 +183,7 @@ static int fs_stat_fill_file(int fd, int pid, bool forked, uint32_t *top)
   }
   struct fs_stat_header nh;
   memset(&nh, 0, sizeof nh);
-  fs_stat_fill_header(&nh, pid, hi, forked);
+  fs_stat_fill_header(&nh, pid, hi);
   if (!forked && fs_stat_hdr != NULL) /* the same process (a failed exec): its counts go on */
     for (size_t k = 0; k < sizeof nh.closed / sizeof nh.closed[0]; k++)
       nh.closed[k] = __atomic_load_n(&fs_stat_hdr->closed[k], __ATOMIC_RELAXED);

@@ -36,16 +36,18 @@ struct fs_stat_header {
   int32_t pid;
   uint32_t nslots;
   uint64_t start_ns;       /* CLOCK_REALTIME at creation, tells pid reuse apart */
-  uint64_t proc_start;     /* field 22 of /proc/self/stat (starttime in ticks);
-                              0 in a forked child's table (see boot_ns) */
+  uint64_t proc_start;     /* field 22 of /proc/self/stat (starttime in ticks)
+                              in older files; 0 now (see boot_ns) */
   char program[64];        /* basename, NUL-terminated */
   uint32_t hi_water;       /* slots [0, hi_water) may be live */
   uint32_t pad0;
   uint64_t boot_ns;        /* CLOCK_BOOTTIME at creation (0 in older files):
                               the owner started before it, so a process of
                               that pid whose starttime is later is another
-                              one.  A child's table has only this: reading
-                              /proc/self/stat cost each fork about 25 us */
+                              one.  Tables have only this now: reading
+                              /proc/self/stat cost each fork about 25 us,
+                              and three system calls of every process's
+                              first socket */
   uint64_t closed[4];      /* connections closed (not listeners, not sockets
                               that never connected), by the fabric that
                               carried some of their data (a slot's
