@@ -97,7 +97,9 @@ int fs_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const
     if (!c)
       continue;
     fs_hold_use(c);
-    if (c->connecting)
+    /* Connected shows as POLLOUT, seen below when it is asked for: no
+     * getpeername before every poll of a connect in progress (curl). */
+    if (c->connecting && !(fds[i].events & (POLLOUT | POLLWRNORM)))
       fs_sock_check_connected(c, fds[i].fd, false);
     struct fs_chan *ch = fs_cutover_chan(c);
     /* No wake fd yet to sleep on: the attach of a channel that comes
@@ -192,6 +194,9 @@ int fs_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const
     rc = 0;
     for (nfds_t i = 0; i < n; i++) {
       short r = k[i].revents;
+      if (cs[i] && __builtin_expect(cs[i]->connecting, 0) && (r & (POLLOUT | POLLWRNORM)) &&
+          !(r & (POLLERR | POLLHUP)))
+        fs_sock_check_connected(cs[i], fds[i].fd, true);
       struct fs_chan *ch = cs[i] ? fs_cutover_chan(cs[i]) : NULL;
       if (ch)
         r = (short)(fs_sockio_ready(cs[i], ch, fds[i].events, k[i].revents, false) &

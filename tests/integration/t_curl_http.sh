@@ -1,6 +1,10 @@
 #!/bin/bash
 # t_curl_http: curl downloads a 20 MiB random file from `python3 -m
 # http.server`; the sha256 of what curl wrote must equal the file's.
+# In [client] and [both], one small request under strace: no more
+# getpeername or getsockname than the same curl unpreloaded (a connect in
+# progress that poll() reported writable needs neither: a connection that
+# never upgrades learns no address beyond connect()'s).
 . "$(dirname "$0")/lib.sh"
 require_cmd curl python3
 real_python
@@ -32,6 +36,28 @@ for MODE in $(it_modes); do
   server_check || { rc=1; detail="$SRV_DETAIL; $detail"; }
   tap_result $rc "$name [$MODE]" "$detail" "$got.err" "$SERVER_LOG"
   fabric_report "$name" $fst
+  name="curl, one request: no getpeername or getsockname beyond plain curl's"
+  if { [ "$MODE" = client ] || [ "$MODE" = both ]; } && command -v strace >/dev/null; then
+    echo small >"$IT_TMP/www/small"
+    pre_for client
+    names() { awk '($NF == "getpeername" || $NF == "getsockname") && $4 ~ /^[0-9]+$/ { n += $4 } END { print n + 0 }' "$1"; }
+    timeout 30 strace -f -c -e trace=getpeername,getsockname -o "$IT_TMP/cnames.lib" \
+      "${PRE[@]}" env FABSOCK_UPGRADE_BYTES=1073741824 curl -sS -o /dev/null "http://127.0.0.1:$port/small" 2>/dev/null
+    rl=$?
+    timeout 30 strace -f -c -e trace=getpeername,getsockname -o "$IT_TMP/cnames.plain" \
+      curl -sS -o /dev/null "http://127.0.0.1:$port/small" 2>/dev/null
+    rp=$?
+    nl=$(names "$IT_TMP/cnames.lib") np=$(names "$IT_TMP/cnames.plain")
+    if [ $rl -ne 0 ] || [ $rp -ne 0 ]; then
+      tap_not_ok "$name [$MODE]" "curl under strace failed: exit $rl preloaded, $rp plain"
+    elif [ "$nl" -le "$np" ]; then
+      tap_ok "$name [$MODE]" "$nl preloaded, $np plain"
+    else
+      tap_not_ok "$name [$MODE]" "$nl preloaded, $np plain"
+    fi
+  elif [ "$MODE" = client ] || [ "$MODE" = both ]; then
+    tap_skip "$name [$MODE]" "no strace"
+  fi
   stop_server
   rm -f "$got"
 done
