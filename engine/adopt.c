@@ -133,7 +133,10 @@ void fs_adopt_scm_received(const struct msghdr *msg)
   fs_adopt_each_fd(msg, fs_adopt_one);
 }
 
-void fs_adopt_stdio(void)
+/* Run at load by every process: kept beside the constructors (.text.startup,
+ * at the start of .text), whose page the loader's first fault maps with
+ * it, not a page fault of its own in the middle of the library. */
+__attribute__((section(".text.startup"))) void fs_adopt_stdio(void)
 {
   struct stat st[3];
   for (int fd = 0; fd < 3; fd++) {

@@ -37,7 +37,9 @@ static bool fs_exit_pending(void)
  * was set up. */
 static void fs_exit_drain(void)
 {
-  if (!fs_exit_pending())
+  /* No fabric ever set up (each says so before it makes state): nothing
+   * in flight, and none of their pages to fault in. */
+  if (!fs_proc_fork_work_has(FS_FORK_FABRIC) || !fs_exit_pending())
     return;
   int saved = errno;
   uint64_t t0 = fs_clock_ns(), deadline = t0 + (uint64_t)FS_EXIT_MS * 1000000u;
