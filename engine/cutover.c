@@ -323,7 +323,6 @@ void fs_cutover_resend_queue(struct fs_conn *c)
     fs_agent_run(c, fs_cutover_resend_job);
 }
 
-/* Does fd still name c?  Each look takes and drops a reference. */
 void fs_cutover_resend_job(struct fs_conn *c)
 {
   struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);

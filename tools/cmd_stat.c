@@ -280,8 +280,6 @@ static struct fs_tool_proc *fs_tool_add_proc(struct fs_tool_stat *S)
   return &S->procs[S->nprocs++];
 }
 
-/* Read one table file into S: a process and its live connections.  0, or
- * -ENOMEM (what was read of this table is left out). */
 /* p's connected rows that leave out their own address (lport 0: a
  * connecting end learns it when it upgrades), from /proc; re-rendered. */
 static void fs_tool_proc_locals(struct fs_tool_stat *S, const struct fs_tool_proc *p)
@@ -303,6 +301,8 @@ static void fs_tool_proc_locals(struct fs_tool_stat *S, const struct fs_tool_pro
   free(want);
 }
 
+/* Read one table file into S: a process and its live connections.  0, or
+ * -ENOMEM (what was read of this table is left out). */
 static int fs_tool_stat_file(struct fs_tool_stat *S, const char *dir, int pid, bool shown)
 {
   char path[PATH_MAX];
