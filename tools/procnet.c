@@ -60,8 +60,21 @@ static int fs_tool_hexaddr(const char *s, int words, uint8_t out[16], uint16_t *
   return 0;
 }
 
-/* Fill rows[i] (lport 0, connected) from the kernel's table for family. */
-static void fs_tool_scan(int pid, int family, struct fs_stat_conn *const *rows, const uint32_t *ino, size_t n)
+/* Rows (their indexes) ordered by inode: a table line finds its rows by a
+ * binary search, not a pass over all of them (a proxy's thousands of
+ * pending connections against a host's tens of thousands of lines). */
+static const uint32_t *fs_tool_sort_ino;
+
+static int fs_tool_by_ino(const void *a, const void *b)
+{
+  uint32_t x = fs_tool_sort_ino[*(const size_t *)a], y = fs_tool_sort_ino[*(const size_t *)b];
+  return (x > y) - (x < y);
+}
+
+/* Fill rows[i] (lport 0, connected) from the kernel's table for family;
+ * ord: the indexes of rows with an inode, ordered by it (m of them). */
+static void fs_tool_scan(int pid, int family, struct fs_stat_conn *const *rows, const uint32_t *ino,
+                         const size_t *ord, size_t m)
 {
   char path[64], line[512];
   snprintf(path, sizeof path, "/proc/%d/net/%s", pid, family == AF_INET6 ? "tcp6" : "tcp");
@@ -73,13 +86,21 @@ static void fs_tool_scan(int pid, int family, struct fs_stat_conn *const *rows, 
     char la[64], ra[64];
     unsigned long inode;
     /* sl local rem st tx:rx tr:when retrnsmt uid timeout inode */
-    if (sscanf(line, " %*[^:]: %63s %63s %*s %*s %*s %*s %*s %*s %lu", la, ra, &inode) != 3)
+    if (sscanf(line, " %*[^:]: %63s %63s %*s %*s %*s %*s %*s %*s %lu", la, ra, &inode) != 3 || inode == 0)
       continue;
-    for (size_t i = 0; i < n; i++) {
-      struct fs_stat_conn *c = rows[i];
+    size_t lo = 0, hi = m; /* the first with an inode >= this one */
+    while (lo < hi) {
+      size_t mid = lo + (hi - lo) / 2;
+      if (ino[ord[mid]] < inode)
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+    for (; lo < m && ino[ord[lo]] == inode; lo++) {
+      struct fs_stat_conn *c = rows[ord[lo]];
       uint8_t l[16], r[16];
       uint16_t lp, rp;
-      if (ino[i] == 0 || ino[i] != inode || c->family != family || c->lport != 0)
+      if (c->family != family || c->lport != 0)
         continue;
       if (fs_tool_hexaddr(la, words, l, &lp) < 0 || fs_tool_hexaddr(ra, words, r, &rp) < 0)
         continue;
@@ -95,19 +116,28 @@ static void fs_tool_scan(int pid, int family, struct fs_stat_conn *const *rows, 
 size_t fs_tool_fill_local(int pid, struct fs_stat_conn *const *rows, size_t n)
 {
   uint32_t *ino = calloc(n ? n : 1, sizeof *ino);
-  if (ino == NULL)
+  size_t *ord = calloc(n ? n : 1, sizeof *ord), m = 0;
+  if (ino == NULL || ord == NULL) {
+    free(ino);
+    free(ord);
     return 0;
+  }
   bool v4 = false, v6 = false;
   for (size_t i = 0; i < n; i++) {
     ino[i] = rows[i]->inode ? rows[i]->inode : fs_tool_fd_inode(pid, rows[i]->fd);
+    if (ino[i])
+      ord[m++] = i;
     v4 |= ino[i] && rows[i]->family == AF_INET;
     v6 |= ino[i] && rows[i]->family == AF_INET6;
   }
+  fs_tool_sort_ino = ino; /* the tool is one thread */
+  qsort(ord, m, sizeof *ord, fs_tool_by_ino);
   if (v4)
-    fs_tool_scan(pid, AF_INET, rows, ino, n);
+    fs_tool_scan(pid, AF_INET, rows, ino, ord, m);
   if (v6)
-    fs_tool_scan(pid, AF_INET6, rows, ino, n);
+    fs_tool_scan(pid, AF_INET6, rows, ino, ord, m);
   free(ino);
+  free(ord);
   size_t filled = 0;
   for (size_t i = 0; i < n; i++)
     filled += rows[i]->lport != 0;
