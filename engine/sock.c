@@ -429,10 +429,7 @@ bool fs_sock_may_upgrade(struct fs_conn *c)
     return false;
   if (fs_sock_local_late(c))
     return true;
-  pthread_mutex_lock(&c->lock); /* its address unknown: no proof to offer */
-  c->no_upgrade = true;
-  fs_conn_set_state(c, FS_STATE_TCP, FS_REASON_ERROR);
-  pthread_mutex_unlock(&c->lock);
+  fs_sock_upgrade_failed(c, FS_REASON_ERROR); /* its address unknown: no proof to offer */
   return false;
 }
 
