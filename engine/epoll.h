@@ -42,6 +42,9 @@ struct fs_ep_ent {
   bool needs_setup;          /* its wake fd is not in the kernel set yet */
   int wait_fd;               /* its fabric's event fd in the kernel set, or -1 */
   uint32_t kmask;            /* the TCP fd's events in the kernel set */
+  uint32_t kowed;            /* kernel events for it that found the result
+                                full: reported by its next look (an EPOLLET
+                                registration gives them only once) */
   /* EPOLLET on a fabric: the rx ring's tail and the tx ring's head at the
    * last report.  A wake or a re-check is an edge only if one moved since
    * (new data, new room) or the kernel reported something; edge_pending
