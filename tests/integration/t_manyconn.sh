@@ -29,13 +29,7 @@ one_case() {
   detail=$(grep -v '^$' "$out" | tail -n 1)
   [ $rc -eq 124 ] && detail="client timed out; $detail"
   server_check || { rc=1; detail="$SRV_DETAIL; $detail"; }
-  if [ $rc -ne 0 ] && [ "$MODE" = both ] && [[ $name == churn* ]] && [[ $detail == *"poll timeout"* ]]; then
-    # Known open bug: under connection churn with both ends preloaded, about
-    # one run in three has one connection whose echo never arrives.
-    tap_todo "$name [$MODE]" "open bug: a churned connection stalls with both ends accelerated" "$detail"
-  else
-    tap_result $rc "$name [$MODE]" "$detail" "$out" "$SERVER_LOG"
-  fi
+  tap_result $rc "$name [$MODE]" "$detail" "$out" "$SERVER_LOG"
   fabric_report "$name" "$FABRIC_STATUS"
   stop_server
 }
