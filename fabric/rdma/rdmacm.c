@@ -30,8 +30,7 @@
 #include "fabric/fabric.h"
 #include "fabric/rdma/rdma.h"
 
-struct fs_cm_state fs_cm_m = { -1, false, NULL, NULL, 0, PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, { { { 0 } }, { 0 } },
-                               NULL, false, 0 };
+struct fs_cm_state fs_cm_m; /* all zero: FS_CM_UNPROBED, and an unlocked mutex */
 #define M fs_cm_m
 
 uint64_t fs_cm_wall_ms(void)
@@ -52,10 +51,10 @@ static bool fs_cm_event_cb(void *arg)
 
 bool fs_rdmacm_available(void)
 {
-  if (M.avail >= 0)
-    return M.avail == 1;
+  if (M.avail != FS_CM_UNPROBED)
+    return M.avail == FS_CM_YES;
   fs_proc_fork_work_add(FS_FORK_FABRIC); /* the child must forget what this sets up */
-  M.avail = 0;
+  M.avail = FS_CM_NO;
   if (!fs_verbs_device_listed()) {
     fs_log(FS_LOG_DEBUG, "no rdma device in sysfs: rdma-core not loaded; remote peers stay on tcp");
     return false;
@@ -96,7 +95,7 @@ bool fs_rdmacm_available(void)
     return false;
   }
   M.pid = getpid();
-  M.avail = 1;
+  M.avail = FS_CM_YES;
   return true;
 }
 
@@ -630,7 +629,7 @@ bool fs_rdmacm_exit_drain(uint64_t deadline_ns)
  * sees its parent's memory, and must not poll the parent's queues. */
 bool fs_rdmacm_up(void)
 {
-  return __atomic_load_n(&M.avail, __ATOMIC_RELAXED) == 1 && M.pid == getpid();
+  return __atomic_load_n(&M.avail, __ATOMIC_RELAXED) == FS_CM_YES && M.pid == getpid();
 }
 
 int fs_rdmacm_next_timeout(void)
@@ -679,8 +678,8 @@ void fs_rdmacm_after_fork_child(void)
    * are the parent's), and whose registrations pin the parent's memory.
    * So a child of a process that had set rdma up does without it (shm and
    * tcp still work); one forked before that probes afresh. */
-  if (M.avail == 1) {
-    M.avail = 0;
+  if (M.avail == FS_CM_YES) {
+    M.avail = FS_CM_NO;
     M.fork_lost = true;
     fs_log(FS_LOG_INFO, "forked after rdma was set up in the parent: this process uses shm or tcp, not rdma");
   }

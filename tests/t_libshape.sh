@@ -1,0 +1,56 @@
+#!/bin/bash
+# t_libshape: what loading libfabsock costs a process that never opens a
+# socket (shell scripts, build tools: issue 16 asks 0.1 ms a start at most).
+# In a firecracker guest every page a start touches for the first time is a
+# fault of 25-40 us, so the library's shape is checked on the built file:
+#   1. its file-backed data (relocated pointers, GOT, .data) spans at most
+#      two pages: the loader writes both anyway, and it zeroes the rest of
+#      the page where the file's data ends (a 6 KiB .data once put that end
+#      on a third page, one fault more at every start);
+#   2. every constructor and destructor is on _init's page of code (the
+#      compiler's .text.startup/.text.exit), which the loader's call of
+#      _init faults in anyway.
+# TAP.  FABSOCK_LIB: the library (default .libs/libfabsock.so in the build).
+set -u
+lib=${FABSOCK_LIB:-${top_builddir:-.}/.libs/libfabsock.so}
+echo "1..2"
+if [ ! -f "$lib" ] || ! command -v readelf >/dev/null; then
+  echo "ok 1 # SKIP no library at $lib or no readelf"
+  echo "ok 2 # SKIP no library at $lib or no readelf"
+  exit 0
+fi
+page=4096
+
+# 1. The RW segment's file part: [vaddr, vaddr + filesz).
+read -r vaddr filesz < <(readelf -lW "$lib" | awk '$1 == "LOAD" && $7 == "RW" { print $3, $5; exit }')
+first=$(( vaddr / page )) last=$(( (vaddr + filesz - 1) / page ))
+n=$(( last - first + 1 ))
+big=$(nm -S --size-sort "$lib" 2>/dev/null | awk '$3 ~ /^[dD]$/' | tail -n 3 | awk '{ printf "%s (0x%s B) ", $4, $2 }')
+if [ "$n" -le 2 ]; then
+  echo "ok 1 - the file-backed data spans $n page(s) ($filesz bytes at $vaddr)"
+else
+  echo "not ok 1 - the file-backed data spans $n pages ($filesz bytes at $vaddr): one fault more per process start"
+  echo "# largest initialised objects: $big"
+fi
+
+# 2. .init_array and .fini_array entries (RELATIVE relocations: the addend
+# is the function) against DT_INIT's page.
+init=$(readelf -dW "$lib" | awk '$2 == "(INIT)" { print $3 }')
+arrays=$(readelf -SW "$lib" | sed 's/^ *\[ *[0-9]*\]//' | awk '$1 == ".init_array" || $1 == ".fini_array" { print $3, $5 }')
+bad= k=0
+while read -r off addend; do
+  in=0
+  while read -r a sz; do
+    [ $(( 0x$off >= 0x$a && 0x$off < 0x$a + 0x$sz )) = 1 ] && in=1
+  done <<<"$arrays"
+  [ $in = 1 ] || continue
+  k=$((k + 1))
+  [ $(( 0x$addend / page )) = $(( init / page )) ] || bad+="$(nm "$lib" | awk -v a="$addend" '$1 ~ a"$" { print $3 }' | head -n 1)@0x$addend "
+done < <(readelf -rW "$lib" | awk '$3 == "R_X86_64_RELATIVE" { print $1, $4 }')
+if [ -z "$init" ] || [ "$k" = 0 ]; then
+  echo "not ok 2 - no DT_INIT or no constructor found (init '$init', $k entries)"
+elif [ -z "$bad" ]; then
+  echo "ok 2 - $k constructors and destructors on _init's page"
+else
+  echo "not ok 2 - off _init's page ($init): $bad"
+fi
