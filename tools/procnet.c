@@ -60,21 +60,25 @@ static int fs_tool_hexaddr(const char *s, int words, uint8_t out[16], uint16_t *
   return 0;
 }
 
-/* Rows (their indexes) ordered by inode: a table line finds its rows by a
- * binary search, not a pass over all of them (a proxy's thousands of
- * pending connections against a host's tens of thousands of lines). */
-static const uint32_t *fs_tool_sort_ino;
+/* A row's inode and index, the rows ordered by inode: a table line finds
+ * its rows by a binary search, not a pass over all of them (a proxy's
+ * thousands of pending connections against a host's tens of thousands of
+ * lines).  As cmd_stat.c's peer keys. */
+struct fs_tool_ino {
+  uint32_t ino;
+  size_t row;
+};
 
 static int fs_tool_by_ino(const void *a, const void *b)
 {
-  uint32_t x = fs_tool_sort_ino[*(const size_t *)a], y = fs_tool_sort_ino[*(const size_t *)b];
+  uint32_t x = ((const struct fs_tool_ino *)a)->ino, y = ((const struct fs_tool_ino *)b)->ino;
   return (x > y) - (x < y);
 }
 
 /* Fill rows[i] (lport 0, connected) from the kernel's table for family;
- * ord: the indexes of rows with an inode, ordered by it (m of them). */
-static void fs_tool_scan(int pid, int family, struct fs_stat_conn *const *rows, const uint32_t *ino,
-                         const size_t *ord, size_t m)
+ * keys: the rows with an inode, ordered by it (m of them). */
+static void fs_tool_scan(int pid, int family, struct fs_stat_conn *const *rows, const struct fs_tool_ino *keys,
+                         size_t m)
 {
   char path[64], line[512];
   snprintf(path, sizeof path, "/proc/%d/net/%s", pid, family == AF_INET6 ? "tcp6" : "tcp");
@@ -91,13 +95,13 @@ static void fs_tool_scan(int pid, int family, struct fs_stat_conn *const *rows, 
     size_t lo = 0, hi = m; /* the first with an inode >= this one */
     while (lo < hi) {
       size_t mid = lo + (hi - lo) / 2;
-      if (ino[ord[mid]] < inode)
+      if (keys[mid].ino < inode)
         lo = mid + 1;
       else
         hi = mid;
     }
-    for (; lo < m && ino[ord[lo]] == inode; lo++) {
-      struct fs_stat_conn *c = rows[ord[lo]];
+    for (; lo < m && keys[lo].ino == inode; lo++) {
+      struct fs_stat_conn *c = rows[keys[lo].row];
       uint8_t l[16], r[16];
       uint16_t lp, rp;
       if (c->family != family || c->lport != 0)
@@ -115,29 +119,25 @@ static void fs_tool_scan(int pid, int family, struct fs_stat_conn *const *rows, 
 
 size_t fs_tool_fill_local(int pid, struct fs_stat_conn *const *rows, size_t n)
 {
-  uint32_t *ino = calloc(n ? n : 1, sizeof *ino);
-  size_t *ord = calloc(n ? n : 1, sizeof *ord), m = 0;
-  if (ino == NULL || ord == NULL) {
-    free(ino);
-    free(ord);
+  struct fs_tool_ino *keys = malloc((n ? n : 1) * sizeof *keys);
+  if (keys == NULL)
     return 0;
-  }
+  size_t m = 0;
   bool v4 = false, v6 = false;
   for (size_t i = 0; i < n; i++) {
-    ino[i] = rows[i]->inode ? rows[i]->inode : fs_tool_fd_inode(pid, rows[i]->fd);
-    if (ino[i])
-      ord[m++] = i;
-    v4 |= ino[i] && rows[i]->family == AF_INET;
-    v6 |= ino[i] && rows[i]->family == AF_INET6;
+    uint32_t ino = rows[i]->inode ? rows[i]->inode : fs_tool_fd_inode(pid, rows[i]->fd);
+    if (!ino)
+      continue;
+    keys[m++] = (struct fs_tool_ino){ ino, i };
+    v4 |= rows[i]->family == AF_INET;
+    v6 |= rows[i]->family == AF_INET6;
   }
-  fs_tool_sort_ino = ino; /* the tool is one thread */
-  qsort(ord, m, sizeof *ord, fs_tool_by_ino);
+  qsort(keys, m, sizeof *keys, fs_tool_by_ino);
   if (v4)
-    fs_tool_scan(pid, AF_INET, rows, ino, ord, m);
+    fs_tool_scan(pid, AF_INET, rows, keys, m);
   if (v6)
-    fs_tool_scan(pid, AF_INET6, rows, ino, ord, m);
-  free(ino);
-  free(ord);
+    fs_tool_scan(pid, AF_INET6, rows, keys, m);
+  free(keys);
   size_t filled = 0;
   for (size_t i = 0; i < n; i++)
     filled += rows[i]->lport != 0;

@@ -111,10 +111,15 @@ START_TEST(t_ready_data_found)
 }
 END_TEST
 
-static int epoll_ms(int epfd, struct epoll_event *ev, int ms)
+static int epoll_max(int epfd, struct epoll_event *ev, int max, int ms)
 {
   struct timespec ts = { 0, ms * 1000000L };
-  return fs_ready_epoll_wait(epfd, ev, 4, &ts, NULL);
+  return fs_ready_epoll_wait(epfd, ev, max, &ts, NULL);
+}
+
+static int epoll_ms(int epfd, struct epoll_event *ev, int ms)
+{
+  return epoll_max(epfd, ev, 4, ms);
 }
 
 /* A fresh epoll set with the pair's fd in it for EPOLLIN, tagged tag. */
@@ -351,12 +356,6 @@ static void pair_in_door(struct pair *p, int epfd, uint32_t events, uint64_t tag
   uint32_t slot;
   ck_assert_int_eq(fs_ready_door_offer(p->c, &efd, &memfd, &slot), 0);
   p->c->chan = ch;
-}
-
-static int epoll_max(int epfd, struct epoll_event *ev, int max, int ms)
-{
-  struct timespec ts = { 0, ms * 1000000L };
-  return fs_ready_epoll_wait(epfd, ev, max, &ts, NULL);
 }
 
 START_TEST(t_epollet_kernel_event_past_a_full_result)
