@@ -269,6 +269,78 @@ void fs_door_fd_woken(struct fs_door *d, int fd)
     __atomic_store_n(&((struct fs_door *)ev[i].data.ptr)->page->rung, 0, __ATOMIC_SEQ_CST);
 }
 
+/* ---- the process's door (door.h) ----------------------------------------- */
+
+static struct fs_door *fs_door_proc; /* atomic; its own reference */
+/* The process whose thread home holds fs_door_proc (one home at a time),
+ * or 0: a pid, so that a fork child finds it not its own. */
+static pid_t fs_door_proc_home;
+
+struct fs_door *fs_door_proc_get(void)
+{
+  struct fs_door *d = __atomic_load_n(&fs_door_proc, __ATOMIC_ACQUIRE);
+  while (!d || !fs_door_mine(d)) {
+    struct fs_door *n;
+    if (fs_door_new(&n) < 0)
+      return NULL;
+    if (__atomic_compare_exchange_n(&fs_door_proc, &d, n, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+      /* The parent's, in a fork child: its connections keep their
+       * references. */
+      fs_door_put(d);
+      d = n;
+    } else {
+      fs_door_put(n); /* another thread's won; d is it */
+    }
+  }
+  fs_door_get(d);
+  return d;
+}
+
+/* A home takes the process's door: true if no home of this process held it. */
+static bool fs_door_proc_claim(void)
+{
+  pid_t self = fs_proc_self(), cur = __atomic_load_n(&fs_door_proc_home, __ATOMIC_ACQUIRE);
+  return cur != self &&
+         __atomic_compare_exchange_n(&fs_door_proc_home, &cur, self, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+
+static void fs_door_proc_unclaim(void)
+{
+  pid_t self = fs_proc_self();
+  __atomic_compare_exchange_n(&fs_door_proc_home, &self, 0, false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+}
+
+/* A door for a thread's home (referenced), *claimed if it is the
+ * process's: that one if no home holds it, else a new one, which becomes
+ * the process's too if the process has none yet.  0 or -errno. */
+static int fs_door_home_new(struct fs_door **out, bool *claimed)
+{
+  /* Ours for as long as it is ours (never closed, never replaced but in
+   * a fork child, where it is not ours). */
+  struct fs_door *p = __atomic_load_n(&fs_door_proc, __ATOMIC_ACQUIRE);
+  *claimed = false;
+  if (p && fs_door_mine(p) && fs_door_proc_claim()) {
+    fs_door_get(p);
+    *out = p;
+    *claimed = true;
+    return 0;
+  }
+  int rc = fs_door_new(out);
+  if (rc < 0)
+    return rc;
+  if ((!p || !fs_door_mine(p)) && fs_door_proc_claim()) {
+    fs_door_get(*out); /* the process's reference */
+    if (__atomic_compare_exchange_n(&fs_door_proc, &p, *out, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+      fs_door_put(p); /* the parent's, in a fork child */
+      *claimed = true;
+    } else {
+      fs_door_put(*out); /* another thread made the process's meanwhile */
+      fs_door_proc_unclaim();
+    }
+  }
+  return 0;
+}
+
 /* ---- thread doors (door.h) ---------------------------------------------- */
 
 /* No lock of its own: a fork child may inherit one held by a thread it
@@ -291,6 +363,8 @@ static void fs_door_home_put(struct fs_door_home *h)
     return;
   if (h->door) {
     __atomic_sub_fetch(&fs_door_homes, 1, __ATOMIC_RELAXED);
+    if (h->door == __atomic_load_n(&fs_door_proc, __ATOMIC_ACQUIRE) && fs_door_mine(h->door))
+      fs_door_proc_unclaim(); /* the next home that needs a door takes it */
     int saved = errno;
     fs_door_put(h->door); /* its connections hold their own references */
     errno = saved;
@@ -350,7 +424,8 @@ struct fs_door *fs_door_home_door(struct fs_conn *c, int fd)
       __atomic_sub_fetch(&fs_door_homes, 1, __ATOMIC_RELAXED);
       break;
     }
-    if (!fs_fdreg_budget_ok(fd, 2) || fs_door_new(&n) < 0) {
+    bool claimed;
+    if (!fs_fdreg_budget_ok(fd, 2) || fs_door_home_new(&n, &claimed) < 0) {
       if (!counted)
         __atomic_sub_fetch(&fs_door_homes, 1, __ATOMIC_RELAXED);
       break;
@@ -361,6 +436,8 @@ struct fs_door *fs_door_home_door(struct fs_conn *c, int fd)
     } else {
       if (!counted)
         __atomic_sub_fetch(&fs_door_homes, 1, __ATOMIC_RELAXED);
+      if (claimed)
+        fs_door_proc_unclaim();
       fs_door_put(n); /* another thread's won; d is it */
     }
   }

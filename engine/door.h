@@ -94,6 +94,17 @@ struct fs_door *fs_door_by_efd(int efd);
 /* Any door alive in this process?  (One load.) */
 bool fs_door_live(void);
 
+/* The process's door, for connections in no epoll set that no thread
+ * marked as its own (below), or past the thread doors' cap: referenced,
+ * made on first need, never closed (a fork child makes its own); NULL if
+ * none can be had.  It is also one thread's door: the first home that
+ * needs a door takes the process's if it is there and no home holds it,
+ * and a home's door made first becomes the process's.  So a
+ * single-threaded process holds one door, whichever of its connections
+ * upgraded first (it held two: a client's first connection often
+ * upgrades before its first wait marks it). */
+struct fs_door *fs_door_proc_get(void);
+
 /* Thread doors.  A connection in no epoll set used to get the process's
  * door, and every thread blocked on one of those (a thread per connection:
  * MariaDB, Java) slept on that one eventfd: each ring woke them all, one

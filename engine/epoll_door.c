@@ -200,33 +200,6 @@ static struct fs_ep *fs_door_set_of(struct fs_conn *c)
   return e->ep;
 }
 
-/* The process's door, for connections in no epoll set (a blocking client,
- * a poll loop) that no thread marked as its own (engine/door.h, thread
- * doors), or past their cap: made on first need, one per process (a fork
- * child makes its own), never closed.  Referenced; NULL if it cannot be made.
- * (The offer sets the readiness hooks first.) */
-static struct fs_door *fs_door_proc;
-
-static struct fs_door *fs_door_proc_get(void)
-{
-  struct fs_door *d = __atomic_load_n(&fs_door_proc, __ATOMIC_ACQUIRE);
-  while (!d || !fs_door_mine(d)) {
-    struct fs_door *n;
-    if (fs_door_new(&n) < 0)
-      return NULL;
-    if (__atomic_compare_exchange_n(&fs_door_proc, &d, n, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-      /* The parent's, in a fork child: its connections keep their
-       * references. */
-      fs_door_put(d);
-      d = n;
-    } else {
-      fs_door_put(n); /* another thread's won; d is it */
-    }
-  }
-  fs_door_get(d);
-  return d;
-}
-
 int fs_ready_door_offer(struct fs_conn *c, int *efd, int *memfd, uint32_t *slot)
 {
   struct fs_door *d = __atomic_load_n(&c->door, __ATOMIC_ACQUIRE);

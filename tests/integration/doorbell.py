@@ -42,7 +42,7 @@ def wait_in(ep, fd, secs=10):
 
 
 def hold(t0, e0, n, holdfile):
-    t1, e1 = count()
+    t1, e1, _ = count()
     print('held fds %d eventfds %d' % (t1 - t0 - n, e1 - e0), flush=True)
     for _ in range(600):
         if os.path.exists(holdfile):
@@ -56,7 +56,7 @@ def server(portfile, n, holdfile):
     ls = socket.socket()
     ls.bind(('127.0.0.1', 0))
     ls.listen(n)
-    t0, e0 = count()
+    t0, e0, _ = count()
     with open(portfile + '.tmp', 'w') as f:
         f.write(str(ls.getsockname()[1]))
     os.rename(portfile + '.tmp', portfile)
@@ -119,7 +119,7 @@ def server(portfile, n, holdfile):
 
 def client(port, n, holdfile):
     ep = select.epoll()
-    t0, e0 = count()
+    t0, e0, _ = count()
     conns = []
     for _ in range(n):
         c = socket.create_connection(('127.0.0.1', port))

@@ -10,8 +10,8 @@ WANT, once it holds WANT eventfds more, up to 10 s: upgrades finish on the
 library's own thread).  The client closes everything after
 counting; the server counts, then waits for the client's EOF on each.
 With FC_HOLD=FILE both ends then wait for FILE and print "held extra E
-eventfds V", counted again (the test touches it once every connection is
-on its fabric).
+eventfds V doors D", counted again (the test touches it once every
+connection is on its fabric; D: the doorbell pages it holds, its own doors).
 eserver is the server as an event loop: each connection stays in an epoll
 set (made before the first count), and is read when epoll says so.
 """
@@ -23,7 +23,7 @@ import time
 
 
 def count():
-    total = events = 0
+    total = events = doors = 0
     for name in os.listdir('/proc/self/fd'):
         try:
             link = os.readlink('/proc/self/fd/' + name)
@@ -31,7 +31,8 @@ def count():
             continue  # the listing's own fd, gone
         total += 1
         events += link == 'anon_inode:[eventfd]'
-    return total, events
+        doors += link.startswith('/memfd:fabsock-bell')  # our doorbells' pages
+    return total, events, doors
 
 
 def recv64(c):
@@ -53,7 +54,7 @@ def main():
         ls = socket.socket()
         ls.bind(('127.0.0.1', 0))
         ls.listen(n)
-        t0, e0 = count()
+        t0, e0, _ = count()
         with open(arg + '.tmp', 'w') as f:
             f.write(str(ls.getsockname()[1]))
         os.rename(arg + '.tmp', arg)
@@ -66,19 +67,19 @@ def main():
             c.sendall(recv64(c))
             conns.append(c)
     else:
-        t0, e0 = count()
+        t0, e0, _ = count()
         for _ in range(n):
             c = socket.create_connection(('127.0.0.1', int(arg)))
             c.sendall(b'x' * 64)
             recv64(c)
             conns.append(c)
     time.sleep(0.2)
-    t1, e1 = count()
+    t1, e1, _ = count()
     for _ in range(100):
         if want is None or e1 - e0 >= want:
             break
         time.sleep(0.1)
-        t1, e1 = count()
+        t1, e1, _ = count()
     print('extra %d eventfds %d' % (t1 - t0 - n, e1 - e0), flush=True)
     hold = os.environ.get('FC_HOLD')
     if hold:  # counted again once the test saw every connection upgraded
@@ -86,8 +87,8 @@ def main():
             if os.path.exists(hold):
                 break
             time.sleep(0.05)
-        t1, e1 = count()
-        print('held extra %d eventfds %d' % (t1 - t0 - n, e1 - e0), flush=True)
+        t1, e1, d1 = count()
+        print('held extra %d eventfds %d doors %d' % (t1 - t0 - n, e1 - e0, d1), flush=True)
     if role != 'client':
         for c in conns:
             c.recv(1)

@@ -106,16 +106,17 @@ for MODE in $(it_modes); do
   CLI=$(grep '^held extra' "$BG_LOG" | cut -d' ' -f2-); SRV=$(grep '^held extra' "$SERVER_LOG" | cut -d' ' -f2-)
   detail+="client: $CLI; server: $SRV"
   [ -n "$CLI" ] && [ -n "$SRV" ] || rc=1
-  # extra E eventfds V: the library's own; its doors, an eventfd and a
-  # memfd each: the process's, and the thread's once it waited on a
-  # connection (a connection whose rendezvous came before its thread's
-  # first wait on it gets the process's: the client holds both in most
-  # runs, the server now and then); the peer's doors' eventfds likewise; a
-  # lease or two.  At most 8 eventfds, where a wake eventfd per connection
-  # would make 40 or 80.
+  # extra E eventfds V doors D: the library's own; one door per process
+  # (an eventfd and a memfd), whichever came first, the process's or its
+  # thread's (a connection whose rendezvous came before its thread's first
+  # wait on it gets the process's; before the two were one, the client
+  # held both in most runs); the peer's door's eventfd; the agent's
+  # eventfd; a lease or two.  At most 6 eventfds, where a wake eventfd per
+  # connection would make 40 or 80.
   for e in "$CLI" "$SRV"; do
     set -- $e
-    [ $rc -eq 0 ] && [ "${2:-99}" -le $((MAX_EXTRA + 10)) ] && [ "${4:-99}" -le 8 ] || rc=1
+    [ $rc -eq 0 ] && [ "${2:-99}" -le $((MAX_EXTRA + 4)) ] && [ "${4:-99}" -le 6 ] &&
+      [ "${6:-99}" -eq 1 ] || rc=1
   done
   tap_result $rc "$name [$MODE]" "$detail" "$SERVER_LOG"
   BG_PID=

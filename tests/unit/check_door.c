@@ -4,7 +4,8 @@
  * door); only the maker drains (a fork child does not); a door lives as
  * long as its last reference, its eventfd with it; a connection takes the
  * door of the thread that marked it last, one per thread, at most
- * FS_DOOR_HOMES of them. */
+ * FS_DOOR_HOMES of them; the process's door is one thread's door too (a
+ * single thread holds one). */
 #include <check.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -217,6 +218,10 @@ START_TEST(t_thread_doors)
   ck_assert_ptr_ne(da, dc);
   ck_assert(fs_door_mine(da) && fs_door_mine(dc));
   ck_assert_uint_eq(fs_door_home_count(), base + 2);
+  /* The first home's door is the process's too; the second's is not. */
+  struct fs_door *dp = fs_door_proc_get();
+  ck_assert_ptr_eq(dp, da);
+  fs_door_put(dp);
   /* Marked again by another thread: that thread's door from then on. */
   fs_door_home_mark(b);
   struct fs_door *db2 = fs_door_home_door(b, b->fd);
@@ -227,32 +232,79 @@ START_TEST(t_thread_doors)
   /* A fork child's is its own, not its parent's. */
   pid_t pid = fork();
   if (pid == 0) {
-    struct fs_door *x = fs_door_home_door(a, a->fd);
-    _exit(x && x != da && fs_door_mine(x) && !fs_door_mine(da) ? 0 : 1);
+    struct fs_door *x = fs_door_home_door(a, a->fd), *xp = fs_door_proc_get();
+    _exit(x && x != da && fs_door_mine(x) && !fs_door_mine(da) && xp == x ? 0 : 1);
   }
   int st;
   ck_assert_int_eq(waitpid(pid, &st, 0), pid);
   ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-  /* The first thread's home goes with its last marked connection; its
-   * door lives on while a connection that took it (da) holds it. */
-  int efd = da->efd;
+  /* The first thread's home goes with its last marked connection (b is
+   * this thread's now): the process's door stays, and the next home that
+   * needs a door takes it. */
   fs_door_put(db);
   fs_door_home_forget(a);
   ck_assert_uint_eq(fs_door_home_count(), base + 2);
-  ck_assert(fcntl(efd, F_GETFD) >= 0);
+  int efd = da->efd;
   fs_door_put(da);
-  ck_assert(fcntl(efd, F_GETFD) < 0);
-  fs_door_home_forget(b); /* the calling thread's home: its door stays */
+  ck_assert(fcntl(efd, F_GETFD) >= 0);
+  struct fs_conn *e = conn_new(), *t3[] = { e, NULL };
+  mark_in_thread(t3);
+  struct fs_door *de = fs_door_home_door(e, e->fd);
+  ck_assert_ptr_eq(de, da);
+  ck_assert_uint_eq(fs_door_home_count(), base + 3);
+  fs_door_put(de);
+  fs_door_home_forget(e);
   ck_assert_uint_eq(fs_door_home_count(), base + 2);
+  /* Another thread's door lives on while a connection that took it (dc)
+   * holds it, and no longer. */
+  efd = dc->efd;
   fs_door_home_forget(c);
   ck_assert_uint_eq(fs_door_home_count(), base + 1);
+  ck_assert(fcntl(efd, F_GETFD) >= 0);
   fs_door_put(dc);
+  ck_assert(fcntl(efd, F_GETFD) < 0);
+  fs_door_home_forget(b); /* the calling thread's home: its door stays */
+  ck_assert_uint_eq(fs_door_home_count(), base + 1);
   fs_door_put(db2);
+  fs_conn_put(e);
   fs_door_home_forget(d);
   fs_conn_put(a);
   fs_conn_put(b);
   fs_conn_put(c);
   fs_conn_put(d);
+}
+END_TEST
+
+/* A single thread holds one door, whichever came first: the process's
+ * (a connection that upgraded before the thread's first wait on it), or
+ * its own. */
+START_TEST(t_one_thread_one_door)
+{
+  struct fs_conn *u = conn_new(), *a = conn_new(), *b = conn_new();
+  ck_assert_ptr_null(fs_door_home_door(u, u->fd)); /* unmarked */
+  struct fs_door *p = fs_door_proc_get();
+  ck_assert_ptr_nonnull(p);
+  fs_door_home_mark(a);
+  struct fs_door *da = fs_door_home_door(a, a->fd);
+  ck_assert_ptr_eq(da, p);
+  ck_assert_uint_eq(fs_door_home_count(), 1);
+  fs_door_put(da);
+  fs_door_put(p);
+  /* A fork child's thread: its own door first, which the process's then is. */
+  pid_t pid = fork();
+  if (pid == 0) {
+    fs_door_home_mark(b);
+    struct fs_door *x = fs_door_home_door(b, b->fd), *xp = fs_door_proc_get();
+    _exit(x && x != p && fs_door_mine(x) && xp == x ? 0 : 1);
+  }
+  int st;
+  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+  ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  fs_door_home_forget(a);
+  fs_door_home_forget(u);
+  fs_conn_put(u);
+  fs_conn_put(a);
+  fs_conn_put(b);
 }
 END_TEST
 
@@ -298,6 +350,7 @@ int main(void)
   tcase_add_test(tc, t_only_the_maker_drains);
   tcase_add_test(tc, t_child_watches);
   tcase_add_test(tc, t_thread_doors);
+  tcase_add_test(tc, t_one_thread_one_door);
   tcase_add_test(tc, t_thread_doors_capped);
   suite_add_tcase(s, tc);
   return run_suite(s, true);
