@@ -272,9 +272,6 @@ void fs_door_fd_woken(struct fs_door *d, int fd)
 /* ---- the process's door (door.h) ----------------------------------------- */
 
 static struct fs_door *fs_door_proc; /* atomic; its own reference */
-/* The process whose thread home holds fs_door_proc (one home at a time),
- * or 0: a pid, so that a fork child finds it not its own. */
-static pid_t fs_door_proc_home;
 
 struct fs_door *fs_door_proc_get(void)
 {
@@ -296,47 +293,31 @@ struct fs_door *fs_door_proc_get(void)
   return d;
 }
 
-/* A home takes the process's door: true if no home of this process held it. */
-static bool fs_door_proc_claim(void)
-{
-  pid_t self = fs_proc_self(), cur = __atomic_load_n(&fs_door_proc_home, __ATOMIC_ACQUIRE);
-  return cur != self &&
-         __atomic_compare_exchange_n(&fs_door_proc_home, &cur, self, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
-}
-
-static void fs_door_proc_unclaim(void)
-{
-  pid_t self = fs_proc_self();
-  __atomic_compare_exchange_n(&fs_door_proc_home, &self, 0, false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
-}
-
-/* A door for a thread's home (referenced), *claimed if it is the
- * process's: that one if no home holds it, else a new one, which becomes
- * the process's too if the process has none yet.  0 or -errno. */
-static int fs_door_home_new(struct fs_door **out, bool *claimed)
+/* A door for a thread's home (referenced, `homed`): the process's if no
+ * home holds it, else a new one, which becomes the process's too if the
+ * process has none yet.  0 or -errno. */
+static int fs_door_home_new(struct fs_door **out)
 {
   /* Ours for as long as it is ours (never closed, never replaced but in
    * a fork child, where it is not ours). */
   struct fs_door *p = __atomic_load_n(&fs_door_proc, __ATOMIC_ACQUIRE);
-  *claimed = false;
-  if (p && fs_door_mine(p) && fs_door_proc_claim()) {
+  bool none = false; /* no home holds it */
+  if (p && fs_door_mine(p) &&
+      __atomic_compare_exchange_n(&p->homed, &none, true, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
     fs_door_get(p);
     *out = p;
-    *claimed = true;
     return 0;
   }
   int rc = fs_door_new(out);
   if (rc < 0)
     return rc;
-  if ((!p || !fs_door_mine(p)) && fs_door_proc_claim()) {
+  (*out)->homed = true; /* not shared yet */
+  if (!p || !fs_door_mine(p)) {
     fs_door_get(*out); /* the process's reference */
-    if (__atomic_compare_exchange_n(&fs_door_proc, &p, *out, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+    if (__atomic_compare_exchange_n(&fs_door_proc, &p, *out, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
       fs_door_put(p); /* the parent's, in a fork child */
-      *claimed = true;
-    } else {
+    else
       fs_door_put(*out); /* another thread made the process's meanwhile */
-      fs_door_proc_unclaim();
-    }
   }
   return 0;
 }
@@ -363,8 +344,8 @@ static void fs_door_home_put(struct fs_door_home *h)
     return;
   if (h->door) {
     __atomic_sub_fetch(&fs_door_homes, 1, __ATOMIC_RELAXED);
-    if (h->door == __atomic_load_n(&fs_door_proc, __ATOMIC_ACQUIRE) && fs_door_mine(h->door))
-      fs_door_proc_unclaim(); /* the next home that needs a door takes it */
+    /* Were it the process's, the next home that needs a door takes it. */
+    __atomic_store_n(&h->door->homed, false, __ATOMIC_RELEASE);
     int saved = errno;
     fs_door_put(h->door); /* its connections hold their own references */
     errno = saved;
@@ -424,8 +405,7 @@ struct fs_door *fs_door_home_door(struct fs_conn *c, int fd)
       __atomic_sub_fetch(&fs_door_homes, 1, __ATOMIC_RELAXED);
       break;
     }
-    bool claimed;
-    if (!fs_fdreg_budget_ok(fd, 2) || fs_door_home_new(&n, &claimed) < 0) {
+    if (!fs_fdreg_budget_ok(fd, 2) || fs_door_home_new(&n) < 0) {
       if (!counted)
         __atomic_sub_fetch(&fs_door_homes, 1, __ATOMIC_RELAXED);
       break;
@@ -436,8 +416,7 @@ struct fs_door *fs_door_home_door(struct fs_conn *c, int fd)
     } else {
       if (!counted)
         __atomic_sub_fetch(&fs_door_homes, 1, __ATOMIC_RELAXED);
-      if (claimed)
-        fs_door_proc_unclaim();
+      __atomic_store_n(&n->homed, false, __ATOMIC_RELEASE);
       fs_door_put(n); /* another thread's won; d is it */
     }
   }

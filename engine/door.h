@@ -34,6 +34,7 @@ struct fs_door {
   int efd, memfd;
   struct fs_bell_page *page;
   pid_t pid;                                   /* the maker: only it drains */
+  bool homed;                                  /* atomic: a thread's door (fs_door_home_*) */
   pthread_mutex_t lock;                        /* slot allocation */
   struct fs_conn **chunk[FS_DOOR_CHUNKS];      /* slot -> connection (atomic reads) */
   uint32_t next;                               /* slots below were handed out once */
