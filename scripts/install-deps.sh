@@ -19,7 +19,7 @@ BUILD_PKGS="build-essential autoconf automake libtool pkg-config check
   librdmacm-dev libibverbs-dev libjemalloc-dev liburing-dev clang"
 TEST_PKGS="socat curl python3 redis-server redis-tools iperf3 sockperf memcached
   iproute2 procps gdb openjdk-17-jdk-headless systemd nginx-light wrk postgresql-15
-  nodejs openssh-server apache2 gunicorn python3-aiohttp haproxy mariadb-server mariadb-client"
+  nodejs openssh-server apache2 gunicorn python3-aiohttp haproxy mariadb-server mariadb-client libcap2-bin"
 VM_PKGS="qemu-system-x86 linux-image-amd64 busybox-static kmod cpio
   rdma-core ibverbs-providers ibverbs-utils rdmacm-utils perftest"
 

@@ -1,6 +1,7 @@
 /* `fabsock run`: set the FABSOCK_* variables, prepend libfabsock.so to
  * LD_PRELOAD and exec the program. */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include "tools/fabsock.h"
+#include "tools/reach.h"
 
 #ifndef FS_LIBDIR
 #define FS_LIBDIR "/usr/local/lib"
@@ -29,7 +31,11 @@ void fs_tool_run_usage(FILE *out)
         "                  (sets FABSOCK_LOG)\n"
         "  -h, --help      show this help\n"
         "  The library is $FABSOCK_LIB if set, else .libs/" FS_LIBNAME " beside the\n"
-        "  fabsock executable (a build tree), else " FS_LIBDIR "/" FS_LIBNAME ".\n",
+        "  fabsock executable (a build tree), else " FS_LIBDIR "/" FS_LIBNAME ".\n"
+        "  A warning on stderr says when PROGRAM cannot be reached by LD_PRELOAD\n"
+        "  (a Go program, a static one, one for another machine, or one the\n"
+        "  loader runs in secure-execution mode: set-user-ID, file capabilities);\n"
+        "  --log off or error silences it.\n",
         out);
 }
 
@@ -185,6 +191,26 @@ int fs_tool_env_parse(int argc, char **argv, const char *cmd, struct fs_tool_env
   return FS_TOOL_PARSED;
 }
 
+/* Say so before the exec where LD_PRELOAD cannot reach PROGRAM at all
+ * (tools/reach.h): it would run as without the library, silently.  A
+ * warning, so --log off or error (or FABSOCK_LOG, when --log is not given)
+ * keeps it quiet. */
+static void fs_tool_run_reach(const char *prog, const struct fs_tool_env *e)
+{
+  const char *log = e->log ? e->log : getenv("FABSOCK_LOG");
+  if (log && (strncmp(log, "off", 3) == 0 || strncmp(log, "error", 5) == 0))
+    return;
+  char path[PATH_MAX], why[512];
+  if (fs_tool_reach_find(prog, path, sizeof path) < 0)
+    return; /* execvp says what is wrong */
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return;
+  if (fs_tool_reach_fd(fd, getuid(), getgid(), why, sizeof why) != FS_REACH_OK)
+    fprintf(stderr, "fabsock run: warning: %s %s; its connections stay on kernel TCP\n", path, why);
+  close(fd);
+}
+
 int fs_tool_run_main(int argc, char **argv)
 {
   struct fs_tool_env e;
@@ -207,6 +233,7 @@ int fs_tool_run_main(int argc, char **argv)
     return FS_TOOL_EXIT_NOEXEC;
   }
   free(preload);
+  fs_tool_run_reach(argv[e.optind], &e);
   execvp(argv[e.optind], argv + e.optind);
   fprintf(stderr, "fabsock run: %s: %s\n", argv[e.optind], strerror(errno));
   return FS_TOOL_EXIT_NOEXEC;
