@@ -1,5 +1,7 @@
 /* A mutex for the data path's per-connection locks (a direction's lock, the
- * rdma channel's posting lock).
+ * connection's own, the rdma channel's posting lock) and for the locks every
+ * connection takes at its start and end (the connection pool's, the stat
+ * table's).
  *
  * Uncontended, lock and unlock are one atomic instruction each, inline: no
  * call.  pthread_mutex_lock/unlock are a PLT hop and a type dispatch each,
@@ -49,6 +51,15 @@ static inline void fs_unlock(fs_lock_t *l)
 {
   if (__builtin_expect(__atomic_exchange_n(&l->v, 0, __ATOMIC_RELEASE) == 2, 0))
     fs_lock_wake(l);
+}
+
+/* In a child after fork, a lock some thread of the parent may have held
+ * goes back to free; stored only if it is not free already (the page is
+ * shared copy-on-write with the parent: see below). */
+static inline void fs_lock_fork_reset(fs_lock_t *l)
+{
+  if (__atomic_load_n(&l->v, __ATOMIC_RELAXED) != 0)
+    __atomic_store_n(&l->v, 0, __ATOMIC_RELAXED);
 }
 
 /* In a child after fork, a default pthread mutex some thread of the parent

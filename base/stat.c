@@ -36,7 +36,7 @@
 
 enum { FS_STAT_UNTRIED = 0, FS_STAT_ON, FS_STAT_OFF };
 
-static pthread_mutex_t fs_stat_lock = PTHREAD_MUTEX_INITIALIZER;
+static fs_lock_t fs_stat_lock; /* base/lock.h: two a connection, inline */
 static int fs_stat_mode;                     /* FS_STAT_UNTRIED/ON/OFF */
 static struct fs_stat_header *fs_stat_hdr;   /* the mapping; stays mapped once made */
 static char fs_stat_path[PATH_MAX];          /* our file; "" when there is none */
@@ -234,7 +234,7 @@ struct fs_stat_conn *fs_stat_slot_alloc(void)
   int saved = errno;
   struct fs_stat_conn *s = NULL;
   fs_proc_fork_work_add(FS_FORK_STAT);
-  pthread_mutex_lock(&fs_stat_lock);
+  fs_lock(&fs_stat_lock);
   if (fs_stat_mode == FS_STAT_UNTRIED)
     fs_stat_init();
   if (fs_stat_mode == FS_STAT_ON) {
@@ -256,7 +256,7 @@ struct fs_stat_conn *fs_stat_slot_alloc(void)
       fs_log(FS_LOG_DEBUG, "stat: all %d slots taken; further sockets are not listed", FS_STAT_SLOTS);
     }
   }
-  pthread_mutex_unlock(&fs_stat_lock);
+  fs_unlock(&fs_stat_lock);
   errno = saved;
   return s;
 }
@@ -274,7 +274,7 @@ void fs_stat_slot_free(struct fs_stat_conn *s)
   uint32_t i = (uint32_t)(off / sizeof *s);
   uint64_t bit = 1ull << (i % 64);
   fs_proc_fork_work_add(FS_FORK_STAT);
-  pthread_mutex_lock(&fs_stat_lock);
+  fs_lock(&fs_stat_lock);
   if (fs_stat_busy[i / 64] & bit) { /* not allocated: nothing to do */
     if (s->dir != 0 && !s->listening) {
       unsigned f = s->fabric_used ? s->fabric_used : FS_STAT_FABRIC_TCP;
@@ -288,7 +288,7 @@ void fs_stat_slot_free(struct fs_stat_conn *s)
     if (i < fs_stat_hint)
       fs_stat_hint = i;
   }
-  pthread_mutex_unlock(&fs_stat_lock);
+  fs_unlock(&fs_stat_lock);
 out:
   errno = saved;
 }
@@ -320,7 +320,7 @@ static int fs_stat_rehome(char *path, size_t len, bool forked)
 void fs_stat_atfork_child_slow(void)
 {
   int saved = errno;
-  fs_lock_fork_reset_mutex(&fs_stat_lock);
+  fs_lock_fork_reset(&fs_stat_lock);
   if (fs_stat_hdr == NULL)
     goto out;
   /* Named in place: the parent's name is of no use here, and a PATH_MAX
@@ -345,7 +345,7 @@ static bool fs_stat_unlinked; /* by fs_stat_exec, until the exec is known to hav
 void fs_stat_exec_slow(bool failed)
 {
   int saved = errno;
-  pthread_mutex_lock(&fs_stat_lock);
+  fs_lock(&fs_stat_lock);
   if (!failed && fs_stat_mode == FS_STAT_ON && fs_stat_path[0] != '\0') {
     unlink(fs_stat_path);
     fs_stat_unlinked = true;
@@ -357,7 +357,7 @@ void fs_stat_exec_slow(bool failed)
       fs_stat_path[0] = '\0'; /* the table stays ours, unlisted */
     fs_stat_unlinked = false;
   }
-  pthread_mutex_unlock(&fs_stat_lock);
+  fs_unlock(&fs_stat_lock);
   errno = saved;
 }
 
@@ -365,13 +365,13 @@ void fs_stat_shutdown(void)
 {
   int saved = errno;
   fs_proc_fork_work_add(FS_FORK_STAT);
-  pthread_mutex_lock(&fs_stat_lock);
+  fs_lock(&fs_stat_lock);
   if (fs_stat_path[0] != '\0')
     unlink(fs_stat_path);
   fs_stat_path[0] = '\0';
   /* Keep the mapping: late frees and counter updates still land in it. */
   fs_stat_mode = FS_STAT_OFF;
-  pthread_mutex_unlock(&fs_stat_lock);
+  fs_unlock(&fs_stat_lock);
   errno = saved;
 }
 

@@ -7,7 +7,7 @@
 void (*fs_conn_release_hook)(struct fs_conn *c);
 void (*fs_conn_last_fd_hook)(struct fs_conn *c);
 
-static pthread_mutex_t fs_conn_pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static fs_lock_t fs_conn_pool_lock; /* base/lock.h: inline, two a connection */
 static struct fs_conn *fs_conn_free_list;
 /* The batch being handed out, never touched past fs_conn_next: threading
  * all of it onto the free list wrote every page of it, and each first
@@ -49,15 +49,15 @@ static struct fs_conn *fs_conn_take(void)
 
 struct fs_conn *fs_conn_new(int fd, int family)
 {
-  pthread_mutex_lock(&fs_conn_pool_lock);
+  fs_lock(&fs_conn_pool_lock);
   struct fs_conn *c = fs_conn_take();
-  pthread_mutex_unlock(&fs_conn_pool_lock);
+  fs_unlock(&fs_conn_pool_lock);
   if (!c)
     return NULL;
 
   /* refs stays 0 (dead to racing readers) until everything else is set. */
   memset((char *)c + sizeof c->refs, 0, sizeof *c - sizeof c->refs);
-  pthread_mutex_init(&c->lock, NULL);
+  fs_lock_init(&c->lock);
   fs_lock_init(&c->txlock);
   fs_lock_init(&c->rxlock);
   c->fd = fd;
@@ -74,6 +74,11 @@ struct fs_conn *fs_conn_new(int fd, int family)
   }
   __atomic_store_n(&c->refs, 1, __ATOMIC_RELEASE);
   return c;
+}
+
+void fs_conn_pool_fork_child(void)
+{
+  fs_lock_fork_reset(&fs_conn_pool_lock);
 }
 
 void fs_conn_set_state(struct fs_conn *c, int state, int reason)
@@ -95,9 +100,8 @@ void fs_conn_put(struct fs_conn *c)
   if (c->stat)
     fs_stat_slot_free(c->stat);
   c->stat = NULL;
-  pthread_mutex_destroy(&c->lock);
-  pthread_mutex_lock(&fs_conn_pool_lock);
+  fs_lock(&fs_conn_pool_lock);
   c->free_next = fs_conn_free_list;
   fs_conn_free_list = c;
-  pthread_mutex_unlock(&fs_conn_pool_lock);
+  fs_unlock(&fs_conn_pool_lock);
 }

@@ -43,7 +43,7 @@ struct fs_door_home; /* a thread's claim on its connections (engine/door.h) */
 struct fs_conn {
   uint32_t refs;              /* atomic */
   uint32_t state;             /* atomic; enum fs_conn_state */
-  pthread_mutex_t lock;       /* state changes, fabric attach and teardown */
+  fs_lock_t lock;             /* state changes, fabric attach and teardown (base/lock.h) */
   fs_lock_t txlock;           /* one sender at a time: SWITCH/REVERT ordering */
   fs_lock_t rxlock;           /* one receiver at a time */
   /* What fabrics see of it (fabric/fabric.h), by name here too. */
@@ -159,6 +159,10 @@ struct fs_conn {
 
 /* A new connection with one reference, state UNCONNECTED; NULL if out of memory. */
 struct fs_conn *fs_conn_new(int fd, int family);
+
+/* In a child after fork: the pool's lock, which a thread of the parent may
+ * have held, goes back to free. */
+void fs_conn_pool_fork_child(void);
 
 static inline void fs_conn_get(struct fs_conn *c)
 {

@@ -379,20 +379,20 @@ void fs_door_home_mark(struct fs_conn *c)
     (void)pthread_setspecific(fs_door_home_key, h);
   }
   __atomic_add_fetch(&h->refs, 1, __ATOMIC_RELAXED);
-  pthread_mutex_lock(&c->lock);
+  fs_lock(&c->lock);
   struct fs_door_home *old = c->door_home;
   __atomic_store_n(&c->door_home, h, __ATOMIC_RELAXED);
-  pthread_mutex_unlock(&c->lock);
+  fs_unlock(&c->lock);
   fs_door_home_put(old);
 }
 
 struct fs_door *fs_door_home_door(struct fs_conn *c, int fd)
 {
-  pthread_mutex_lock(&c->lock);
+  fs_lock(&c->lock);
   struct fs_door_home *h = c->door_home;
   if (h)
     __atomic_add_fetch(&h->refs, 1, __ATOMIC_RELAXED);
-  pthread_mutex_unlock(&c->lock);
+  fs_unlock(&c->lock);
   if (!h)
     return NULL;
   struct fs_door *d = __atomic_load_n(&h->door, __ATOMIC_ACQUIRE);

@@ -149,13 +149,13 @@ void fs_ep_unlink(struct fs_ep_ent *e)
     e->ep->nsetup--;
   if (!e->parked)
     e->ep->nents--;
-  pthread_mutex_lock(&c->lock);
+  fs_lock(&c->lock);
   for (struct fs_ep_ent **pp = (struct fs_ep_ent **)&c->ep_ents; *pp; pp = &(*pp)->cnext)
     if (*pp == e) {
       *pp = e->cnext;
       break;
     }
-  pthread_mutex_unlock(&c->lock);
+  fs_unlock(&c->lock);
   if (e->wake_reg) {
     e->ep->nwake--;
     if (c->wake_fd >= 0)
@@ -199,11 +199,11 @@ void fs_ep_list_del(struct fs_ep_ent **head, struct fs_ep_ent *e)
 static struct fs_ep_ent *fs_ep_find(struct fs_ep *ep, struct fs_conn *c, int fd, bool parked)
 {
   struct fs_ep_ent *e;
-  pthread_mutex_lock(&c->lock);
+  fs_lock(&c->lock);
   for (e = c->ep_ents; e; e = e->cnext)
     if (e->ep == ep && e->fd == fd && e->parked == parked && e->alive)
       break;
-  pthread_mutex_unlock(&c->lock);
+  fs_unlock(&c->lock);
   return e;
 }
 
@@ -227,18 +227,18 @@ void fs_ready_epoll_forget_conn(struct fs_conn *c)
   /* A plain registration goes with the socket, as it would without us (a
    * socket another process still holds keeps it, as the kernel does). */
   if (__atomic_load_n(&c->ep_plain, __ATOMIC_ACQUIRE)) {
-    pthread_mutex_lock(&c->lock);
+    fs_lock(&c->lock);
     struct fs_ep *pep = c->ep_plain;
     c->ep_plain = NULL;
-    pthread_mutex_unlock(&c->lock);
+    fs_unlock(&c->lock);
     if (pep)
       fs_ep_pend_drop(pep, c);
   }
   for (;;) {
-    pthread_mutex_lock(&c->lock);
+    fs_lock(&c->lock);
     struct fs_ep_ent *e = c->ep_ents;
     struct fs_ep *ep = e ? e->ep : NULL;
-    pthread_mutex_unlock(&c->lock);
+    fs_unlock(&c->lock);
     if (!e)
       return;
     pthread_mutex_lock(&ep->lock);
@@ -252,10 +252,10 @@ void fs_ready_epoll_forget_conn(struct fs_conn *c)
     }
     pthread_mutex_unlock(&ep->lock);
     if (!found) { /* raced with a DEL or epoll close: it unlinks itself */
-      pthread_mutex_lock(&c->lock);
+      fs_lock(&c->lock);
       if (c->ep_ents == e)
         c->ep_ents = e->cnext;
-      pthread_mutex_unlock(&c->lock);
+      fs_unlock(&c->lock);
     }
     fs_ep_pend_drop(ep, c);
   }
@@ -277,12 +277,12 @@ void fs_ready_epoll_fd_closing(struct fs_conn *c, int fd)
    * while a dup keeps the socket open.  Take it out now. */
   for (;;) {
     struct fs_ep_ent *e;
-    pthread_mutex_lock(&c->lock);
+    fs_lock(&c->lock);
     for (e = c->ep_ents; e; e = e->cnext)
       if (e->tcp_parked && e->fd == fd)
         break;
     struct fs_ep *ep = e ? e->ep : NULL;
-    pthread_mutex_unlock(&c->lock);
+    fs_unlock(&c->lock);
     if (!e)
       return;
     pthread_mutex_lock(&ep->lock);
@@ -470,10 +470,10 @@ static int fs_ep_make(struct fs_ep *ep, int epfd, int fd, struct fs_conn *c, uin
   fs_ep_list_push(&ep->ents, e);
   ep->nents++;
   fs_ep_recheck_add(ep, e);
-  pthread_mutex_lock(&c->lock);
+  fs_lock(&c->lock);
   e->cnext = c->ep_ents;
   c->ep_ents = e;
-  pthread_mutex_unlock(&c->lock);
+  fs_unlock(&c->lock);
   /* Its wake fd, if it has one: looked for once e is in c's list, since
    * one made meanwhile rang the bell only for the sets already there
    * (both go through c->lock).  It may move to a fabric: the safety net
@@ -536,9 +536,9 @@ static int fs_ep_plain_add(struct fs_ep *ep, int epfd, int fd, struct fs_conn *c
 {
   if (!fs_ep_plain_may(c, ev->events) || fs_ep_bell(ep) < 0)
     return -EAGAIN;
-  pthread_mutex_lock(&c->lock);
+  fs_lock(&c->lock);
   int rc = fs_ep_plain_add_locked(ep, epfd, fd, c, ev);
-  pthread_mutex_unlock(&c->lock);
+  fs_unlock(&c->lock);
   return rc;
 }
 
@@ -559,7 +559,7 @@ static int fs_ep_plain_fast(struct fs_ep *ep, int epfd, int op, int fd, struct f
     return -EAGAIN;
   }
   int rc = -EAGAIN;
-  pthread_mutex_lock(&c->lock);
+  fs_lock(&c->lock);
   if (op == EPOLL_CTL_ADD) {
     rc = fs_ep_plain_add_locked(ep, epfd, fd, c, ev);
   } else if (c->ep_plain == ep && c->ep_plain_fd == fd) {
@@ -578,7 +578,7 @@ static int fs_ep_plain_fast(struct fs_ep *ep, int epfd, int op, int fd, struct f
       c->ep_plain_data = ev->data.u64;
     }
   }
-  pthread_mutex_unlock(&c->lock);
+  fs_unlock(&c->lock);
   return rc;
 }
 
@@ -589,14 +589,14 @@ void fs_ep_plain_convert(struct fs_ep *ep, struct fs_conn *c)
 {
   if (__atomic_load_n(&c->ep_plain, __ATOMIC_ACQUIRE) != ep)
     return;
-  pthread_mutex_lock(&c->lock);
+  fs_lock(&c->lock);
   bool mine = c->ep_plain == ep;
   int fd = c->ep_plain_fd;
   uint32_t events = c->ep_plain_events;
   epoll_data_t data = { .u64 = c->ep_plain_data };
   if (mine)
     c->ep_plain = NULL;
-  pthread_mutex_unlock(&c->lock);
+  fs_unlock(&c->lock);
   if (mine && __atomic_load_n(&fs_ep_tab[ep->epfd], __ATOMIC_ACQUIRE) == ep) /* not a closed set */
     (void)fs_ep_make(ep, ep->epfd, fd, c, events, data, EPOLL_CTL_MOD);
 }

@@ -117,7 +117,7 @@ static void fs_door_deliver(void *arg, struct fs_conn *c)
 {
   struct fs_door_here *h = arg;
   struct fs_ep *ep = h ? h->ep : NULL;
-  pthread_mutex_lock(&c->lock);
+  fs_lock(&c->lock);
   for (struct fs_ep_ent *e = c->ep_ents; e; e = e->cnext) {
     if (!e->alive || e->parked)
       continue;
@@ -133,7 +133,7 @@ static void fs_door_deliver(void *arg, struct fs_conn *c)
   bool others = c->pollers > fs_ready_polling_here(c) || __atomic_load_n(&c->rx_sleeping, __ATOMIC_RELAXED) ||
                 __atomic_load_n(&c->tx_sleeping, __ATOMIC_RELAXED);
   int wfd = c->wake_fd;
-  pthread_mutex_unlock(&c->lock);
+  fs_unlock(&c->lock);
   if (others && wfd >= 0)
     fs_chan_efd_write(wfd);
 }
@@ -208,9 +208,9 @@ int fs_ready_door_offer(struct fs_conn *c, int *efd, int *memfd, uint32_t *slot)
      * rendezvous asks fs_fdreg_budget_ok if the peer sends an eventfd. */
     if (!fs_policy_doorbell())
       return -1;
-    pthread_mutex_lock(&c->lock);
+    fs_lock(&c->lock);
     struct fs_ep *ep = fs_door_set_of(c);
-    pthread_mutex_unlock(&c->lock);
+    fs_unlock(&c->lock);
     if (!ep)
       return -1;
     bool home = false;
@@ -232,13 +232,13 @@ int fs_ready_door_offer(struct fs_conn *c, int *efd, int *memfd, uint32_t *slot)
     if (!d)
       return -1;
     uint32_t s;
-    pthread_mutex_lock(&c->lock);
+    fs_lock(&c->lock);
     bool ok = fs_door_set_of(c) == ep && fs_door_slot_get(d, c, &s) == 0;
     if (ok) {
       c->door_slot = s;
       __atomic_store_n(&c->door, d, __ATOMIC_RELEASE); /* the reference goes to c */
     }
-    pthread_mutex_unlock(&c->lock);
+    fs_unlock(&c->lock);
     if (!ok) {
       fs_door_put(d);
       return -1;

@@ -40,12 +40,12 @@ void fs_ep_pend_push(struct fs_ep *ep, struct fs_conn *c)
 
 void fs_ready_epoll_wake_made(struct fs_conn *c)
 {
-  pthread_mutex_lock(&c->lock);
+  fs_lock(&c->lock);
   for (struct fs_ep_ent *e = c->ep_ents; e; e = e->cnext)
     fs_ep_pend_push(e->ep, c); /* never freed; e stays in c's list while we hold c->lock */
   if (c->ep_plain) /* a plain registration becomes an entry there */
     fs_ep_pend_push(c->ep_plain, c);
-  pthread_mutex_unlock(&c->lock);
+  fs_unlock(&c->lock);
 }
 
 /* The whole queue, taken out of ep (*n entries, each referenced; NULL if
@@ -73,7 +73,7 @@ void fs_ep_pend_run(struct fs_ep *ep)
   for (int i = 0; i < n; i++) {
     struct fs_conn *c = pend[i];
     fs_ep_plain_convert(ep, c);
-    pthread_mutex_lock(&c->lock);
+    fs_lock(&c->lock);
     int wfd = fs_wake_fd_own(c);
     bool door = __atomic_load_n(&c->door, __ATOMIC_ACQUIRE) != NULL;
     for (struct fs_ep_ent *e = c->ep_ents; e; e = e->cnext) {
@@ -89,7 +89,7 @@ void fs_ep_pend_run(struct fs_ep *ep)
       fs_ep_reg_wake(ep, e, wfd);
       fs_ep_recheck_add(ep, e);
     }
-    pthread_mutex_unlock(&c->lock);
+    fs_unlock(&c->lock);
     fs_conn_put(c);
   }
   free(pend);

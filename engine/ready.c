@@ -32,19 +32,19 @@
 static void fs_ready_poll_armed(struct fs_conn *c, uint8_t *st)
 {
   *st |= FS_READY_ARMED;
-  pthread_mutex_lock(&c->lock);
+  fs_lock(&c->lock);
   c->pollers++;
-  pthread_mutex_unlock(&c->lock);
+  fs_unlock(&c->lock);
 }
 
 static void fs_ready_poll_disarm(struct fs_conn *c, short events)
 {
-  pthread_mutex_lock(&c->lock);
+  fs_lock(&c->lock);
   struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE); /* lives as long as c */
   if (--c->pollers == 0 && ch && !c->ep_ents && !__atomic_load_n(&c->rx_sleeping, __ATOMIC_RELAXED) &&
       !__atomic_load_n(&c->tx_sleeping, __ATOMIC_RELAXED))
     fs_chan_disarm(ch, events & POLLIN, events & POLLOUT);
-  pthread_mutex_unlock(&c->lock);
+  fs_unlock(&c->lock);
 }
 
 /* A poll draining a door: its own connections, which it looks at right

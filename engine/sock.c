@@ -156,10 +156,10 @@ static bool fs_sock_local_late(struct fs_conn *c)
   bool ok = fs_fdtab_names(fd, c) && getsockname(fd, (struct sockaddr *)&ss, &ll) == 0 && fs_fdtab_names(fd, c);
   errno = saved;
   if (ok) {
-    pthread_mutex_lock(&c->lock);
+    fs_lock(&c->lock);
     if (!c->local_known)
       fs_sock_local_set(c, &ss);
-    pthread_mutex_unlock(&c->lock);
+    fs_unlock(&c->lock);
   }
   return ok;
 }
@@ -289,12 +289,12 @@ void fs_sock_maybe_upgrade(struct fs_conn *c)
       return;
     }
     if (now - c->crossed_ns > fs_sock_giveup_ns(c)) {
-      pthread_mutex_lock(&c->lock);
+      fs_lock(&c->lock);
       if (!c->chan) { /* a refusal's reason (peer-uid, not-owner) stays */
         c->no_upgrade = true;
         fs_conn_set_state(c, FS_STATE_TCP, c->reason != FS_REASON_PENDING ? c->reason : FS_REASON_NO_PEER);
       }
-      pthread_mutex_unlock(&c->lock);
+      fs_unlock(&c->lock);
     }
     return;
   }
@@ -346,12 +346,12 @@ void fs_sock_connect_done(struct fs_conn *c, int fd, int rc, const struct sockad
     /* A second connect() of a non-blocking socket returns 0 once it is
      * connected (APR, select loops): set up once, whoever saw it first
      * (a wait may have), or the first wake fd leaks. */
-    pthread_mutex_lock(&c->lock);
+    fs_lock(&c->lock);
     if (c->connecting || fs_conn_state(c) == FS_STATE_UNCONNECTED) {
       c->peer_known = fs_addr_take(&c->peer, addr, len);
       fs_sock_established(c, fd, FS_DIR_CONNECT);
     }
-    pthread_mutex_unlock(&c->lock);
+    fs_unlock(&c->lock);
   } else if (rc == -EINPROGRESS || rc == -EALREADY || rc == -EINTR) {
     if (!c->connecting) /* the peer, should the kernel say connected later */
       c->peer_known = fs_addr_take(&c->peer, addr, len);
@@ -366,13 +366,13 @@ void fs_sock_check_connected(struct fs_conn *c, int fd, bool out_seen)
   int saved = errno;
   bool known = out_seen && c->peer_known;
   if (known || getpeername(fd, (struct sockaddr *)&ss, &sl) == 0) {
-    pthread_mutex_lock(&c->lock);
+    fs_lock(&c->lock);
     if (c->connecting) {
       if (!known)
         c->peer_known = fs_addr_take(&c->peer, (struct sockaddr *)&ss, sl);
       fs_sock_established(c, fd, FS_DIR_CONNECT);
     }
-    pthread_mutex_unlock(&c->lock);
+    fs_unlock(&c->lock);
   }
   errno = saved;
 }
@@ -471,11 +471,11 @@ int fs_sock_may_attach(struct fs_conn *c, uint32_t uid)
 
 int fs_sock_attach(struct fs_conn *c, struct fs_chan *ch)
 {
-  pthread_mutex_lock(&c->lock);
+  fs_lock(&c->lock);
   /* A fork may have come between the accept reply and the peer's ack. */
   if (__atomic_load_n(&c->nfds, __ATOMIC_ACQUIRE) == 0 || c->no_upgrade || c->chan ||
       (c->shared_hist && fs_sock_alone(c) != 0)) {
-    pthread_mutex_unlock(&c->lock);
+    fs_unlock(&c->lock);
     return -ESTALE;
   }
   if (c->shared_hist) /* our byte counts include what others did: ask the kernel */
@@ -488,7 +488,7 @@ int fs_sock_attach(struct fs_conn *c, struct fs_chan *ch)
   if (c->stat)
     fs_stat_set_fabric(c->stat, (uint8_t)ch->ops->fabric);
   __atomic_store_n(&ch->stat, c->stat, __ATOMIC_RELEASE);
-  pthread_mutex_unlock(&c->lock);
+  fs_unlock(&c->lock);
   fs_log(FS_LOG_DEBUG, "fd %d on %s", c->fd, ch->ops->name);
   /* Our sender switches now if it is idle; a busy one does at its next send. */
   if (fs_lock_try(&c->txlock)) {
@@ -502,20 +502,20 @@ int fs_sock_attach(struct fs_conn *c, struct fs_chan *ch)
 
 void fs_sock_upgrade_failed(struct fs_conn *c, int reason)
 {
-  pthread_mutex_lock(&c->lock);
+  fs_lock(&c->lock);
   c->no_upgrade = true;
   if (!c->chan) /* closed meanwhile: stat shows it closed, with the reason */
     fs_conn_set_state(c, fs_conn_state(c) == FS_STATE_CLOSED ? FS_STATE_CLOSED : FS_STATE_TCP, reason);
-  pthread_mutex_unlock(&c->lock);
+  fs_unlock(&c->lock);
   fs_log(FS_LOG_DEBUG, "fd %d stays on tcp: %s", c->fd, fs_reason_name(reason));
 }
 
 void fs_sock_refused(struct fs_conn *c, int reason)
 {
-  pthread_mutex_lock(&c->lock);
+  fs_lock(&c->lock);
   if (!c->chan && !c->no_upgrade)
     fs_conn_set_state(c, fs_conn_state(c), reason);
-  pthread_mutex_unlock(&c->lock);
+  fs_unlock(&c->lock);
 }
 
 /* The last close, of fd (-1: none, the socket is already gone); abort_fd
@@ -524,12 +524,12 @@ void fs_sock_refused(struct fs_conn *c, int reason)
  * dup of fd to finish on (fs_cutover_close_resend). */
 static void fs_sock_last_close_fd(struct fs_conn *c, int fd, int abort_fd)
 {
-  pthread_mutex_lock(&c->lock);
+  fs_lock(&c->lock);
   int st = fs_conn_state(c);
   fs_conn_set_state(c, FS_STATE_CLOSED, c->reason);
   c->no_upgrade = true;
   struct fs_chan *ch = c->chan;
-  pthread_mutex_unlock(&c->lock);
+  fs_unlock(&c->lock);
   if (st == FS_STATE_LISTEN)
     fs_agent_unlisten(c);
   fs_ready_epoll_forget_conn(c);
@@ -669,17 +669,17 @@ static void fs_sock_downgrade_as(struct fs_conn *c, int fd, int reason, bool wai
   if (!ch || c->reverted) {
     /* Under c->lock, as fs_sock_attach checks: a channel the agent puts on
      * now is seen here, and none comes once no_upgrade is set. */
-    pthread_mutex_lock(&c->lock);
+    fs_lock(&c->lock);
     ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
     if (!ch || c->reverted) {
       if (!c->no_upgrade) {
         c->no_upgrade = true;
         fs_conn_set_state(c, fs_conn_state(c), reason);
       }
-      pthread_mutex_unlock(&c->lock);
+      fs_unlock(&c->lock);
       return;
     }
-    pthread_mutex_unlock(&c->lock);
+    fs_unlock(&c->lock);
   }
   if (!wait) {
     const char *when = fs_reason_name(reason);

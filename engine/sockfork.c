@@ -91,7 +91,7 @@ static void fs_sock_fork_fix(int fd, struct fs_conn *c, void *arg)
   c->visit = fs_sock_epoch + 1;
   struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
   if (pid == 0) { /* the threads that held these are gone */
-    fs_lock_fork_reset_mutex(&c->lock);
+    fs_lock_fork_reset(&c->lock);
     fs_lock_init(&c->txlock);
     fs_lock_init(&c->rxlock);
     fs_sock_stat_refill(c, ch);
@@ -133,8 +133,10 @@ static void fs_sock_fork_fix(int fd, struct fs_conn *c, void *arg)
 
 void fs_sock_after_fork(pid_t pid)
 {
-  if (pid == 0)
+  if (pid == 0) {
     fs_stat_atfork_child();
+    fs_conn_pool_fork_child();
+  }
   fs_fdtab_foreach(fs_sock_fork_fix, &pid);
   if (pid == 0)
     fs_wake_fork_child();

@@ -109,7 +109,7 @@ struct fs_door *fs_wake_door_enter(struct fs_conn *c, bool *leased)
   if (!d)
     return NULL;
   int saved = errno;
-  pthread_mutex_lock(&c->lock);
+  fs_lock(&c->lock);
   if (c->wake_users++ == 0 && c->wake_fd < 0) {
     int efd = fs_wake_pool_take(c->fd);
     if (efd >= 0) {
@@ -119,7 +119,7 @@ struct fs_door *fs_wake_door_enter(struct fs_conn *c, bool *leased)
       fs_wake_seq_end(c);
     }
   }
-  pthread_mutex_unlock(&c->lock);
+  fs_unlock(&c->lock);
   errno = saved;
   *leased = true;
   return d;
@@ -128,7 +128,7 @@ struct fs_door *fs_wake_door_enter(struct fs_conn *c, bool *leased)
 void fs_wake_door_leave(struct fs_conn *c)
 {
   int efd = -1;
-  pthread_mutex_lock(&c->lock);
+  fs_lock(&c->lock);
   if (c->wake_users > 0 && --c->wake_users == 0 && c->wake_leased) {
     efd = c->wake_fd;
     fs_wake_seq_begin(c);
@@ -138,7 +138,7 @@ void fs_wake_door_leave(struct fs_conn *c)
     c->wake_leased = false;
     fs_wake_seq_end(c);
   }
-  pthread_mutex_unlock(&c->lock);
+  fs_unlock(&c->lock);
   if (efd >= 0) {
     int saved = errno;
     fs_wake_pool_give(efd);
@@ -199,7 +199,7 @@ int fs_wake_get(struct fs_conn *c)
     return 0;
   int reason = 0, saved = errno; /* the application's, whatever happens here */
   bool made = false;
-  pthread_mutex_lock(&c->lock);
+  fs_lock(&c->lock);
   if (c->wake_fd >= 0 && c->wake_leased) {
     /* A lease becomes its own for good (a fabric after a door: rdma; a
      * set without a bell), still never closed: a waker that read it as a
@@ -227,7 +227,7 @@ int fs_wake_get(struct fs_conn *c)
         fs_conn_set_state(c, FS_STATE_TCP, reason);
     }
   }
-  pthread_mutex_unlock(&c->lock);
+  fs_unlock(&c->lock);
   /* Before the channel: an epoll set that hears of it registers it before
    * the attach's wake, or looks at the entry after it. */
   void (*hook)(struct fs_conn *) = __atomic_load_n(&fs_wake_made_hook, __ATOMIC_ACQUIRE);
