@@ -1,6 +1,7 @@
 /* Doors: an epoll set's doorbell, owner side.  See engine/door.h. */
 #include <errno.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <sys/epoll.h>
 
 #include "base/fdreg.h"
@@ -293,16 +294,21 @@ struct fs_door *fs_door_proc_get(void)
   return d;
 }
 
-/* A door for a thread's home (referenced, `homed`): the process's if no
- * home holds it, else a new one, which becomes the process's too if the
- * process has none yet.  0 or -errno. */
-static int fs_door_home_new(struct fs_door **out)
+/* A door for a thread's home (referenced, `homed`).  The process's first
+ * thread (main: its tid is the pid) shares the process's door, so that a
+ * single-threaded process holds one door, whichever came first: the
+ * process's if no home holds it, else a new one, which becomes the
+ * process's too if the process has none yet.  Any other thread's door is
+ * its own: connections that upgraded before a thread marked them ring the
+ * process's door, and a thread whose door it were would wake at each of
+ * their replies, though they are for other threads.  0 or -errno. */
+static int fs_door_home_new(bool main, struct fs_door **out)
 {
   /* Ours for as long as it is ours (never closed, never replaced but in
    * a fork child, where it is not ours). */
   struct fs_door *p = __atomic_load_n(&fs_door_proc, __ATOMIC_ACQUIRE);
   bool none = false; /* no home holds it */
-  if (p && fs_door_mine(p) &&
+  if (main && p && fs_door_mine(p) &&
       __atomic_compare_exchange_n(&p->homed, &none, true, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
     fs_door_get(p);
     *out = p;
@@ -312,7 +318,7 @@ static int fs_door_home_new(struct fs_door **out)
   if (rc < 0)
     return rc;
   (*out)->homed = true; /* not shared yet */
-  if (!p || !fs_door_mine(p)) {
+  if (main && (!p || !fs_door_mine(p))) {
     fs_door_get(*out); /* the process's reference */
     if (__atomic_compare_exchange_n(&fs_door_proc, &p, *out, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
       fs_door_put(p); /* the parent's, in a fork child */
@@ -329,6 +335,8 @@ static int fs_door_home_new(struct fs_door **out)
  * process's (a fork child's is its parent's: not mine). */
 struct fs_door_home {
   uint32_t refs;        /* atomic: the thread's, and each connection's marked */
+  pid_t pid;            /* the process the flag below was learnt in */
+  bool main;            /* its thread is the process's first (tid == pid) */
   struct fs_door *door; /* atomic; made at its first connection's rendezvous */
 };
 
@@ -365,7 +373,8 @@ static void fs_door_home_key_make(void)
   fs_door_home_keyed = pthread_key_create(&fs_door_home_key, fs_door_home_exit) == 0;
 }
 
-void fs_door_home_mark(struct fs_conn *c)
+/* fs_door_home_mark; locked: the caller holds c->lock. */
+static void fs_door_home_mark_as(struct fs_conn *c, bool locked)
 {
   struct fs_door_home *h = fs_door_home_tls;
   if (h && __atomic_load_n(&c->door_home, __ATOMIC_RELAXED) == h)
@@ -378,12 +387,38 @@ void fs_door_home_mark(struct fs_conn *c)
     fs_door_home_tls = h;
     (void)pthread_setspecific(fs_door_home_key, h);
   }
+  /* Learnt anew in a fork child, whose first thread is the one that forked. */
+  pid_t self = (pid_t)fs_proc_self();
+  if (h->pid != self) {
+    h->main = gettid() == self;
+    __atomic_store_n(&h->pid, self, __ATOMIC_RELEASE);
+  }
   __atomic_add_fetch(&h->refs, 1, __ATOMIC_RELAXED);
-  fs_lock(&c->lock);
+  if (!locked)
+    fs_lock(&c->lock);
   struct fs_door_home *old = c->door_home;
   __atomic_store_n(&c->door_home, h, __ATOMIC_RELAXED);
-  fs_unlock(&c->lock);
+  if (!locked)
+    fs_unlock(&c->lock);
   fs_door_home_put(old);
+}
+
+void fs_door_home_mark(struct fs_conn *c)
+{
+  fs_door_home_mark_as(c, false);
+}
+
+/* Whether h's thread is its process's first (a home copied by fork is
+ * not known to be until its thread marks a connection in the child). */
+static bool fs_door_home_main(struct fs_door_home *h)
+{
+  return __atomic_load_n(&h->pid, __ATOMIC_ACQUIRE) == (pid_t)fs_proc_self() && h->main;
+}
+
+void fs_door_home_claim(struct fs_conn *c, bool locked)
+{
+  if (!__atomic_load_n(&c->door_home, __ATOMIC_RELAXED))
+    fs_door_home_mark_as(c, locked);
 }
 
 struct fs_door *fs_door_home_door(struct fs_conn *c, int fd)
@@ -405,7 +440,7 @@ struct fs_door *fs_door_home_door(struct fs_conn *c, int fd)
       __atomic_sub_fetch(&fs_door_homes, 1, __ATOMIC_RELAXED);
       break;
     }
-    if (!fs_fdreg_budget_ok(fd, 2) || fs_door_home_new(&n) < 0) {
+    if (!fs_fdreg_budget_ok(fd, 2) || fs_door_home_new(fs_door_home_main(h), &n) < 0) {
       if (!counted)
         __atomic_sub_fetch(&fs_door_homes, 1, __ATOMIC_RELAXED);
       break;

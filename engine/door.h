@@ -122,6 +122,16 @@ struct fs_door *fs_door_proc_get(void);
 /* The calling thread sleeps on c, which has no door yet. */
 void fs_door_home_mark(struct fs_conn *c);
 
+/* The calling thread's I/O on c crossed the upgrade threshold (or its
+ * connect queued an upgrade at 0 bytes): it marks c unless a thread did
+ * already, before the rendezvous is queued (locked: the caller holds
+ * c->lock).  That thread is the likeliest to wait on c,
+ * and the rendezvous (2 ms later) may come before its first wait: c then
+ * gave its peer the process's door, on which every thread blocked on such
+ * a connection sleeps (t_herd: an idle thread woke at each of 300 replies
+ * to the main thread's connection, in 2 runs of 17). */
+void fs_door_home_claim(struct fs_conn *c, bool locked);
+
 /* The door of the thread that marked c last, made now if need be
  * (referenced), or NULL (none marked it; no door to be had).  fd: c's,
  * for the budget. */

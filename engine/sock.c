@@ -21,6 +21,7 @@
 #include "engine/agent.h"
 #include "engine/cancel.h"
 #include "engine/cutover.h"
+#include "engine/door.h"
 #include "engine/lend.h"
 #include "engine/ready.h"
 #include "engine/sock.h"
@@ -227,7 +228,7 @@ static void fs_sock_establish(struct fs_conn *c, int fd, int dir)
   if (c->stat)
     c->stat->fabric = FS_FABRIC_TCP;
   if (dir == FS_DIR_CONNECT && !c->no_upgrade && c->policy.upgrade_bytes == 0)
-    fs_sock_maybe_upgrade(c);
+    fs_sock_maybe_upgrade(c, true); /* a connecting end is established under c->lock */
 }
 
 /* An accepted end's inode in our stat row tells a peer which process holds
@@ -271,7 +272,7 @@ static uint64_t fs_sock_giveup_ns(const struct fs_conn *c)
   return bound > FS_SOCK_GIVEUP_NS ? bound : FS_SOCK_GIVEUP_NS;
 }
 
-void fs_sock_maybe_upgrade(struct fs_conn *c)
+void fs_sock_maybe_upgrade(struct fs_conn *c, bool locked)
 {
   if (c->no_upgrade || __atomic_load_n(&c->chan, __ATOMIC_RELAXED))
     return;
@@ -281,6 +282,7 @@ void fs_sock_maybe_upgrade(struct fs_conn *c)
     uint64_t now = fs_clock_coarse_ns();
     if (!c->crossed_ns) {
       c->crossed_ns = now;
+      fs_door_home_claim(c, locked); /* the peer's rendezvous may come before our first wait */
       /* Forked with it or handed it: the peer will look for this process
        * by its own name.  Served from here, not at fork: a child that
        * serves a short connection never pays for it. */
@@ -310,6 +312,7 @@ void fs_sock_maybe_upgrade(struct fs_conn *c)
   if (!__atomic_compare_exchange_n(&c->upgrade_queued, &expect, true, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
     return;
   fs_conn_set_state(c, FS_STATE_UPGRADING, FS_REASON_PENDING);
+  fs_door_home_claim(c, locked); /* before the rendezvous reads the mark */
   fs_agent_upgrade(c);
 }
 

@@ -93,8 +93,10 @@ void fs_sock_stat_addrs(struct fs_conn *c);
 bool fs_sock_enabled(void);
 
 /* The upgrade threshold may have been crossed: start a rendezvous (connecting
- * end) or give up on a silent peer (accepting end). */
-void fs_sock_maybe_upgrade(struct fs_conn *c);
+ * end) or give up on a silent peer (accepting end).  The calling thread,
+ * whose I/O (or connect) crossed it, marks c for its door first
+ * (fs_door_home_claim).  locked: the caller holds c->lock. */
+void fs_sock_maybe_upgrade(struct fs_conn *c, bool locked);
 
 /* A non-blocking connect may have completed: set the connection up.
  * out_seen: the kernel reported the socket writable without an error or

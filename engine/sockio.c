@@ -139,7 +139,7 @@ FS_SOCKIO_HOT ssize_t fs_sockio_done(struct fs_conn *c, ssize_t r, bool tx, bool
   if (!c->no_upgrade && !__atomic_load_n(&c->chan, __ATOMIC_RELAXED)) {
     fs_conn_note_io(c, r, tx);
     if (!c->upgrade_queued)
-      fs_sock_maybe_upgrade(c);
+      fs_sock_maybe_upgrade(c, false);
     else if (__atomic_load_n(&c->upgrade_lazy, __ATOMIC_ACQUIRE))
       fs_agent_nudge(c);
   }

@@ -12,6 +12,9 @@ to go to the process's door, on which every blocked thread slept, so each
 reply woke all of them (docs/design.md 1.7, thread doors).  Their context
 switches over the trips are counted (/proc/self/task/TID/status); each
 may wake at the library's wait bound (every 20 ms), never per reply.
+With PAUSE_MS (client PORT HOLDFILE PAUSE_MS), each connection
+waits that long after connect before its first byte: upgraded at connect,
+its rendezvous is then over before its thread ever waited on it.
 Prints "exchanged", waits for HOLDFILE (the test looks at the
 connections), then wakes each idle thread with a byte echoed on its
 connection and ends every connection.  The server echoes each
@@ -55,7 +58,7 @@ def switches(tid):
     raise SystemExit('no voluntary_ctxt_switches for thread %d' % tid)
 
 
-def client(port, holdfile):
+def client(port, holdfile, pause_s=0.0):
     ready = threading.Barrier(IDLE + 1)
     tids = [0] * IDLE
     socks = [None] * IDLE
@@ -64,6 +67,7 @@ def client(port, holdfile):
     def idle(i):
         try:
             s = socks[i] = socket.create_connection(('127.0.0.1', port))
+            time.sleep(pause_s)  # an upgrade at connect is done before any wait
             echo_trips(s, 20)
             tids[i] = threading.get_native_id()
             ready.wait()
@@ -82,6 +86,7 @@ def client(port, holdfile):
     for t in threads:
         t.start()
     main = socket.create_connection(('127.0.0.1', port))
+    time.sleep(pause_s)
     echo_trips(main, 20)
     try:
         ready.wait()
@@ -117,4 +122,4 @@ if __name__ == '__main__':
     if sys.argv[1] == 'server':
         server(sys.argv[2])
     else:
-        client(int(sys.argv[2]), sys.argv[3])
+        client(int(sys.argv[2]), sys.argv[3], float(sys.argv[4]) / 1000 if len(sys.argv) > 4 else 0.0)

@@ -218,43 +218,52 @@ START_TEST(t_thread_doors)
   ck_assert_ptr_ne(da, dc);
   ck_assert(fs_door_mine(da) && fs_door_mine(dc));
   ck_assert_uint_eq(fs_door_home_count(), base + 2);
-  /* The first home's door is the process's too; the second's is not. */
+  /* Neither is the process's: only the process's first thread shares it
+   * (connections that upgraded before any thread waited on them ring it,
+   * and would wake another thread whose door it were: t_herd). */
   struct fs_door *dp = fs_door_proc_get();
-  ck_assert_ptr_eq(dp, da);
-  fs_door_put(dp);
-  /* Marked again by another thread: that thread's door from then on. */
+  ck_assert_ptr_nonnull(dp);
+  ck_assert_ptr_ne(dp, da);
+  ck_assert_ptr_ne(dp, dc);
+  /* Marked again by this thread, the process's first: this thread's door
+   * from then on, which is the process's (a single thread holds one). */
+  ck_assert_int_eq(gettid(), getpid());
   fs_door_home_mark(b);
   struct fs_door *db2 = fs_door_home_door(b, b->fd);
-  ck_assert_ptr_nonnull(db2);
-  ck_assert_ptr_ne(db2, da);
-  ck_assert_ptr_ne(db2, dc);
+  ck_assert_ptr_eq(db2, dp);
   ck_assert_uint_eq(fs_door_home_count(), base + 3);
-  /* A fork child's is its own, not its parent's. */
+  /* A fork child's is its own, not its parent's; its first thread (the
+   * one that forked) shares the child's process door, a door left by a
+   * thread that is not in the child does not. */
   pid_t pid = fork();
   if (pid == 0) {
     struct fs_door *x = fs_door_home_door(a, a->fd), *xp = fs_door_proc_get();
-    _exit(x && x != da && fs_door_mine(x) && !fs_door_mine(da) && xp == x ? 0 : 1);
+    fs_door_home_mark(d);
+    struct fs_door *y = fs_door_home_door(d, d->fd);
+    _exit(x && x != da && fs_door_mine(x) && !fs_door_mine(da) && xp != x && fs_door_mine(xp) && y == xp ? 0 : 1);
   }
   int st;
   ck_assert_int_eq(waitpid(pid, &st, 0), pid);
   ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
   /* The first thread's home goes with its last marked connection (b is
-   * this thread's now): the process's door stays, and the next home that
-   * needs a door takes it. */
+   * this thread's now); its door closes once no connection holds it. */
   fs_door_put(db);
   fs_door_home_forget(a);
   ck_assert_uint_eq(fs_door_home_count(), base + 2);
   int efd = da->efd;
   fs_door_put(da);
-  ck_assert(fcntl(efd, F_GETFD) >= 0);
+  ck_assert(fcntl(efd, F_GETFD) < 0);
+  /* A later thread's home gets a door of its own, not the process's. */
   struct fs_conn *e = conn_new(), *t3[] = { e, NULL };
   mark_in_thread(t3);
   struct fs_door *de = fs_door_home_door(e, e->fd);
-  ck_assert_ptr_eq(de, da);
+  ck_assert_ptr_nonnull(de);
+  ck_assert_ptr_ne(de, dp);
   ck_assert_uint_eq(fs_door_home_count(), base + 3);
   fs_door_put(de);
   fs_door_home_forget(e);
   ck_assert_uint_eq(fs_door_home_count(), base + 2);
+  fs_door_put(dp);
   /* Another thread's door lives on while a connection that took it (dc)
    * holds it, and no longer. */
   efd = dc->efd;
