@@ -17,7 +17,7 @@ probe() {
   local name=$1 warn=$2 mapped=$3; shift 3
   local runner=() out err
   while [ "$1" != -- ]; do runner+=("$1"); shift; done; shift
-  out=$("${runner[@]}" env FABSOCK_LIB="$FABSOCK_LIB" "$FABSOCK_BIN" run -- "$@" 2>"$IT_TMP/err")
+  out=$("${runner[@]}" env -u FABSOCK_LOG FABSOCK_LIB="$FABSOCK_LIB" "$FABSOCK_BIN" run -- "$@" 2>"$IT_TMP/err")
   err=$(cat "$IT_TMP/err")
   local said=0; grep -q "^fabsock run: warning: .*stay on kernel TCP" "$IT_TMP/err" && said=1
   if [ $said = "$warn" ] && [ "${out%% *}" = "mapped=$mapped" ]; then
@@ -29,7 +29,7 @@ probe() {
 
 probe "dynamic program: no warning, library loaded" 0 1 -- "$PROGS/reach_probe"
 probe "static program: warned, and the library is indeed not loaded" 1 0 -- "$PROGS/reach_static"
-out=$(FABSOCK_LIB=$FABSOCK_LIB "$FABSOCK_BIN" run --log off -- "$PROGS/reach_static" 2>&1)
+out=$(env -u FABSOCK_LOG FABSOCK_LIB=$FABSOCK_LIB "$FABSOCK_BIN" run --log off -- "$PROGS/reach_static" 2>&1)
 if [ "$out" = "mapped=0 uid=$(id -u) euid=$(id -u)" ]; then tap_ok "--log off keeps the warning quiet"
 else tap_not_ok "--log off keeps the warning quiet" "said: $out"; fi
 
@@ -71,7 +71,7 @@ for p in go gofmt kubectl docker containerd etcd hugo gh caddy rclone restic; do
   if grep -qa -m1 '\.note\.go\.buildid' "$f" 2>/dev/null; then go=$f; break; fi
 done
 if [ -n "$go" ]; then
-  FABSOCK_LIB=$FABSOCK_LIB "$FABSOCK_BIN" run -- "$go" --help >/dev/null 2>"$IT_TMP/go.err"
+  env -u FABSOCK_LOG FABSOCK_LIB=$FABSOCK_LIB "$FABSOCK_BIN" run -- "$go" --help >/dev/null 2>"$IT_TMP/go.err"
   if grep -q "is a Go program" "$IT_TMP/go.err"; then tap_ok "a Go program ($go): warned"
   else tap_not_ok "a Go program ($go): warned" "stderr: $(head -c 200 "$IT_TMP/go.err")"; fi
 else
