@@ -9,7 +9,8 @@
  *   - a statically linked program: no dynamic loader runs, so nothing reads
  *     LD_PRELOAD;
  *   - a program of another ELF class or machine (a 32-bit one): the loader
- *     refuses the 64-bit library;
+ *     refuses the 64-bit library; or one started by another dynamic loader
+ *     than glibc's (musl's), which the library is not built for;
  *   - secure execution (AT_SECURE): set-user-ID or set-group-ID to someone
  *     else, or file capabilities for a user other than root, on a mount
  *     without nosuid; the loader then ignores preload paths with a slash.
@@ -25,7 +26,7 @@ enum fs_reach {
   FS_REACH_OK = 0,   /* preloaded, as far as can be told (scripts too) */
   FS_REACH_GO,       /* a Go program (its ELF sections say so) */
   FS_REACH_STATIC,   /* no program interpreter (PT_INTERP) */
-  FS_REACH_FOREIGN,  /* another ELF class or machine than this tool's */
+  FS_REACH_FOREIGN,  /* another ELF class, machine or loader than this tool's */
   FS_REACH_SECURE,   /* the loader runs in secure-execution mode */
 };
 
