@@ -5,7 +5,14 @@
  * are taken is known only to this process (a bitmap under a mutex); readers
  * go by each slot's `used` word.  Any failure turns stats off for the process
  * (alloc returns NULL) and is logged once at debug level: statistics never
- * make an application call fail.  Every entry point preserves errno. */
+ * make an application call fail.  Every entry point preserves errno.
+ *
+ * The file is sparse: a slot's page gets its block when a slot in it is
+ * first handed out, by a call that can fail, never by a store through the
+ * mapping.  A store into a hole of a full file system raises SIGBUS, which
+ * killed the application at its 31st socket once /dev/shm was full (a
+ * container's 64 MB /dev/shm, filled by the application's own segments);
+ * now that socket is just not listed. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -33,6 +40,10 @@
 #define FS_STAT_HDR_LEN sizeof(struct fs_stat_header)
 #define FS_STAT_MAP_LEN (FS_STAT_HDR_LEN + (size_t)FS_STAT_SLOTS * sizeof(struct fs_stat_conn))
 #define FS_STAT_WORDS (FS_STAT_SLOTS / 64)
+#define FS_STAT_PAGES_MAX (FS_STAT_MAP_LEN / 4096 + 1) /* pages of the smallest size */
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
 
 enum { FS_STAT_UNTRIED = 0, FS_STAT_ON, FS_STAT_OFF };
 
@@ -46,11 +57,15 @@ static uint32_t fs_stat_top;                 /* no slot at or above this was eve
                                                 taken (the header's hi_water, kept
                                                 here too: a child after fork reads
                                                 its own pages, not the file's) */
+/* Page p of the file has its block (fs_stat_back): bit p%64 of word p/64.
+ * Beside fs_stat_top: a forked child writes both (one page copied). */
+static uint64_t fs_stat_backed[(FS_STAT_PAGES_MAX + 63) / 64];
 /* FABSOCK_STATDIR as it was when the table was made, for a child's table:
  * the environment is looked up once, not in every child. */
 static char fs_stat_dirc[256];
 static size_t fs_stat_dirc_len;
-static bool fs_stat_logged, fs_stat_full_logged;
+static bool fs_stat_logged, fs_stat_full_logged, fs_stat_room_logged;
+static size_t fs_stat_pgsz;
 
 static struct fs_stat_conn *fs_stat_slots(void)
 {
@@ -223,10 +238,53 @@ static void fs_stat_init(void)
   }
   __atomic_store_n(&fs_stat_hdr, (struct fs_stat_header *)map, __ATOMIC_RELEASE);
   memcpy(fs_stat_path, path, sizeof path);
+  long pg = sysconf(_SC_PAGESIZE);
+  fs_stat_pgsz = pg >= 4096 ? (size_t)pg : 4096;
+  memset(fs_stat_backed, 0, sizeof fs_stat_backed);
+  fs_stat_backed[0] = 1; /* the header's page, written: no call at the first socket */
   memset(fs_stat_busy, 0, sizeof fs_stat_busy);
   fs_stat_hint = 0;
   fs_stat_top = 0;
   fs_stat_mode = FS_STAT_ON;
+}
+
+/* Slot i's bytes in the file, through our own fd on it (kernels before
+ * MADV_POPULATE_WRITE): the slot is free, so zeros are what it holds. */
+static int fs_stat_back_by_write(uint32_t i)
+{
+  if (fs_stat_path[0] == '\0')
+    return -ENOENT; /* unlinked for an exec: not ours to write */
+  int fd = open(fs_stat_path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0)
+    return -errno;
+  static const struct fs_stat_conn zero;
+  int rc = fs_stat_pwrite(fd, &zero, sizeof zero, (off_t)(FS_STAT_HDR_LEN + (size_t)i * sizeof zero));
+  FS_REAL(close)(fd);
+  return rc;
+}
+
+/* Give slot i's page its block before anything is stored in it (lock held):
+ * 0, or -errno (-ENOSPC: the file system is full, where a store would have
+ * raised SIGBUS; -ENOMEM).  Once per page: a page stays backed (slots are
+ * zeroed, never punched). */
+static int fs_stat_back(uint32_t i)
+{
+  size_t p = (FS_STAT_HDR_LEN + (size_t)i * sizeof(struct fs_stat_conn)) / fs_stat_pgsz;
+  if (fs_stat_backed[p / 64] & (1ull << (p % 64)))
+    return 0;
+  int rc = madvise((char *)fs_stat_hdr + p * fs_stat_pgsz, fs_stat_pgsz, MADV_POPULATE_WRITE) == 0 ? 0 : -errno;
+  if (rc == -EINVAL)
+    rc = fs_stat_back_by_write(i);
+  if (rc == -EFAULT)
+    rc = -ENOSPC; /* the fault that would have been SIGBUS */
+  if (rc == 0)
+    fs_stat_backed[p / 64] |= 1ull << (p % 64);
+  else if (!fs_stat_room_logged) {
+    fs_stat_room_logged = true;
+    fs_log(FS_LOG_INFO, "stat: no room in %s (%s): sockets are not listed in fabsock stat until there is",
+           fs_stat_dirc, strerror(-rc));
+  }
+  return rc;
 }
 
 struct fs_stat_conn *fs_stat_slot_alloc(void)
@@ -237,11 +295,16 @@ struct fs_stat_conn *fs_stat_slot_alloc(void)
   fs_lock(&fs_stat_lock);
   if (fs_stat_mode == FS_STAT_UNTRIED)
     fs_stat_init();
+  bool room = true;
   if (fs_stat_mode == FS_STAT_ON) {
     for (uint32_t w = fs_stat_hint / 64; w < FS_STAT_WORDS; w++) {
       if (fs_stat_busy[w] == UINT64_MAX)
         continue;
       uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(~fs_stat_busy[w]);
+      if (fs_stat_back(i) < 0) {
+        room = false; /* the socket is not listed (a later one may be) */
+        break;
+      }
       fs_stat_busy[w] |= 1ull << (i % 64);
       fs_stat_hint = i + 1;
       if (i + 1 > fs_stat_top) {
@@ -251,7 +314,7 @@ struct fs_stat_conn *fs_stat_slot_alloc(void)
       s = &fs_stat_slots()[i];
       break;
     }
-    if (s == NULL && !fs_stat_full_logged) {
+    if (s == NULL && room && !fs_stat_full_logged) {
       fs_stat_full_logged = true;
       fs_log(FS_LOG_DEBUG, "stat: all %d slots taken; further sockets are not listed", FS_STAT_SLOTS);
     }
@@ -310,10 +373,13 @@ static int fs_stat_rehome(char *path, size_t len, bool forked)
       mmap(fs_stat_hdr, FS_STAT_MAP_LEN, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED)
     rc = -errno;
   FS_REAL(close)(fd);
-  if (rc < 0)
+  if (rc < 0) {
     unlink(path);
-  else
+  } else {
     fs_stat_top = top; /* the new file's hi_water: a slot above it raises it */
+    memset(fs_stat_backed, 0, sizeof fs_stat_backed); /* a new file: its holes are new */
+    fs_stat_backed[0] = 1;
+  }
   return rc;
 }
 

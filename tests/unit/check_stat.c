@@ -12,7 +12,9 @@
 #include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -1183,6 +1185,92 @@ START_TEST(test_tool_local_from_proc)
 }
 END_TEST
 
+/* Write s to file path: 0, or -1. */
+static int put_file(const char *path, const char *s)
+{
+  int fd = open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0)
+    return -1;
+  ssize_t n = write(fd, s, strlen(s));
+  close(fd);
+  return n == (ssize_t)strlen(s) ? 0 : -1;
+}
+
+/* A 64 KiB tmpfs on tmpdir, in a mount namespace of this test's own (root,
+ * or an unprivileged user namespace): 0, or -1 where neither is allowed. */
+static int tiny_tmpfs(void)
+{
+  if (geteuid() == 0) {
+    if (unshare(CLONE_NEWNS) < 0)
+      return -1;
+  } else {
+    uid_t uid = geteuid();
+    gid_t gid = getegid();
+    char map[64];
+    if (unshare(CLONE_NEWUSER | CLONE_NEWNS) < 0)
+      return -1;
+    (void)put_file("/proc/self/setgroups", "deny");
+    snprintf(map, sizeof map, "%u %u 1", (unsigned)uid, (unsigned)uid);
+    if (put_file("/proc/self/uid_map", map) < 0)
+      return -1;
+    snprintf(map, sizeof map, "%u %u 1", (unsigned)gid, (unsigned)gid);
+    if (put_file("/proc/self/gid_map", map) < 0)
+      return -1;
+  }
+  if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+    return -1;
+  return mount("tmpfs", tmpdir, "tmpfs", 0, "size=64k,mode=0777");
+}
+
+/* The table's directory full (a container's 64 MB /dev/shm that the
+ * application filled): a slot whose page has no block yet is refused
+ * instead of handed out, since the first store into it would raise
+ * SIGBUS and kill the process (it did, at a program's 31st socket).
+ * Slots whose page is there still work; room made later is used. */
+START_TEST(test_full_dir)
+{
+  if (tiny_tmpfs() < 0) {
+    fprintf(stderr, "# SKIP test_full_dir: cannot mount a small tmpfs (needs root or user namespaces): %s\n",
+            strerror(errno));
+    return;
+  }
+  struct fs_stat_conn *first = fs_stat_slot_alloc(); /* the table: its header page written */
+  ck_assert_ptr_nonnull(first);
+  publish(first, 3);
+  char fill[PATH_MAX + 16];
+  snprintf(fill, sizeof fill, "%s/fill", tmpdir);
+  int fd = open(fill, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+  ck_assert_int_ge(fd, 0);
+  static char junk[4096];
+  while (write(fd, junk, sizeof junk) == (ssize_t)sizeof junk)
+    ;
+  ck_assert_int_eq(errno, ENOSPC);
+  close(fd);
+  /* Slots 1-29 share the header's page (256 + 29 * 128 + 128 = 4096). */
+  unsigned in_page0 = (unsigned)((4096 - HDR) / SLOT);
+  for (unsigned i = 1; i < in_page0; i++) {
+    struct fs_stat_conn *s = fs_stat_slot_alloc();
+    ck_assert_ptr_eq(s, first + i);
+    publish(s, (int)i + 3);
+  }
+  errno = 7;
+  ck_assert_ptr_null(fs_stat_slot_alloc()); /* the next page has no block: refused, no SIGBUS */
+  ck_assert_int_eq(errno, 7);
+  ck_assert_ptr_null(fs_stat_slot_alloc());
+  struct fs_stat_conn row;
+  ck_assert_int_eq(read_slot((int)getpid(), in_page0 - 1, &row), 0);
+  ck_assert_int_eq(row.fd, (int)in_page0 + 2);
+  ck_assert_int_eq(unlink(fill), 0); /* room again */
+  struct fs_stat_conn *s = fs_stat_slot_alloc();
+  ck_assert_ptr_eq(s, first + in_page0);
+  publish(s, 99);
+  ck_assert_int_eq(read_slot((int)getpid(), in_page0, &row), 0);
+  ck_assert_int_eq(row.fd, 99);
+  fs_stat_shutdown();
+  ck_assert_int_eq(umount2(tmpdir, MNT_DETACH), 0);
+}
+END_TEST
+
 static Suite *stat_suite(void)
 {
   Suite *s = suite_create("stat");
@@ -1191,6 +1279,7 @@ static Suite *stat_suite(void)
   tcase_add_test(tc, test_lazy_create_and_header);
   tcase_add_test(tc, test_alloc_free_layout);
   tcase_add_test(tc, test_exhaustion);
+  tcase_add_test(tc, test_full_dir);
   tcase_add_test(tc, test_disabled);
   tcase_add_test(tc, test_bad_dir);
   tcase_add_test(tc, test_stale_file_replaced);
