@@ -17,6 +17,13 @@ const char *fs_proc_name(void);
  * (> 0), or 0 when it cannot be read or is empty.  errno is kept. */
 size_t fs_proc_read(const char *path, char *buf, size_t len);
 
+/* May the library map `bytes` more (a connection's rings) and still leave
+ * the application a quarter of its address-space limit (RLIMIT_AS: a batch
+ * system's vmem or h_vmem, ulimit -v)?  0, or -ENOMEM.  Without a limit, 0
+ * at the cost of one getrlimit; with one, /proc/self/statm is read too.
+ * The first refusal is logged.  errno is kept. */
+int fs_proc_as_room(size_t bytes);
+
 /* How many threads the process has now (/proc/self/task's link count is
  * two plus that), or -1 if it cannot be told. */
 int fs_proc_threads(void);

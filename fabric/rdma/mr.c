@@ -9,6 +9,7 @@
 #include "fabric/rdma/mr.h"
 #include "base/fdreg.h"
 #include "base/log.h"
+#include "base/proc.h"
 
 #define FS_RDMA_POOL 32      /* registered ring regions kept for reuse */
 
@@ -41,37 +42,11 @@ struct ibv_pd *fs_rdma_mr_pd(struct ibv_context *ctx)
   return pd;
 }
 
-/* A registered region of 2*size bytes: from the pool if one fits. */
-int fs_rdma_mr_get(struct ibv_pd *pd, uint32_t size, struct ibv_mr **mr, uint8_t **buf)
-{
-  pthread_mutex_lock(&fs_rdma_mlock);
-  for (int i = fs_rdma_npool - 1; i >= 0; i--)
-    if (fs_rdma_pool[i].pd == pd && fs_rdma_pool[i].size == size) {
-      *mr = fs_rdma_pool[i].mr;
-      *buf = fs_rdma_pool[i].buf;
-      fs_rdma_pool[i] = fs_rdma_pool[--fs_rdma_npool];
-      pthread_mutex_unlock(&fs_rdma_mlock);
-      return 0;
-    }
-  pthread_mutex_unlock(&fs_rdma_mlock);
-  size_t len = 2 * (size_t)size;
-  if (posix_memalign((void **)buf, 4096, len) != 0)
-    return -ENOMEM;
-  *mr = FS_VERBS(ibv_reg_mr)(pd, *buf, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-  if (!*mr) {
-    int rc = errno ? -errno : -ENOMEM;
-    free(*buf);
-    *buf = NULL;
-    return rc;
-  }
-  return 0;
-}
-
 /* A registration refused for want of locked memory: the connection stays on
  * TCP (resources), and the log says, once, which limit to raise and what it
  * holds.  Non-root processes get 8 MiB by default (Debian): at two 256 KiB
  * rings per connection, about 16 connections. */
-void fs_rdma_mr_hint(size_t len, int rc)
+static void fs_rdma_mr_hint(size_t len, int rc)
 {
   static int told;
   if ((rc != -ENOMEM && rc != -EAGAIN && rc != -EPERM) || __atomic_exchange_n(&told, 1, __ATOMIC_RELAXED))
@@ -87,6 +62,33 @@ void fs_rdma_mr_hint(size_t len, int rc)
          "beyond it stay on tcp (reason resources). Raise it (ulimit -l, LimitMEMLOCK= in a systemd "
          "unit, memlock in limits.conf) or make rings smaller (FABSOCK_SHM_RING)",
          len >> 10, strerror(-rc), lim);
+}
+
+/* A registered region of 2*size bytes: from the pool if one fits. */
+int fs_rdma_mr_get(struct ibv_pd *pd, uint32_t size, struct ibv_mr **mr, uint8_t **buf)
+{
+  pthread_mutex_lock(&fs_rdma_mlock);
+  for (int i = fs_rdma_npool - 1; i >= 0; i--)
+    if (fs_rdma_pool[i].pd == pd && fs_rdma_pool[i].size == size) {
+      *mr = fs_rdma_pool[i].mr;
+      *buf = fs_rdma_pool[i].buf;
+      fs_rdma_pool[i] = fs_rdma_pool[--fs_rdma_npool];
+      pthread_mutex_unlock(&fs_rdma_mlock);
+      return 0;
+    }
+  pthread_mutex_unlock(&fs_rdma_mlock);
+  size_t len = 2 * (size_t)size;
+  if (fs_proc_as_room(len) < 0 || posix_memalign((void **)buf, 4096, len) != 0)
+    return -ENOMEM;
+  *mr = FS_VERBS(ibv_reg_mr)(pd, *buf, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  if (!*mr) {
+    int rc = errno ? -errno : -ENOMEM;
+    fs_rdma_mr_hint(len, rc);
+    free(*buf);
+    *buf = NULL;
+    return rc;
+  }
+  return 0;
 }
 
 void fs_rdma_mr_put(struct ibv_pd *pd, uint32_t size, struct ibv_mr *mr, uint8_t *buf)

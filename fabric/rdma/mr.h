@@ -15,14 +15,12 @@
 struct ibv_pd *fs_rdma_mr_pd(struct ibv_context *ctx);
 
 /* A registered region of 2 * size bytes: from the pool if one fits, else new.
- * 0, or -errno (the registration's, e.g. -ENOMEM past RLIMIT_MEMLOCK). */
+ * 0, or -errno (the registration's, e.g. -ENOMEM past RLIMIT_MEMLOCK, which
+ * is explained once in the log; -ENOMEM too where the application's
+ * address space would be left short: base/proc.h, fs_proc_as_room). */
 int fs_rdma_mr_get(struct ibv_pd *pd, uint32_t size, struct ibv_mr **mr, uint8_t **buf);
 
 /* Give a region back: kept for the next connection, or deregistered. */
 void fs_rdma_mr_put(struct ibv_pd *pd, uint32_t size, struct ibv_mr *mr, uint8_t *buf);
-
-/* After fs_rdma_mr_get failed with rc for len bytes: if locked memory ran
- * out, log once which limit to raise and how many connections it holds. */
-void fs_rdma_mr_hint(size_t len, int rc);
 
 #endif

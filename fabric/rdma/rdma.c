@@ -559,10 +559,8 @@ int fs_rdma_new(struct rdma_cm_id *id, uint32_t size, int side, int my_efd, stru
   if (fl < 0 || FS_REAL(fcntl)(r->cc->fd, F_SETFL, fl | O_NONBLOCK) < 0)
     goto fail;
   step = "memory registration";
-  if ((rc = fs_rdma_mr_get(r->pd, r->size, &r->mr, &r->buf)) < 0) {
-    fs_rdma_mr_hint(2 * (size_t)size, rc);
+  if ((rc = fs_rdma_mr_get(r->pd, r->size, &r->mr, &r->buf)) < 0)
     goto fail;
-  }
   step = "queue pair";
   if ((rc = fs_rdma_qp(r)) < 0)
     goto fail;

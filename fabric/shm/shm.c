@@ -10,6 +10,7 @@
 
 #include "base/bell.h"
 #include "base/fdreg.h"
+#include "base/proc.h"
 #include "fabric/shm/rdv.h"
 #include "fabric/shm/shm.h"
 #include "policy/policy.h"
@@ -136,6 +137,8 @@ static struct fs_chan *fs_shm_view(void *map, size_t len, uint32_t ring, int sid
 int fs_shm_create(uint32_t ring, int my_efd, int *memfd_out, struct fs_chan **out)
 {
   size_t len = FS_SHM_HDR_SIZE + 2 * (size_t)ring;
+  if (fs_proc_as_room(len) < 0)
+    return -ENOMEM; /* the application's address space, not ours to take */
   /* High at once: the agent makes it while the application may be closing
    * every descriptor (base/fdreg.h). */
   int fd = fs_fdreg_high(memfd_create("fabsock-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING));
@@ -216,6 +219,8 @@ int fs_shm_attach(int memfd, int my_efd, struct fs_shm_wake *peer, struct fs_cha
       st.st_size > FS_SHM_HDR_SIZE + 2 * (off_t)FS_SHM_RING_MAX)
     return -EPROTO;
   size_t len = (size_t)st.st_size;
+  if (fs_proc_as_room(len) < 0)
+    return -ENOMEM;
   void *map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
   if (map == MAP_FAILED)
     return -errno;

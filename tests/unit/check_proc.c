@@ -1,7 +1,12 @@
 /* base/proc.c: fs_proc_self, the pid kept in a page a child finds zeroed,
  * right in the process and in a child however it was made: fork() (the
- * atfork handlers run) and the raw system call (as _Fork, none run). */
+ * atfork handlers run) and the raw system call (as _Fork, none run); and
+ * fs_proc_as_room, the application's share of RLIMIT_AS. */
 #include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -30,11 +35,45 @@ START_TEST(t_self_in_children)
 }
 END_TEST
 
+/* This process's address space now, from /proc/self/statm. */
+static unsigned long long vm_now(void)
+{
+  FILE *f = fopen("/proc/self/statm", "r");
+  ck_assert_ptr_nonnull(f);
+  unsigned long long pages = 0;
+  ck_assert_int_eq(fscanf(f, "%llu", &pages), 1);
+  fclose(f);
+  return pages * (unsigned long long)sysconf(_SC_PAGESIZE);
+}
+
+/* Rings may take address space only while the application keeps a quarter
+ * of its limit: under ulimit -v they took all that was left, and a client
+ * plain TCP served failed with MemoryError.  No limit: always room.  errno
+ * is kept either way. */
+START_TEST(t_as_room)
+{
+  errno = 5;
+  ck_assert_int_eq(fs_proc_as_room((size_t)1 << 40), 0); /* unlimited (the test's own process) */
+  ck_assert_int_eq(errno, 5);
+  unsigned long long vm = vm_now(), mib = 1 << 20;
+  /* a limit 64 MiB above what is mapped now: a quarter of it stays free */
+  unsigned long long lim = vm + 64 * mib;
+  struct rlimit rl = { lim, lim };
+  ck_assert_int_eq(setrlimit(RLIMIT_AS, &rl), 0);
+  size_t fits = (size_t)(lim - vm - lim / 4) - 4 * mib; /* slack for what stdio maps */
+  ck_assert_int_eq(fs_proc_as_room(fits), 0);
+  ck_assert_int_eq(fs_proc_as_room((size_t)(lim - vm - lim / 4) + 4 * mib), -ENOMEM);
+  ck_assert_int_eq(fs_proc_as_room((size_t)lim), -ENOMEM);
+  ck_assert_int_eq(errno, 5);
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("proc");
   TCase *tc = tcase_create("self");
   tcase_add_test(tc, t_self_in_children);
+  tcase_add_test(tc, t_as_room);
   suite_add_tcase(s, tc);
   return run_suite(s, true);
 }
