@@ -330,23 +330,18 @@ static int fs_tool_stat_file(struct fs_tool_stat *S, const char *dir, int pid, b
     fs_tool_remove_stale(path, &st); /* the pid now belongs to another process */
     goto out;
   }
+  /* Read, never mapped: a table's owner (any user) may truncate it under
+   * us, and a mapped page past the end is SIGBUS, which would end `fabsock
+   * stat` for everyone.  A row read while its owner rewrites it may mix
+   * two states of it: what a display can live with. */
   size_t nslots = h.nslots < FS_STAT_SLOTS ? h.nslots : FS_STAT_SLOTS;
-  size_t len = sizeof h + nslots * sizeof(struct fs_stat_conn);
-  if ((size_t)st.st_size < len)
-    len = (size_t)st.st_size;
-  void *map = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
-  if (map == MAP_FAILED)
-    goto out;
-  const struct fs_stat_header *mh = map;
-  const struct fs_stat_conn *slots = (const struct fs_stat_conn *)((const char *)map + sizeof h);
-  size_t n = __atomic_load_n(&mh->hi_water, __ATOMIC_ACQUIRE);
-  if (n > (len - sizeof h) / sizeof *slots)
-    n = (len - sizeof h) / sizeof *slots;
+  size_t n = h.hi_water < nslots ? h.hi_water : nslots;
+  struct fs_stat_conn slots[64];
 
   struct fs_tool_proc *p = fs_tool_add_proc(S);
   if (p == NULL) {
     rc = -ENOMEM;
-    goto unmap;
+    goto out;
   }
   p->pid = pid;
   p->shown = shown;
@@ -354,7 +349,7 @@ static int fs_tool_stat_file(struct fs_tool_stat *S, const char *dir, int pid, b
   p->program[sizeof p->program - 1] = '\0';
   p->start_ns = h.start_ns;
   for (int k = 0; k < 4; k++)
-    p->closed[k] = __atomic_load_n(&mh->closed[k], __ATOMIC_RELAXED);
+    p->closed[k] = h.closed[k];
   p->first = S->nrows;
   p->nrows = 0;
   struct fs_tool_row r;
@@ -362,10 +357,17 @@ static int fs_tool_stat_file(struct fs_tool_stat *S, const char *dir, int pid, b
   r.pid = pid;
   memcpy(r.program, p->program, sizeof r.program);
   fs_tool_sanitize(r.program);
-  for (size_t i = 0; i < n; i++) {
-    if (__atomic_load_n(&slots[i].used, __ATOMIC_ACQUIRE) != 1)
+  for (size_t i = 0, got = 0; i < n && rc >= 0; i++) {
+    if (i % 64 == 0) { /* the next 64 rows, or as many as the file still has */
+      size_t k = n - i < 64 ? n - i : 64;
+      ssize_t b = pread(fd, slots, k * sizeof slots[0], (off_t)(sizeof h + i * sizeof slots[0]));
+      got = b > 0 ? (size_t)b / sizeof slots[0] : 0;
+    }
+    if (i % 64 >= got)
+      break; /* the file ends here now */
+    if (slots[i % 64].used != 1)
       continue;
-    memcpy(&r.c, &slots[i], sizeof r.c);
+    memcpy(&r.c, &slots[i % 64], sizeof r.c);
     fs_tool_addr(r.c.family, r.c.laddr, r.c.lport, r.laddr, r.local, sizeof r.local);
     fs_tool_addr(r.c.family, r.c.paddr, r.c.pport, r.paddr, r.peer, sizeof r.peer);
     if ((rc = fs_tool_add_row(S, &r)) < 0) {
@@ -377,8 +379,6 @@ static int fs_tool_stat_file(struct fs_tool_stat *S, const char *dir, int pid, b
   }
   if (rc >= 0)
     fs_tool_proc_locals(S, p);
-unmap:
-  munmap(map, len);
 out:
   close(fd);
   return rc;
