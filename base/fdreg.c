@@ -8,10 +8,12 @@
 
 #include "base/aside.h"
 #include "base/fdreg.h"
+#include "base/proc.h"
 #include "base/real.h"
 
 static uint64_t fs_fdreg_bits[FS_FDREG_MAX / 64];
 static uint32_t fs_fdreg_n; /* bits set (fs_fdreg_budget_ok) */
+static bool fs_fdreg_grown; /* a descriptor went up there: the kernel's table reaches it */
 
 void fs_fdreg_set(int fd, bool on)
 {
@@ -56,8 +58,10 @@ void fs_fdreg_reserve(int fd)
     return;
   int saved = errno;
   int hi = FS_REAL(fcntl)(fd, F_DUPFD_CLOEXEC, (int)fs_fdreg_base());
-  if (hi >= 0)
+  if (hi >= 0) {
     FS_REAL(close)(hi);
+    __atomic_store_n(&fs_fdreg_grown, true, __ATOMIC_RELAXED);
+  }
   errno = saved;
 }
 
@@ -72,6 +76,7 @@ int fs_fdreg_high(int fd)
     if (hi >= 0) {
       FS_REAL(close)(fd);
       fd = hi;
+      __atomic_store_n(&fs_fdreg_grown, true, __ATOMIC_RELAXED);
     }
   }
   errno = saved;
@@ -83,6 +88,15 @@ int fs_fdreg_move_high(int fd)
   fd = fs_fdreg_high(fd);
   fs_fdreg_set(fd, true);
   return fd;
+}
+
+int fs_fdreg_move_high_now(int fd)
+{
+  if (fd >= 0 && !__atomic_load_n(&fs_fdreg_grown, __ATOMIC_RELAXED) && fs_proc_threads() != 1) {
+    fs_fdreg_set(fd, true);
+    return fd; /* growing a shared table would hold this thread ~10 ms */
+  }
+  return fs_fdreg_move_high(fd);
 }
 
 void fs_fdreg_close(int fd)

@@ -38,6 +38,12 @@ void fs_fdreg_reserve(int fd);
 /* fs_fdreg_high, and the fd is marked ours (one the library keeps: closed
  * with fs_fdreg_close). */
 int fs_fdreg_move_high(int fd);
+/* The same from an application's thread (its listen(), its epoll_ctl):
+ * moved only where that costs no wait (the kernel's table already reaches
+ * the high numbers, or the process has one thread); else marked ours where
+ * it is.  A table more than one thread shares grows only after an RCU
+ * grace period (fs_fdreg_reserve). */
+int fs_fdreg_move_high_now(int fd);
 /* May a connection whose socket is fd take `need` more descriptors of the
  * library's (a wake eventfd, a peer's)?  The application must get every
  * fd it would get without us: only while fd (the application's count,

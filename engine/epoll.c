@@ -332,7 +332,9 @@ int fs_ep_bell(struct fs_ep *ep)
     return 0;
   int saved = errno, rc = 0;
   struct fs_ep_ent *b = fs_ep_ent_new();
-  int fd = b ? eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC) : -1;
+  /* High, as the library's other fds: at the lowest free number it took
+   * the one the application's next socket() or open() expected, for good. */
+  int fd = b ? fs_fdreg_move_high_now(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) : -1;
   if (fd < 0) {
     rc = b ? -errno : -ENOMEM;
   } else {
@@ -342,7 +344,7 @@ int fs_ep_bell(struct fs_ep *ep)
     struct epoll_event kev = { .events = EPOLLIN | EPOLLET, .data.u64 = (uint64_t)(uintptr_t)b };
     if (FS_REAL(epoll_ctl)(ep->epfd, EPOLL_CTL_ADD, fd, &kev) < 0) {
       rc = -errno;
-      FS_REAL(close)(fd);
+      fs_fdreg_close(fd);
     } else {
       fs_fdreg_set(fd, true);
       fs_wake_on_made(fs_ready_epoll_wake_made); /* before any entry waits for it */

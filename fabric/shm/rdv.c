@@ -633,16 +633,16 @@ static int fs_rdv_next_timeout(void)
   return ms > 5 ? 5 : (int)ms;
 }
 
-/* Bind and serve an abstract name; the new listener item, or NULL. */
+/* Bind and serve an abstract name, its socket high (base/fdreg.h); the new listener item, or NULL. */
 static struct fs_rdv_item *fs_rdv_serve_name(const char *name, int n)
 {
-  int ufd = FS_REAL(socket)(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  int ufd = fs_fdreg_move_high_now(FS_REAL(socket)(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (ufd < 0)
     return NULL;
   struct fs_rdv_item *it = NULL;
   if (fs_rdv_bind_name(ufd, name, n) < 0 || !(it = calloc(1, sizeof *it))) {
     int err = errno;
-    FS_REAL(close)(ufd);
+    fs_fdreg_close(ufd);
     errno = err;
     return NULL;
   }
@@ -651,7 +651,7 @@ static struct fs_rdv_item *fs_rdv_serve_name(const char *name, int n)
   it->namelen = n;
   memcpy(it->name, name, (size_t)n);
   if (fs_rdv_watch(it) < 0) {
-    FS_REAL(close)(ufd);
+    fs_fdreg_close(ufd);
     free(it);
     return NULL;
   }
