@@ -15,8 +15,8 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/auxv.h>
 #include <stdlib.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -132,9 +132,9 @@ size_t fs_proc_read(const char *path, char *buf, size_t len)
   return (size_t)n;
 }
 
-/* Rings took whatever address space was left: under ulimit -v a Python
- * client that plain TCP served failed with MemoryError after 40 upgraded
- * connections (4 MiB rings, mapped by both ends). */
+/* Rings took whatever address space was left: under ulimit -v 384 MiB a
+ * Python client that plain TCP served failed with MemoryError after 48
+ * upgraded connections (4 MiB rings, mapped by both ends; t_aslimit). */
 int fs_proc_as_room(size_t bytes)
 {
   struct rlimit rl;
