@@ -8,12 +8,14 @@
 # against redis-server must complete with no error, the server must live on,
 # a 64 KiB value must round-trip, and (both ends preloaded) the server's
 # library must say that sockets are not listed for want of room.
-. "$(dirname "$0")/lib.sh"
-require_cmd redis-server redis-cli redis-benchmark unshare mount
-if [ -z "${IT_STATFULL_NS:-}" ]; then
-  [ "$(id -u)" = 0 ] || skip_all "needs root (a tmpfs in a mount namespace of its own)"
+# Into a mount namespace of its own first (before lib.sh makes its scratch
+# directory, which an exec would leave behind).
+if [ -z "${IT_STATFULL_NS:-}" ] && [ "$(id -u)" = 0 ] && command -v unshare >/dev/null; then
   IT_STATFULL_NS=1 exec unshare -m --propagation private "$0" "$@"
 fi
+. "$(dirname "$0")/lib.sh"
+require_cmd redis-server redis-cli redis-benchmark mount
+[ -n "${IT_STATFULL_NS:-}" ] || skip_all "needs root and unshare (a tmpfs in a mount namespace of its own)"
 
 dir=$IT_TMP/statdir
 mkdir -p "$dir"
