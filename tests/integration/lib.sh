@@ -410,6 +410,16 @@ wait_file() {
   done
   return 1
 }
+# start_redis: redis-server on a free port (REDIS_PORT), no persistence, as
+# SERVER_PID; where it does not start, reports "not ok" and returns 1.
+start_redis() {
+  REDIS_PORT=$(pick_port)
+  start_server redis redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
+    --dir "$IT_TMP" --protected-mode no --daemonize no --logfile ''
+  wait_port "$REDIS_PORT" "$SERVER_PID" 20 && return 0
+  server_status; tap_not_ok "redis [$MODE]" "redis-server did not start ($SRV_STATUS)" "$SERVER_LOG"; stop_server
+  return 1
+}
 # start_prog_server NAME PROG ARGS...: a tests/progs server bound to port 0
 # that writes its port with -P; sets SERVER_PORT (empty on failure).
 start_prog_server() {

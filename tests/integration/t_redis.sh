@@ -13,12 +13,8 @@ want=$(sha "$IT_TMP/value")
 vlen=$(stat -c %s "$IT_TMP/value")
 
 for MODE in $(it_modes); do
-  port=$(pick_port)
-  start_server redis redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
-    --dir "$IT_TMP" --protected-mode no --daemonize no --logfile ''
-  if ! wait_port "$port" "$SERVER_PID" 20; then
-    server_status; tap_not_ok "redis [$MODE]" "redis-server did not start ($SRV_STATUS)" "$SERVER_LOG"; stop_server; continue
-  fi
+  start_redis || continue
+  port=$REDIS_PORT
 
   if preloaded server && [ -n "$FABSOCK_LIB" ]; then
     name="fabsock stat names redis-server as ps does"

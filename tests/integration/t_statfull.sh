@@ -29,12 +29,8 @@ head -c 65536 /dev/urandom >"$IT_TMP/value"
 want=$(sha "$IT_TMP/value")
 
 for MODE in $(it_modes); do
-  port=$(pick_port)
-  start_server redis redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
-    --dir "$IT_TMP" --protected-mode no --daemonize no --logfile ''
-  if ! wait_port "$port" "$SERVER_PID" 20; then
-    server_status; tap_not_ok "redis [$MODE]" "redis-server did not start ($SRV_STATUS)" "$SERVER_LOG"; stop_server; continue
-  fi
+  start_redis || continue
+  port=$REDIS_PORT
 
   name="redis-benchmark -n 20000 -c 50 -t get,set, stat directory full"
   out=$IT_TMP/bench.$MODE
