@@ -211,6 +211,14 @@ static int fs_stat_fill_file(int fd, int pid, bool forked, uint32_t *top)
   return rc;
 }
 
+/* A new file: only the header's page has its block (written at creation,
+ * so a process's first 30 sockets cost no call for it). */
+static void fs_stat_backed_reset(void)
+{
+  memset(fs_stat_backed, 0, sizeof fs_stat_backed);
+  fs_stat_backed[0] = 1;
+}
+
 /* First allocation: make the file and map it.  Called with the lock held. */
 static void fs_stat_init(void)
 {
@@ -240,8 +248,7 @@ static void fs_stat_init(void)
   memcpy(fs_stat_path, path, sizeof path);
   long pg = sysconf(_SC_PAGESIZE);
   fs_stat_pgsz = pg >= 4096 ? (size_t)pg : 4096;
-  memset(fs_stat_backed, 0, sizeof fs_stat_backed);
-  fs_stat_backed[0] = 1; /* the header's page, written: no call at the first socket */
+  fs_stat_backed_reset();
   memset(fs_stat_busy, 0, sizeof fs_stat_busy);
   fs_stat_hint = 0;
   fs_stat_top = 0;
@@ -377,8 +384,7 @@ static int fs_stat_rehome(char *path, size_t len, bool forked)
     unlink(path);
   } else {
     fs_stat_top = top; /* the new file's hi_water: a slot above it raises it */
-    memset(fs_stat_backed, 0, sizeof fs_stat_backed); /* a new file: its holes are new */
-    fs_stat_backed[0] = 1;
+    fs_stat_backed_reset(); /* a new file: its holes are new */
   }
   return rc;
 }

@@ -346,7 +346,6 @@ int fs_ep_bell(struct fs_ep *ep)
       rc = -errno;
       fs_fdreg_close(fd);
     } else {
-      fs_fdreg_set(fd, true);
       fs_wake_on_made(fs_ready_epoll_wake_made); /* before any entry waits for it */
       ep->bell = fd;
       ep->bell_ent = b;

@@ -357,7 +357,7 @@ static int fs_tool_stat_file(struct fs_tool_stat *S, const char *dir, int pid, b
   r.pid = pid;
   memcpy(r.program, p->program, sizeof r.program);
   fs_tool_sanitize(r.program);
-  for (size_t i = 0, got = 0; i < n && rc >= 0; i++) {
+  for (size_t i = 0, got = 0; i < n; i++) {
     if (i % 64 == 0) { /* the next 64 rows, or as many as the file still has */
       size_t k = n - i < 64 ? n - i : 64;
       ssize_t b = pread(fd, slots, k * sizeof slots[0], (off_t)(sizeof h + i * sizeof slots[0]));
