@@ -2,7 +2,6 @@
  * (tools/reach.c): the input is the file, in a memfd.  Every offset and
  * count in it is hostile; the answer must be one of enum fs_reach with a
  * terminated sentence, and nothing may be read outside a buffer (ASan). */
-#define _GNU_SOURCE
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
