@@ -17,7 +17,7 @@ fi
 fuzzers="policy:fuzz/fuzz_policy:fuzz/corpus/policy
 frame:fuzz/fuzz_frame:fuzz/corpus/hook-frame
 dpi:fuzz/fuzz_dpi_patterns:fuzz/corpus/hook-dpi
-rdmacm:fuzz/fuzz_rdmacm:
+rdmacm:fuzz/fuzz_rdmacm:fuzz/corpus/rdmacm
 reach:fuzz/fuzz_reach:
 ring:fuzz/fuzz_ring:"
 n=$(printf '%s\n' "$fuzzers" | wc -l)
