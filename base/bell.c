@@ -18,10 +18,10 @@
 
 int fs_bell_make(int *efd_out, int *memfd_out, struct fs_bell_page **page_out)
 {
-  int efd = fs_fdreg_move_high(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  int efd = FS_FDREG_MAKE(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (efd < 0)
     return -errno;
-  int fd = fs_fdreg_move_high(memfd_create("fabsock-bell", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  int fd = FS_FDREG_MAKE(memfd_create("fabsock-bell", MFD_CLOEXEC | MFD_ALLOW_SEALING));
   int rc;
   if (fd < 0) {
     rc = -errno;
@@ -29,7 +29,7 @@ int fs_bell_make(int *efd_out, int *memfd_out, struct fs_bell_page **page_out)
     return rc;
   }
   void *map = MAP_FAILED;
-  if (ftruncate(fd, FS_BELL_BYTES) < 0 || fcntl(fd, F_ADD_SEALS, FS_BELL_SEALS) < 0 ||
+  if (ftruncate(fd, FS_BELL_BYTES) < 0 || FS_REAL(fcntl)(fd, F_ADD_SEALS, FS_BELL_SEALS) < 0 ||
       (map = mmap(NULL, FS_BELL_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
     rc = -errno;
     fs_fdreg_close(fd);
@@ -114,8 +114,8 @@ int fs_bell_check_efd(int fd)
   } else if (n != (ssize_t)sizeof want - 1 || memcmp(link, want, sizeof want - 1) != 0) {
     return -EPROTO;
   }
-  int fl = fcntl(fd, F_GETFL);
-  if (fl < 0 || (!(fl & O_NONBLOCK) && fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0))
+  int fl = FS_REAL(fcntl)(fd, F_GETFL, 0);
+  if (fl < 0 || (!(fl & O_NONBLOCK) && FS_REAL(fcntl)(fd, F_SETFL, fl | O_NONBLOCK) < 0))
     return -EPROTO;
   return 0;
 }
@@ -128,7 +128,7 @@ static int fs_bell_peer_check(int efd, int memfd, struct stat *st)
   if (fs_bell_check_efd(efd) < 0 || fstat(memfd, st) < 0 || !S_ISREG(st->st_mode) ||
       st->st_size != FS_BELL_BYTES)
     return -EPROTO;
-  int seals = fcntl(memfd, F_GET_SEALS);
+  int seals = FS_REAL(fcntl)(memfd, F_GET_SEALS, 0);
   /* Unsealed, its owner could shrink it under our stores (SIGBUS). */
   return seals >= 0 && (seals & FS_BELL_SEALS) == FS_BELL_SEALS ? 0 : -EPROTO;
 }

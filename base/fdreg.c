@@ -2,11 +2,14 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdint.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/aside.h"
+#include "base/clock.h"
 #include "base/fdreg.h"
 #include "base/proc.h"
 #include "base/real.h"
@@ -97,6 +100,60 @@ int fs_fdreg_move_high_now(int fd)
     return fd; /* growing a shared table would hold this thread ~10 ms */
   }
   return fs_fdreg_move_high(fd);
+}
+
+/* Windows (fs_fdreg_make_begin): how many threads are in one, the pid of
+ * the process they are in, and this thread's depth. */
+uint32_t fs_fdreg_making;
+static int fs_fdreg_making_pid;
+static __thread uint32_t fs_fdreg_my_windows;
+
+void fs_fdreg_make_begin(void)
+{
+  if (fs_aside_here() || fs_fdreg_my_windows++ > 0)
+    return;
+  int self = fs_proc_self();
+  if (__atomic_load_n(&fs_fdreg_making_pid, __ATOMIC_RELAXED) != self) {
+    /* the first window of this process (or of a fork child: the parent's
+     * windows still open at the fork are not the child's) */
+    __atomic_store_n(&fs_fdreg_making, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&fs_fdreg_making_pid, self, __ATOMIC_RELAXED);
+  }
+  __atomic_add_fetch(&fs_fdreg_making, 1, __ATOMIC_SEQ_CST);
+}
+
+void fs_fdreg_make_end(void)
+{
+  if (fs_aside_here() || --fs_fdreg_my_windows > 0)
+    return;
+  __atomic_sub_fetch(&fs_fdreg_making, 1, __ATOMIC_RELEASE);
+}
+
+bool fs_fdreg_settle_slow(void)
+{
+  if (fs_fdreg_my_windows > 0 || fs_aside_here())
+    return false;
+  int saved = errno;
+  if (__atomic_load_n(&fs_fdreg_making_pid, __ATOMIC_RELAXED) != fs_proc_self()) {
+    /* a fork child: the parent's threads in their windows are not here */
+    __atomic_store_n(&fs_fdreg_making, 0, __ATOMIC_RELAXED);
+    errno = saved;
+    return false;
+  }
+  /* A window is a few system calls (an eventfd made and moved): yield
+   * first, as a sleep costs more than that here; a long one (rdma-core
+   * loading, milliseconds, once) is slept out. */
+  uint64_t t0 = fs_clock_ns(), now = t0;
+  struct timespec nap = { 0, 20000 };
+  while (__atomic_load_n(&fs_fdreg_making, __ATOMIC_ACQUIRE) && now - t0 < FS_FDREG_SETTLE_MS * 1000000ull) {
+    if (now - t0 < 50000)
+      sched_yield();
+    else
+      nanosleep(&nap, NULL);
+    now = fs_clock_ns();
+  }
+  errno = saved;
+  return true;
 }
 
 void fs_fdreg_close(int fd)

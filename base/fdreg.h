@@ -8,6 +8,7 @@
 
 #include <dirent.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 /* Descriptors libfabsock itself holds (wake eventfds, the agent's epoll and
  * unix sockets, rdma event channels and device fds).  An application that
@@ -44,6 +45,48 @@ int fs_fdreg_move_high(int fd);
  * it is.  A table more than one thread shares grows only after an RCU
  * grace period (fs_fdreg_reserve). */
 int fs_fdreg_move_high_now(int fd);
+/* A window in which this thread makes descriptors of the library's: from
+ * the call that creates one (at the application's lowest free number) to
+ * its move high and its mark (fs_fdreg_move_high), or to its close where it
+ * is not kept (a probe's dlopen, a device opened and closed).  Windows nest
+ * on a thread and run on several at once.  Meanwhile an application's
+ * close() or fcntl() of a number not ours waits for them (fs_fdreg_settle):
+ * a program closing "everything" from another thread found one of ours at
+ * the number it had just closed (`closeall` over rdma, while the agent
+ * opened the device), or closed it before it was marked.  The window on
+ * the aside thread is none: its table is its own. */
+void fs_fdreg_make_begin(void);
+void fs_fdreg_make_end(void);
+/* move(expr) with expr, the descriptor's creation, inside a window:
+ * FS_FDREG_MAKE for one the library keeps (fs_fdreg_move_high), _NOW from
+ * an application's thread (fs_fdreg_move_high_now), _HIGH for one it
+ * closes soon (fs_fdreg_high, not marked). */
+#define FS_FDREG_MADE_(move, expr) \
+  ({                               \
+    fs_fdreg_make_begin();         \
+    int fd_made_ = move(expr);     \
+    fs_fdreg_make_end();           \
+    fd_made_;                      \
+  })
+#define FS_FDREG_MAKE(expr) FS_FDREG_MADE_(fs_fdreg_move_high, expr)
+#define FS_FDREG_MAKE_NOW(expr) FS_FDREG_MADE_(fs_fdreg_move_high_now, expr)
+#define FS_FDREG_MAKE_HIGH(expr) FS_FDREG_MADE_(fs_fdreg_high, expr)
+/* Before the application's close() or fcntl() of fd: while another thread
+ * of this process is in a window and fd is not ours, wait for the windows
+ * to end (at most FS_FDREG_SETTLE_MS; errno kept).  One load otherwise.  A
+ * window a fork child inherited from a thread it does not have counts for
+ * nothing (the windows carry the pid).  Returns at once on a thread that
+ * is in a window itself (the libraries it calls close their own fds).
+ * True if it waited. */
+#define FS_FDREG_SETTLE_MS 1000
+extern uint32_t fs_fdreg_making;
+bool fs_fdreg_settle_slow(void);
+static inline bool fs_fdreg_settle(int fd)
+{
+  if (__builtin_expect(__atomic_load_n(&fs_fdreg_making, __ATOMIC_ACQUIRE) != 0, 0) && !fs_fdreg_is(fd))
+    return fs_fdreg_settle_slow();
+  return false;
+}
 /* May a connection whose socket is fd take `need` more descriptors of the
  * library's (a wake eventfd, a peer's)?  The application must get every
  * fd it would get without us: only while fd (the application's count,

@@ -228,8 +228,10 @@ static void fs_stat_init(void)
     return;
   char path[PATH_MAX];
   int pid = (int)getpid();
+  fs_fdreg_make_begin(); /* the file's fd lives until the mapping is made */
   int fd = fs_stat_create(pid, path, sizeof path);
   if (fd < 0) {
+    fs_fdreg_make_end();
     fs_stat_fail(fd == -ENAMETOOLONG ? "FABSOCK_STATDIR" : path, -fd);
     return;
   }
@@ -239,6 +241,7 @@ static void fs_stat_init(void)
   if (err == 0 && (map = mmap(NULL, FS_STAT_MAP_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED)
     err = errno;
   FS_REAL(close)(fd);
+  fs_fdreg_make_end();
   if (map == MAP_FAILED) {
     unlink(path);
     fs_stat_fail(path, err);

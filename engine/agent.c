@@ -284,11 +284,14 @@ static int fs_agent_start(void)
   fs_proc_fork_work_add(FS_FORK_AGENT);
   const char *what = "epoll_create1/eventfd";
   bool thread = false;
+  fs_fdreg_make_begin();
   A.epfd = FS_REAL(epoll_create1)(EPOLL_CLOEXEC);
   A.evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   int err = errno;
-  if (A.epfd < 0 || A.evfd < 0)
+  if (A.epfd < 0 || A.evfd < 0) {
+    fs_fdreg_make_end();
     goto fail;
+  }
   /* The agent puts its fds high (base/fdreg.h): grow the table for them
    * now, while we may be the only thread, or the agent's first rendezvous
    * waits ~10 ms for the kernel (curl's 20 MiB download was over before
@@ -304,6 +307,7 @@ static int fs_agent_start(void)
   }
   fs_fdreg_set(A.epfd, true);
   fs_fdreg_set(A.evfd, true);
+  fs_fdreg_make_end();
   A.evwatch = (struct fs_agent_watch){ A.evfd, fs_agent_evfd, NULL, NULL };
   what = "epoll_ctl";
   if ((err = -fs_agent_add(&A.evwatch)) > 0)

@@ -306,7 +306,7 @@ bool fs_cutover_close_resend(struct fs_conn *c, struct fs_chan *ch, int fd)
 {
   if (fd < 0 || !fs_chan_peer_reverted(ch) || c->peer_revert_done || c->resend_own)
     return false;
-  int dfd = fs_fdreg_move_high(FS_REAL(fcntl)(fd, F_DUPFD_CLOEXEC, 0));
+  int dfd = FS_FDREG_MAKE(FS_REAL(fcntl)(fd, F_DUPFD_CLOEXEC, 0));
   if (dfd < 0) { /* no descriptor to spare: the bytes go now, close waits */
     fs_cutover_resend_on(c, ch, fd);
     return false;

@@ -214,7 +214,7 @@ static struct fs_door_watch *fs_door_watch_mine(void)
   if (!fs_door_watch_keyed || !fs_fdreg_budget_ok(0, 1) || !(w = calloc(1, sizeof *w)))
     return NULL;
   int saved = errno;
-  w->epfd = fs_fdreg_move_high(FS_REAL(epoll_create1)(EPOLL_CLOEXEC));
+  w->epfd = FS_FDREG_MAKE(FS_REAL(epoll_create1)(EPOLL_CLOEXEC));
   errno = saved;
   if (w->epfd < 0) {
     free(w);

@@ -334,7 +334,7 @@ int fs_ep_bell(struct fs_ep *ep)
   struct fs_ep_ent *b = fs_ep_ent_new();
   /* High, as the library's other fds: at the lowest free number it took
    * the one the application's next socket() or open() expected, for good. */
-  int fd = b ? fs_fdreg_move_high_now(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) : -1;
+  int fd = b ? FS_FDREG_MAKE_NOW(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) : -1;
   if (fd < 0) {
     rc = b ? -errno : -ENOMEM;
   } else {

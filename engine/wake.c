@@ -50,7 +50,7 @@ static int fs_wake_pool_take(int fd)
   int efd = fs_wake_pool_n ? fs_wake_pool[--fs_wake_pool_n] : -1;
   pthread_mutex_unlock(&fs_wake_pool_lock);
   if (efd < 0 && fs_fdreg_budget_ok(fd, 1))
-    efd = fs_fdreg_move_high(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+    efd = FS_FDREG_MAKE(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   return efd;
 }
 
@@ -216,7 +216,7 @@ int fs_wake_get(struct fs_conn *c)
      * socket() expected, one more per upgraded connection, and a program
      * that sizes its tables by its own count (wrk: 10 + 3 per connection)
      * got a number beyond them ("connect" errors). */
-    if (fs_wake_fd_budget_ok(c->fd) && (efd = fs_fdreg_move_high(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC))) >= 0) {
+    if (fs_wake_fd_budget_ok(c->fd) && (efd = FS_FDREG_MAKE(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC))) >= 0) {
       /* Before any channel: whoever sees the channel sees this too. */
       __atomic_store_n(&c->wake_fd, efd, __ATOMIC_RELEASE);
       made = true;

@@ -544,12 +544,16 @@ int fs_rdma_new(struct rdma_cm_id *id, uint32_t size, int side, int my_efd, stru
   if (!(r->pd = fs_rdma_mr_pd(id->verbs)))
     goto fail;
   step = "completion channel";
-  if (!(r->cc = FS_VERBS(ibv_create_comp_channel)(id->verbs)))
-    goto fail;
+  fs_fdreg_make_begin();
+  r->cc = FS_VERBS(ibv_create_comp_channel)(id->verbs);
   /* Out of the application's low numbers (this is the agent thread), before
    * a CQ names the channel to the kernel: libibverbs only ever uses the
    * number it finds in the (public) struct. */
-  r->cc->fd = fs_fdreg_move_high(r->cc->fd);
+  if (r->cc)
+    r->cc->fd = fs_fdreg_move_high(r->cc->fd);
+  fs_fdreg_make_end();
+  if (!r->cc)
+    goto fail;
   step = "cq";
   if (!(r->rcq = FS_VERBS(ibv_create_cq)(id->verbs, FS_RDMA_RQ, r, r->cc, 0)) ||
       !(r->scq = FS_VERBS(ibv_create_cq)(id->verbs, FS_RDMA_SQ, r, NULL, 0)))

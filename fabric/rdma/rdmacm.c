@@ -49,6 +49,8 @@ static bool fs_cm_event_cb(void *arg)
   return false; /* no agent watch goes */
 }
 
+static bool fs_cm_probe(void);
+
 bool fs_rdmacm_available(void)
 {
   if (M.avail != FS_CM_UNPROBED)
@@ -59,6 +61,17 @@ bool fs_rdmacm_available(void)
     fs_log(FS_LOG_DEBUG, "no rdma device in sysfs: rdma-core not loaded; remote peers stay on tcp");
     return false;
   }
+  /* Loading rdma-core opens every library file and provider, and the
+   * devices below: all at the application's lowest free numbers, some for
+   * good until moved (base/fdreg.h, the window). */
+  fs_fdreg_make_begin();
+  bool ok = fs_cm_probe();
+  fs_fdreg_make_end();
+  return ok;
+}
+
+static bool fs_cm_probe(void)
+{
   if (fs_verbs_load() < 0)
     return false;
   int n = 0;

@@ -132,7 +132,7 @@ static bool fs_rdv_srv_new(struct fs_rdv_item *l)
     A.npaused++;
     return true;
   }
-  int ufd = fs_fdreg_high(FS_REAL(accept4)(l->ufd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC));
+  int ufd = FS_FDREG_MAKE_HIGH(FS_REAL(accept4)(l->ufd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC));
   if (ufd < 0)
     return false;
   struct fs_rdv_item *it = calloc(1, sizeof *it);
@@ -405,7 +405,7 @@ static int fs_rdv_attempt(struct fs_link *c, bool holder_only, uint64_t give_up,
   if (reason)
     goto fail;
   /* Pass a dup of our own socket, checked to still be this connection. */
-  dupfd = fs_fdreg_move_high(FS_REAL(fcntl)(c->fd, F_DUPFD_CLOEXEC, 0));
+  dupfd = FS_FDREG_MAKE(FS_REAL(fcntl)(c->fd, F_DUPFD_CLOEXEC, 0));
   struct sockaddr_storage l, p;
   socklen_t ll = sizeof l, pl = sizeof p;
   if (dupfd < 0 || getsockname(dupfd, (struct sockaddr *)&l, &ll) < 0 ||
@@ -636,7 +636,7 @@ static int fs_rdv_next_timeout(void)
 /* Bind and serve an abstract name, its socket high (base/fdreg.h); the new listener item, or NULL. */
 static struct fs_rdv_item *fs_rdv_serve_name(const char *name, int n)
 {
-  int ufd = fs_fdreg_move_high_now(FS_REAL(socket)(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  int ufd = FS_FDREG_MAKE_NOW(FS_REAL(socket)(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (ufd < 0)
     return NULL;
   struct fs_rdv_item *it = NULL;

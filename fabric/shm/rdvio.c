@@ -50,7 +50,7 @@ int fs_rdv_proc_name(char *buf, size_t len, int pid)
 
 int fs_rdv_unix_socket(void)
 {
-  return fs_fdreg_high(FS_REAL(socket)(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  return FS_FDREG_MAKE_HIGH(FS_REAL(socket)(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
 }
 
 void fs_rdv_reply(int ufd, uint32_t status, int efd)
@@ -109,9 +109,13 @@ ssize_t fs_rdv_recvfds(int ufd, void *msg, size_t len, int *fds, int max, int *n
   } u;
   struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf };
   *nfds = 0;
+  fs_fdreg_make_begin(); /* the fds come at the lowest free numbers */
   ssize_t r = FS_REAL(recvmsg)(ufd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-  if (r < 0)
-    return -errno;
+  if (r < 0) {
+    r = -errno;
+    fs_fdreg_make_end();
+    return r;
+  }
   for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
     if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
       continue;
@@ -128,6 +132,7 @@ ssize_t fs_rdv_recvfds(int ufd, void *msg, size_t len, int *fds, int max, int *n
       }
     }
   }
+  fs_fdreg_make_end();
   if ((mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || (size_t)r > len) {
     /* Closed here, and forgotten here: the caller's fds[] is its own list
      * of what to close, and a second close would hit whatever descriptor
@@ -184,7 +189,7 @@ int fs_rdv_diag(const struct sockaddr *local, const struct sockaddr *peer, uint3
   fs_addr_ip_of(peer, &p);
   if (l.family == 0 || l.family != p.family)
     return -EINVAL;
-  int nl = fs_fdreg_move_high(FS_REAL(socket)(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG));
+  int nl = FS_FDREG_MAKE(FS_REAL(socket)(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG));
   if (nl < 0)
     return -errno;
   struct {

@@ -141,12 +141,12 @@ int fs_shm_create(uint32_t ring, int my_efd, int *memfd_out, struct fs_chan **ou
     return -ENOMEM; /* the application's address space, not ours to take */
   /* High at once: the agent makes it while the application may be closing
    * every descriptor (base/fdreg.h). */
-  int fd = fs_fdreg_high(memfd_create("fabsock-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  int fd = FS_FDREG_MAKE_HIGH(memfd_create("fabsock-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (fd < 0)
     return -errno;
   int rc;
   if (ftruncate(fd, (off_t)len) < 0 ||
-      fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
+      FS_REAL(fcntl)(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
     rc = -errno;
     FS_REAL(close)(fd);
     return rc;
@@ -211,7 +211,7 @@ int fs_shm_attach(int memfd, int my_efd, struct fs_shm_wake *peer, struct fs_cha
     return -EPROTO;
   if (fstat(memfd, &st) < 0)
     return -errno;
-  int seals = fcntl(memfd, F_GET_SEALS);
+  int seals = FS_REAL(fcntl)(memfd, F_GET_SEALS, 0);
   int need = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
   if (!S_ISREG(st.st_mode) || seals < 0 || (seals & need) != need)
     return -EPROTO;

@@ -21,11 +21,6 @@ for MODE in $(it_modes); do
     rc=$?
     detail=$(grep -v '^$' "$out" | tail -n 1)
     [ $rc -eq 124 ] && detail="timed out; $detail"
-    # FABSOCK_IT_CLOSEALL_KNOWN: a known open bug makes "fd A still open" a TODO (rdma VM)
-    if [ $rc -ne 0 ] && [ -n "${FABSOCK_IT_CLOSEALL_KNOWN:-}" ] && grep -q 'still open' "$out"; then
-      tap_todo "$name [$MODE]" "$FABSOCK_IT_CLOSEALL_KNOWN" "$detail"
-      continue
-    fi
     tap_result $rc "$name [$MODE]" "$detail" "$out"
   done
   server_check || tap_not_ok "closeall echo server [$MODE]" "$SRV_DETAIL" "$SERVER_LOG"

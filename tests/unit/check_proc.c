@@ -18,11 +18,7 @@ static void child_agrees(pid_t pid)
 {
   if (pid == 0)
     _exit(fs_proc_self() == (int)getpid() ? 0 : 1);
-  ck_assert_int_gt(pid, 0);
-  int st;
-  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-  ck_assert(WIFEXITED(st));
-  ck_assert_int_eq(WEXITSTATUS(st), 0);
+  ck_child_exits_ok(pid);
 }
 
 START_TEST(t_self_in_children)

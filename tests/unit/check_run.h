@@ -5,6 +5,7 @@
 #include <check.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 
 /* Run suite s as the harness asks (CK_VERBOSITY, CK_TAP_LOG_FILE_NAME,
  * CK_FORK); own_process: every test in a process of its own whatever
@@ -18,6 +19,17 @@ static inline int run_suite(Suite *s, bool own_process)
   int failed = srunner_ntests_failed(sr);
   srunner_free(sr);
   return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+
+/* The parent's side of a child that reports by its exit status: pid is a
+ * child (fork succeeded) and it exited with 0. */
+static inline void ck_child_exits_ok(pid_t pid)
+{
+  ck_assert_int_gt(pid, 0);
+  int st;
+  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+  ck_assert(WIFEXITED(st));
+  ck_assert_int_eq(WEXITSTATUS(st), 0);
 }
 
 #endif

@@ -1,0 +1,156 @@
+/* base/fdreg.c: the library's descriptors go high and are marked ours, and
+ * the windows in which it makes them (fs_fdreg_make_begin/end): an
+ * application's close() or fcntl() of a number that is not ours waits for
+ * another thread's window to end, so it never finds, nor closes, one of
+ * ours at a low number in the middle of its making (`closeall` over rdma
+ * found the device's fd at the number it had just closed).  Its own
+ * window, one of our numbers, and a fork child never wait. */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <sys/eventfd.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/fdreg.h"
+#include "tests/unit/check_run.h"
+
+/* A thread that makes an eventfd in a window and keeps the window open
+ * until released; then moves the fd high, marks it and ends the window. */
+struct maker {
+  pthread_t t;
+  int low;          /* the number it was made at */
+  int high;         /* where it went */
+  int made;         /* the fd exists, in the window */
+  int release;      /* the test lets the window end */
+  int done;         /* moved and marked, the window is over */
+  int linger_ms;    /* after release, before the move: a settle that does
+                       not wait sees done == 0 */
+};
+
+static void *maker_run(void *arg)
+{
+  struct maker *m = arg;
+  fs_fdreg_make_begin();
+  m->low = eventfd(0, EFD_CLOEXEC);
+  __atomic_store_n(&m->made, 1, __ATOMIC_RELEASE);
+  while (!__atomic_load_n(&m->release, __ATOMIC_ACQUIRE))
+    sched_yield();
+  struct timespec ts = { 0, m->linger_ms * 1000000L };
+  nanosleep(&ts, NULL);
+  m->high = fs_fdreg_move_high(m->low);
+  __atomic_store_n(&m->done, 1, __ATOMIC_RELEASE);
+  fs_fdreg_make_end();
+  return NULL;
+}
+
+static void maker_start(struct maker *m, int linger_ms)
+{
+  *m = (struct maker){ .linger_ms = linger_ms };
+  ck_assert_int_eq(pthread_create(&m->t, NULL, maker_run, m), 0);
+  while (!__atomic_load_n(&m->made, __ATOMIC_ACQUIRE))
+    sched_yield();
+  ck_assert_int_ge(m->low, 0);
+}
+
+static void maker_finish(struct maker *m)
+{
+  __atomic_store_n(&m->release, 1, __ATOMIC_RELEASE);
+  ck_assert_int_eq(pthread_join(m->t, NULL), 0);
+  ck_assert_int_ne(m->high, m->low); /* it went up */
+  ck_assert(fs_fdreg_is(m->high));
+  fs_fdreg_close(m->high);
+}
+
+/* The number a window's fd took at first, asked about from another
+ * thread (as closeall asks after closing everything): settle waits for
+ * the window, after which the number is free again. */
+START_TEST(t_settle_waits_for_window)
+{
+  struct maker m;
+  maker_start(&m, 30);
+  int low = m.low;
+  __atomic_store_n(&m.release, 1, __ATOMIC_RELEASE);
+  errno = 7;
+  ck_assert(fs_fdreg_settle(low));
+  ck_assert_int_eq(errno, 7);
+  ck_assert_int_eq(__atomic_load_n(&m.done, __ATOMIC_ACQUIRE), 1);
+  ck_assert_int_eq(fcntl(low, F_GETFD), -1);
+  ck_assert_int_eq(errno, EBADF);
+  maker_finish(&m);
+  ck_assert(!fs_fdreg_settle(low)); /* no window: one load */
+}
+END_TEST
+
+/* Our own numbers, and a thread inside a window of its own, never wait
+ * (the libraries a window calls close their own fds meanwhile). */
+START_TEST(t_settle_skips_ours_and_own)
+{
+  struct maker m;
+  maker_start(&m, 0);
+  int ours = fs_fdreg_move_high(eventfd(0, EFD_CLOEXEC));
+  ck_assert(fs_fdreg_is(ours));
+  ck_assert(!fs_fdreg_settle(ours));
+  fs_fdreg_make_begin();
+  ck_assert(!fs_fdreg_settle(m.low));
+  fs_fdreg_make_end();
+  ck_assert_int_eq(__atomic_load_n(&m.done, __ATOMIC_ACQUIRE), 0); /* nobody waited it out */
+  maker_finish(&m);
+  fs_fdreg_close(ours);
+}
+END_TEST
+
+/* A fork child has no maker thread: the parent's open window is not its
+ * own, and it never waits for it, however the child was made. */
+static void child_does_not_wait(pid_t pid, int fd)
+{
+  if (pid == 0)
+    _exit(fs_fdreg_settle(fd) ? 1 : 0);
+  ck_child_exits_ok(pid);
+}
+
+START_TEST(t_fork_child_does_not_wait)
+{
+  struct maker m;
+  maker_start(&m, 0);
+  child_does_not_wait(fork(), m.low);
+  child_does_not_wait((pid_t)syscall(SYS_fork), m.low);
+  maker_finish(&m);
+}
+END_TEST
+
+/* A window's own fd goes high and is marked ours; a made fd the window
+ * does not keep is merely high (FS_FDREG_MAKE_HIGH). */
+START_TEST(t_make_macros)
+{
+  int low = eventfd(0, EFD_CLOEXEC); /* the lowest free number now */
+  ck_assert_int_ge(low, 0);
+  close(low);
+  int kept = FS_FDREG_MAKE(eventfd(0, EFD_CLOEXEC));
+  ck_assert_int_gt(kept, low);
+  ck_assert(fs_fdreg_is(kept));
+  int brief = FS_FDREG_MAKE_HIGH(eventfd(0, EFD_CLOEXEC));
+  ck_assert_int_gt(brief, low);
+  ck_assert(!fs_fdreg_is(brief));
+  ck_assert_int_eq(fs_fdreg_making, 0);
+  close(brief);
+  fs_fdreg_close(kept);
+  ck_assert_int_eq(FS_FDREG_MAKE(-1), -1); /* a failed creation stays failed */
+}
+END_TEST
+
+int main(void)
+{
+  Suite *s = suite_create("fdreg");
+  TCase *tc = tcase_create("window");
+  tcase_add_test(tc, t_settle_waits_for_window);
+  tcase_add_test(tc, t_settle_skips_ours_and_own);
+  tcase_add_test(tc, t_fork_child_does_not_wait);
+  tcase_add_test(tc, t_make_macros);
+  suite_add_tcase(s, tc);
+  return run_suite(s, true);
+}
