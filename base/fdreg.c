@@ -2,6 +2,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
 #include <sys/resource.h>
@@ -11,6 +12,7 @@
 #include "base/aside.h"
 #include "base/clock.h"
 #include "base/fdreg.h"
+#include "base/log.h"
 #include "base/proc.h"
 #include "base/real.h"
 
@@ -102,55 +104,81 @@ int fs_fdreg_move_high_now(int fd)
   return fs_fdreg_move_high(fd);
 }
 
-/* Windows (fs_fdreg_make_begin): how many threads are in one, the pid of
- * the process they are in, and this thread's depth. */
-uint32_t fs_fdreg_making;
-static int fs_fdreg_making_pid;
+/* Windows (fs_fdreg_make_begin): one word, changed only by compare and
+ * swap: the pid of the process whose threads are in windows (high half)
+ * and how many are (low half).  A fork child finds its parent's pid
+ * there: its first window starts the count anew, a settle does not wait,
+ * and an end never takes a count that is not its own process's. */
+uint64_t fs_fdreg_win;
+static bool fs_fdreg_gave_up;       /* a wait ran out: windows no longer held off */
 static __thread uint32_t fs_fdreg_my_windows;
+static __thread int fs_fdreg_my_cancel;
+
+#define FS_FDREG_WIN_PID(w) ((w) & ~0xffffffffull)
+#define FS_FDREG_WIN_N(w) ((w) & 0xffffffffull)
+
+static uint64_t fs_fdreg_win_self(void)
+{
+  return (uint64_t)(uint32_t)fs_proc_self() << 32;
+}
 
 void fs_fdreg_make_begin(void)
 {
   if (fs_aside_here() || fs_fdreg_my_windows++ > 0)
     return;
-  int self = fs_proc_self();
-  if (__atomic_load_n(&fs_fdreg_making_pid, __ATOMIC_RELAXED) != self) {
-    /* the first window of this process (or of a fork child: the parent's
-     * windows still open at the fork are not the child's) */
-    __atomic_store_n(&fs_fdreg_making, 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&fs_fdreg_making_pid, self, __ATOMIC_RELAXED);
-  }
-  __atomic_add_fetch(&fs_fdreg_making, 1, __ATOMIC_SEQ_CST);
+  /* Not cancelled inside (an eventfd's close, the stat file's pwrite are
+   * cancellation points): a window never ended would hold every close()
+   * of the process for good. */
+  (void)pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &fs_fdreg_my_cancel);
+  uint64_t self = fs_fdreg_win_self(), old = __atomic_load_n(&fs_fdreg_win, __ATOMIC_RELAXED), nw;
+  do
+    nw = FS_FDREG_WIN_PID(old) == self ? old + 1 : self | 1;
+  while (!__atomic_compare_exchange_n(&fs_fdreg_win, &old, nw, false, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED));
 }
 
 void fs_fdreg_make_end(void)
 {
   if (fs_aside_here() || --fs_fdreg_my_windows > 0)
     return;
-  __atomic_sub_fetch(&fs_fdreg_making, 1, __ATOMIC_RELEASE);
+  uint64_t self = fs_fdreg_win_self(), old = __atomic_load_n(&fs_fdreg_win, __ATOMIC_RELAXED);
+  while (FS_FDREG_WIN_PID(old) == self && FS_FDREG_WIN_N(old) > 0 &&
+         !__atomic_compare_exchange_n(&fs_fdreg_win, &old, old - 1, false, __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+    ;
+  (void)pthread_setcancelstate(fs_fdreg_my_cancel, NULL);
 }
 
 bool fs_fdreg_settle_slow(void)
 {
-  if (fs_fdreg_my_windows > 0 || fs_aside_here())
+  if (fs_fdreg_my_windows > 0 || fs_aside_here() || __atomic_load_n(&fs_fdreg_gave_up, __ATOMIC_RELAXED))
     return false;
-  int saved = errno;
-  if (__atomic_load_n(&fs_fdreg_making_pid, __ATOMIC_RELAXED) != fs_proc_self()) {
+  uint64_t self = fs_fdreg_win_self(), w = __atomic_load_n(&fs_fdreg_win, __ATOMIC_ACQUIRE);
+  if (FS_FDREG_WIN_PID(w) != self) {
     /* a fork child: the parent's threads in their windows are not here */
-    __atomic_store_n(&fs_fdreg_making, 0, __ATOMIC_RELAXED);
-    errno = saved;
+    (void)__atomic_compare_exchange_n(&fs_fdreg_win, &w, FS_FDREG_WIN_PID(w), false, __ATOMIC_RELAXED,
+                                      __ATOMIC_RELAXED);
     return false;
   }
+  int saved = errno;
   /* A window is a few system calls (an eventfd made and moved): yield
    * first, as a sleep costs more than that here; a long one (rdma-core
    * loading, milliseconds, once) is slept out. */
   uint64_t t0 = fs_clock_ns(), now = t0;
   struct timespec nap = { 0, 20000 };
-  while (__atomic_load_n(&fs_fdreg_making, __ATOMIC_ACQUIRE) && now - t0 < FS_FDREG_SETTLE_MS * 1000000ull) {
+  while (FS_FDREG_WIN_N(w) != 0 && FS_FDREG_WIN_PID(w) == self) {
+    if (now - t0 >= FS_FDREG_SETTLE_MS * 1000000ull) {
+      /* Something holds a window for good (a thread stopped inside it):
+       * each close() must not pay this again. */
+      __atomic_store_n(&fs_fdreg_gave_up, true, __ATOMIC_RELAXED);
+      fs_log(FS_LOG_INFO, "a descriptor of the library's was in the making for %d ms: close() no longer waits for one",
+             FS_FDREG_SETTLE_MS);
+      break;
+    }
     if (now - t0 < 50000)
       sched_yield();
     else
       nanosleep(&nap, NULL);
     now = fs_clock_ns();
+    w = __atomic_load_n(&fs_fdreg_win, __ATOMIC_ACQUIRE);
   }
   errno = saved;
   return true;

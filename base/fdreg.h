@@ -71,19 +71,20 @@ void fs_fdreg_make_end(void);
 #define FS_FDREG_MAKE(expr) FS_FDREG_MADE_(fs_fdreg_move_high, expr)
 #define FS_FDREG_MAKE_NOW(expr) FS_FDREG_MADE_(fs_fdreg_move_high_now, expr)
 #define FS_FDREG_MAKE_HIGH(expr) FS_FDREG_MADE_(fs_fdreg_high, expr)
-/* Before the application's close() or fcntl() of fd: while another thread
- * of this process is in a window and fd is not ours, wait for the windows
- * to end (at most FS_FDREG_SETTLE_MS; errno kept).  One load otherwise.  A
- * window a fork child inherited from a thread it does not have counts for
- * nothing (the windows carry the pid).  Returns at once on a thread that
- * is in a window itself (the libraries it calls close their own fds).
- * True if it waited. */
+/* Before the application's close() or fcntl() of fd (any fd < 0: before
+ * its close_range or closefrom): while another thread of this process is
+ * in a window and fd is not ours, wait for the windows to end (errno
+ * kept).  One load otherwise.  A window a fork child inherited from a
+ * thread it does not have counts for nothing.  Returns at once on a thread
+ * that is in a window itself (the libraries it calls close their own fds).
+ * A wait that runs FS_FDREG_SETTLE_MS (a thread stopped inside a window)
+ * ends the waits for the rest of the process, logged.  True if it waited. */
 #define FS_FDREG_SETTLE_MS 1000
-extern uint32_t fs_fdreg_making;
+extern uint64_t fs_fdreg_win;
 bool fs_fdreg_settle_slow(void);
 static inline bool fs_fdreg_settle(int fd)
 {
-  if (__builtin_expect(__atomic_load_n(&fs_fdreg_making, __ATOMIC_ACQUIRE) != 0, 0) && !fs_fdreg_is(fd))
+  if (__builtin_expect((__atomic_load_n(&fs_fdreg_win, __ATOMIC_ACQUIRE) & 0xffffffffu) != 0, 0) && !fs_fdreg_is(fd))
     return fs_fdreg_settle_slow();
   return false;
 }

@@ -118,11 +118,13 @@ size_t fs_proc_read(const char *path, char *buf, size_t len)
 {
   int saved = errno;
   ssize_t n = -1;
+  fs_fdreg_make_begin(); /* at the lowest free number, for a moment */
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd >= 0) {
     n = FS_REAL(read)(fd, buf, len - 1);
     FS_REAL(close)(fd);
   }
+  fs_fdreg_make_end();
   errno = saved;
   if (n <= 0) {
     buf[0] = '\0';

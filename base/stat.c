@@ -264,12 +264,15 @@ static int fs_stat_back_by_write(uint32_t i)
 {
   if (fs_stat_path[0] == '\0')
     return -ENOENT; /* unlinked for an exec: not ours to write */
+  fs_fdreg_make_begin();
   int fd = open(fs_stat_path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0)
-    return -errno;
-  static const struct fs_stat_conn zero;
-  int rc = fs_stat_pwrite(fd, &zero, sizeof zero, (off_t)(FS_STAT_HDR_LEN + (size_t)i * sizeof zero));
-  FS_REAL(close)(fd);
+  int rc = fd < 0 ? -errno : 0;
+  if (fd >= 0) {
+    static const struct fs_stat_conn zero;
+    rc = fs_stat_pwrite(fd, &zero, sizeof zero, (off_t)(FS_STAT_HDR_LEN + (size_t)i * sizeof zero));
+    FS_REAL(close)(fd);
+  }
+  fs_fdreg_make_end();
   return rc;
 }
 
@@ -374,15 +377,19 @@ out:
 static int fs_stat_rehome(char *path, size_t len, bool forked)
 {
   int pid = (int)getpid();
+  fs_fdreg_make_begin();
   int fd = fs_stat_create(pid, path, len);
-  if (fd < 0)
+  if (fd < 0) {
+    fs_fdreg_make_end();
     return fd;
+  }
   uint32_t top;
   int rc = fs_stat_fill_file(fd, pid, forked, &top);
   if (rc == 0 &&
       mmap(fs_stat_hdr, FS_STAT_MAP_LEN, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED)
     rc = -errno;
   FS_REAL(close)(fd);
+  fs_fdreg_make_end();
   if (rc < 0) {
     unlink(path);
   } else {

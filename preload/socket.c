@@ -252,6 +252,7 @@ FS_EXPORT int close_range(unsigned lo, unsigned hi, int flags)
   /* The agent must not open a descriptor while the application closes
    * them all (it would take a number the application expects closed). */
   fs_agent_pause();
+  fs_fdreg_settle(-1); /* and no other thread is making one (base/fdreg.h) */
   int rc = fs_close_range_skip(lo, hi, flags);
   fs_agent_resume();
   return rc;
@@ -264,6 +265,7 @@ FS_EXPORT void closefrom(int lowfd)
     fs_forget(fd);
   errno = saved;
   fs_agent_pause(); /* see close_range */
+  fs_fdreg_settle(-1);
   if (fs_close_range_skip((unsigned)(lowfd < 0 ? 0 : lowfd), ~0U, 0) < 0) {
     /* Old kernel: fall back like glibc does. */
     for (int fd = lowfd < 0 ? 0 : lowfd; fd < 65536; fd++)

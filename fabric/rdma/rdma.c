@@ -681,8 +681,12 @@ void fs_rdma_destroy(struct fs_rdma *r)
   if (r->scq)
     FS_VERBS(ibv_destroy_cq)(r->scq);
   if (r->cc) {
+    /* libibverbs closes it through our close(): ours no longer, and not
+     * to wait for another thread's window (base/fdreg.h) */
+    fs_fdreg_make_begin();
     fs_fdreg_set(r->cc->fd, false);
     FS_VERBS(ibv_destroy_comp_channel)(r->cc);
+    fs_fdreg_make_end();
   }
   if (r->mr)
     fs_rdma_mr_put(r->pd, r->size, r->mr, r->buf);

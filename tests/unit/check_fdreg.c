@@ -105,11 +105,26 @@ START_TEST(t_settle_skips_ours_and_own)
 END_TEST
 
 /* A fork child has no maker thread: the parent's open window is not its
- * own, and it never waits for it, however the child was made. */
+ * own, and it never waits for it, however the child was made; its own
+ * windows count from nothing and end at nothing (an end never takes the
+ * parent's count). */
+static int child_check(int fd)
+{
+  if (fs_fdreg_settle(fd))
+    return 1;
+  fs_fdreg_make_begin();
+  if ((fs_fdreg_win & 0xffffffffu) != 1)
+    return 2;
+  fs_fdreg_make_end();
+  if ((fs_fdreg_win & 0xffffffffu) != 0 || fs_fdreg_settle(fd))
+    return 3;
+  return 0;
+}
+
 static void child_does_not_wait(pid_t pid, int fd)
 {
   if (pid == 0)
-    _exit(fs_fdreg_settle(fd) ? 1 : 0);
+    _exit(child_check(fd));
   ck_child_exits_ok(pid);
 }
 
@@ -119,6 +134,58 @@ START_TEST(t_fork_child_does_not_wait)
   maker_start(&m, 0);
   child_does_not_wait(fork(), m.low);
   child_does_not_wait((pid_t)syscall(SYS_fork), m.low);
+  maker_finish(&m);
+}
+END_TEST
+
+/* A cancel asked for while a thread is in a window acts after it ends:
+ * an eventfd's close or the stat file's write inside is a cancellation
+ * point, and a window never ended would hold every close() for good. */
+static int in_window_survived;
+
+static void *cancelled_in_window(void *arg)
+{
+  int *go = arg;
+  fs_fdreg_make_begin();
+  __atomic_store_n(go, 1, __ATOMIC_RELEASE);
+  while (__atomic_load_n(go, __ATOMIC_ACQUIRE) != 2)
+    sched_yield();
+  pthread_testcancel(); /* the cancel is pending: not here */
+  in_window_survived = 1;
+  fs_fdreg_make_end();
+  for (;;)
+    pthread_testcancel(); /* here */
+  return NULL;
+}
+
+START_TEST(t_no_cancel_inside_window)
+{
+  pthread_t t;
+  int go = 0;
+  ck_assert_int_eq(pthread_create(&t, NULL, cancelled_in_window, &go), 0);
+  while (!__atomic_load_n(&go, __ATOMIC_ACQUIRE))
+    sched_yield();
+  ck_assert_int_eq(pthread_cancel(t), 0);
+  __atomic_store_n(&go, 2, __ATOMIC_RELEASE);
+  void *res;
+  ck_assert_int_eq(pthread_join(t, &res), 0);
+  ck_assert_ptr_eq(res, PTHREAD_CANCELED);
+  ck_assert_int_eq(in_window_survived, 1);
+  ck_assert_int_eq(fs_fdreg_win & 0xffffffffu, 0);
+}
+END_TEST
+
+/* A window held past the bound (a thread stopped inside it): the wait
+ * that ran into it is the last; later ones return at once. */
+START_TEST(t_gives_up_on_a_stuck_window)
+{
+  struct maker m;
+  maker_start(&m, 0);
+  int fd = eventfd(0, EFD_CLOEXEC);
+  ck_assert(fs_fdreg_settle(fd));  /* waits the bound out */
+  ck_assert_int_eq(__atomic_load_n(&m.done, __ATOMIC_ACQUIRE), 0);
+  ck_assert(!fs_fdreg_settle(fd)); /* and never again */
+  close(fd);
   maker_finish(&m);
 }
 END_TEST
@@ -136,7 +203,7 @@ START_TEST(t_make_macros)
   int brief = FS_FDREG_MAKE_HIGH(eventfd(0, EFD_CLOEXEC));
   ck_assert_int_gt(brief, low);
   ck_assert(!fs_fdreg_is(brief));
-  ck_assert_int_eq(fs_fdreg_making, 0);
+  ck_assert_int_eq(fs_fdreg_win & 0xffffffffu, 0);
   close(brief);
   fs_fdreg_close(kept);
   ck_assert_int_eq(FS_FDREG_MAKE(-1), -1); /* a failed creation stays failed */
@@ -151,6 +218,8 @@ int main(void)
   tcase_add_test(tc, t_settle_skips_ours_and_own);
   tcase_add_test(tc, t_fork_child_does_not_wait);
   tcase_add_test(tc, t_make_macros);
+  tcase_add_test(tc, t_no_cancel_inside_window);
+  tcase_add_test(tc, t_gives_up_on_a_stuck_window);
   suite_add_tcase(s, tc);
   return run_suite(s, true);
 }
