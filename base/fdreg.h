@@ -82,11 +82,13 @@ void fs_fdreg_make_end(void);
 #define FS_FDREG_SETTLE_MS 1000
 extern uint64_t fs_fdreg_win;
 bool fs_fdreg_settle_slow(void);
+static inline bool fs_fdreg_windows_open(void)
+{
+  return __builtin_expect((__atomic_load_n(&fs_fdreg_win, __ATOMIC_ACQUIRE) & 0xffffffffu) != 0, 0);
+}
 static inline bool fs_fdreg_settle(int fd)
 {
-  if (__builtin_expect((__atomic_load_n(&fs_fdreg_win, __ATOMIC_ACQUIRE) & 0xffffffffu) != 0, 0) && !fs_fdreg_is(fd))
-    return fs_fdreg_settle_slow();
-  return false;
+  return fs_fdreg_windows_open() && !fs_fdreg_is(fd) && fs_fdreg_settle_slow();
 }
 /* May a connection whose socket is fd take `need` more descriptors of the
  * library's (a wake eventfd, a peer's)?  The application must get every

@@ -139,8 +139,10 @@ static void fs_forget(int fd)
 
 FS_EXPORT int close(int fd)
 {
-  /* Not while the library makes one at a low number (base/fdreg.h). */
-  fs_fdreg_settle(fd);
+  /* Not while the library makes one at a low number (base/fdreg.h); a
+   * socket of the application's own is never one of those. */
+  if (fs_fdreg_windows_open() && !fs_fdtab_tracked(fd))
+    fs_fdreg_settle(fd);
   /* One of ours (see fs_fdreg_set): the application never opened
    * it, so closing it is a blanket close; it stays ours. */
   if (__builtin_expect(fs_fdreg_is(fd), 0))
@@ -330,7 +332,8 @@ FS_EXPORT int dup3(int fd, int nfd, int flags)
 
 static int fs_fcntl_common(int fd, int cmd, long arg)
 {
-  fs_fdreg_settle(fd); /* a number the application closed is closed (base/fdreg.h) */
+  if (fs_fdreg_windows_open() && !fs_fdtab_tracked(fd))
+    fs_fdreg_settle(fd); /* a number the application closed is closed (base/fdreg.h) */
   int rc = FS_REAL(fcntl)(fd, cmd, arg);
   if (rc < 0)
     return rc;
