@@ -377,10 +377,15 @@ out:
 static int fs_stat_rehome(char *path, size_t len, bool forked)
 {
   int pid = (int)getpid();
-  fs_fdreg_make_begin();
+  /* A window only after a failed exec: a fork child is here at the fork,
+   * its one thread, with nobody to close its numbers meanwhile (and each
+   * write to the library's pages is a page copied). */
+  if (!forked)
+    fs_fdreg_make_begin();
   int fd = fs_stat_create(pid, path, len);
   if (fd < 0) {
-    fs_fdreg_make_end();
+    if (!forked)
+      fs_fdreg_make_end();
     return fd;
   }
   uint32_t top;
@@ -389,7 +394,8 @@ static int fs_stat_rehome(char *path, size_t len, bool forked)
       mmap(fs_stat_hdr, FS_STAT_MAP_LEN, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED)
     rc = -errno;
   FS_REAL(close)(fd);
-  fs_fdreg_make_end();
+  if (!forked)
+    fs_fdreg_make_end();
   if (rc < 0) {
     unlink(path);
   } else {
