@@ -1,0 +1,179 @@
+/* start-loop: what a preloaded library adds to a process start, against
+ * the floor of preloading at all.
+ *
+ * usage: start-loop [-n N] [--json] SIDE... -- PROGRAM [ARG...]
+ *   SIDE    "none" (no LD_PRELOAD) or a library's path; up to 8
+ *   N       starts per side (default 1000)
+ *
+ * Runs PROGRAM N times for each side, the sides interleaved start by start
+ * (none, A, B, none, A, B, ...) so that this machine's drift lands on each
+ * alike.  Each start is posix_spawn() to waitpid(), timed on
+ * CLOCK_MONOTONIC; only the child's environment carries LD_PRELOAD (run this
+ * program itself plain).  A side whose library the loader refused would
+ * time the plain program: each library's first start runs PROGRAM with
+ * LD_TRACE_LOADED_OBJECTS first, and a library missing from that list is
+ * refused here (exit 2).  Prints p50, p99 and mean us per side, and with
+ * --json one line of JSON.  bench/start-cost.sh runs it against an empty
+ * library (bench/libstart-floor.so: what LD_PRELOAD costs by itself) and
+ * libfabsock. */
+#define _GNU_SOURCE 1
+#include <errno.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "stats.h"
+
+#define MAX_SIDES 8
+
+extern char **environ;
+
+/* environ without LD_PRELOAD, then "LD_PRELOAD=lib" if lib, then NULL. */
+static char **side_env(const char *lib)
+{
+  size_t n = 0;
+  while (environ[n])
+    n++;
+  char **env = calloc(n + 2, sizeof *env);
+  if (!env)
+    return NULL;
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++)
+    if (strncmp(environ[i], "LD_PRELOAD=", 11) != 0)
+      env[k++] = environ[i];
+  if (lib) {
+    size_t len = strlen(lib) + sizeof "LD_PRELOAD=";
+    if (!(env[k] = malloc(len)))
+      return NULL;
+    snprintf(env[k++], len, "LD_PRELOAD=%s", lib);
+  }
+  return env;
+}
+
+/* One start: ns from spawn to reap; 0 if it failed or exited non-zero. */
+static uint64_t one_start(char **argv, char **env, posix_spawn_file_actions_t *fa)
+{
+  pid_t pid;
+  uint64_t t0 = bench_now_ns();
+  if (posix_spawn(&pid, argv[0], fa, NULL, argv, env) != 0)
+    return 0;
+  int st;
+  while (waitpid(pid, &st, 0) < 0)
+    if (errno != EINTR)
+      return 0;
+  uint64_t t1 = bench_now_ns();
+  return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? t1 - t0 : 0;
+}
+
+/* The loader maps lib into argv[0] (ld.so lists it under
+ * LD_TRACE_LOADED_OBJECTS; it only warns when it cannot preload). */
+static int lib_loads(char **argv, char **env, const char *lib)
+{
+  int p[2];
+  if (pipe(p) < 0)
+    return -1;
+  size_t n = 0;
+  while (env[n])
+    n++;
+  char **tenv = calloc(n + 2, sizeof *tenv);
+  if (!tenv)
+    return -1;
+  memcpy(tenv, env, n * sizeof *tenv);
+  tenv[n] = "LD_TRACE_LOADED_OBJECTS=1";
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, p[1], 1);
+  posix_spawn_file_actions_addclose(&fa, p[0]);
+  pid_t pid;
+  int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, tenv);
+  posix_spawn_file_actions_destroy(&fa);
+  free(tenv);
+  close(p[1]);
+  if (rc != 0) {
+    close(p[0]);
+    return -1;
+  }
+  char buf[8192];
+  size_t got = 0;
+  ssize_t r;
+  while (got < sizeof buf - 1 && (r = read(p[0], buf + got, sizeof buf - 1 - got)) > 0)
+    got += (size_t)r;
+  buf[got] = 0;
+  close(p[0]);
+  waitpid(pid, NULL, 0);
+  const char *base = strrchr(lib, '/');
+  return strstr(buf, base ? base + 1 : lib) ? 0 : -1;
+}
+
+int main(int argc, char **argv)
+{
+  long n = 1000;
+  int json = 0, nsides = 0, i = 1;
+  const char *sides[MAX_SIDES];
+  for (; i < argc && strcmp(argv[i], "--"); i++) {
+    if (!strcmp(argv[i], "-n") && i + 1 < argc)
+      n = atol(argv[++i]);
+    else if (!strcmp(argv[i], "--json"))
+      json = 1;
+    else if (argv[i][0] != '-' && nsides < MAX_SIDES)
+      sides[nsides++] = argv[i];
+    else
+      goto usage;
+  }
+  if (i >= argc - 1 || nsides == 0 || n < 1)
+    goto usage;
+  char **prog = argv + i + 1;
+  char **env[MAX_SIDES];
+  uint64_t *ns[MAX_SIDES];
+  for (int s = 0; s < nsides; s++) {
+    const char *lib = strcmp(sides[s], "none") ? sides[s] : NULL;
+    if (lib && access(lib, R_OK) != 0) {
+      fprintf(stderr, "start-loop: library %s: %s\n", lib, strerror(errno));
+      return 2;
+    }
+    if (!(env[s] = side_env(lib)) || !(ns[s] = calloc((size_t)n, sizeof *ns[s]))) {
+      fprintf(stderr, "start-loop: out of memory\n");
+      return 1;
+    }
+    if (lib && lib_loads(prog, env[s], lib) < 0) {
+      fprintf(stderr, "start-loop: the loader does not preload %s into %s\n", lib, prog[0]);
+      return 2;
+    }
+  }
+  /* The child's stdout and stderr go to /dev/null: a terminal's write is
+   * not the start. */
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  for (long k = 0; k < n; k++)
+    for (int s = 0; s < nsides; s++)
+      if (!(ns[s][k] = one_start(prog, env[s], &fa))) {
+        fprintf(stderr, "start-loop: %s failed or exited non-zero (side %s)\n", prog[0], sides[s]);
+        return 1;
+      }
+  posix_spawn_file_actions_destroy(&fa);
+  struct lat_stats st[MAX_SIDES];
+  for (int s = 0; s < nsides; s++)
+    bench_lat_stats(ns[s], (size_t)n, &st[s]);
+  printf("%ld starts of %s per side, interleaved; us from spawn to exit\n", n, prog[0]);
+  printf("%-50s %9s %9s %9s %12s\n", "side", "p50", "p99", "mean", "p50 - first");
+  for (int s = 0; s < nsides; s++)
+    printf("%-50s %9.1f %9.1f %9.1f %+12.1f\n", sides[s], st[s].p50_us, st[s].p99_us, st[s].mean_us,
+           st[s].p50_us - st[0].p50_us);
+  if (json) {
+    printf("{\"program\": \"%s\", \"starts\": %ld, \"sides\": [", prog[0], n);
+    for (int s = 0; s < nsides; s++)
+      printf("%s{\"side\": \"%s\", \"p50_us\": %.1f, \"p99_us\": %.1f, \"mean_us\": %.1f}", s ? ", " : "", sides[s],
+             st[s].p50_us, st[s].p99_us, st[s].mean_us);
+    printf("]}\n");
+  }
+  return 0;
+usage:
+  fprintf(stderr, "usage: start-loop [-n N] [--json] SIDE... -- PROGRAM [ARG...]  (SIDE: none or a library)\n");
+  return 2;
+}
