@@ -91,7 +91,7 @@ void fs_ep_reg_wake(struct fs_ep *ep, struct fs_ep_ent *e, int wfd)
   }
 }
 
-static struct fs_ep *fs_ep_tab[FS_FDTAB_SIZE];
+static struct fs_ep **fs_ep_tab; /* FS_FDTAB_SIZE, mapped at the first set (engine/fdtab.h) */
 static pthread_mutex_t fs_ep_alloc_lock = PTHREAD_MUTEX_INITIALIZER;
 char *fs_ep_arena;
 static char *fs_ep_bump;
@@ -296,14 +296,18 @@ void fs_ready_epoll_fd_closing(struct fs_conn *c, int fd)
 
 bool fs_ready_epoll_tracked(int epfd)
 {
-  return (unsigned)epfd < FS_FDTAB_SIZE && __atomic_load_n(&fs_ep_tab[epfd], __ATOMIC_ACQUIRE) != NULL;
+  struct fs_ep **t = __atomic_load_n(&fs_ep_tab, __ATOMIC_ACQUIRE);
+  return t != NULL && (unsigned)epfd < FS_FDTAB_SIZE && __atomic_load_n(&t[epfd], __ATOMIC_ACQUIRE) != NULL;
 }
 
 struct fs_ep *fs_ep_get(int epfd, bool create)
 {
   if ((unsigned)epfd >= FS_FDTAB_SIZE)
     return NULL;
-  struct fs_ep *ep = __atomic_load_n(&fs_ep_tab[epfd], __ATOMIC_ACQUIRE);
+  struct fs_ep **t = create ? FS_FDTAB_ENSURE(&fs_ep_tab) : __atomic_load_n(&fs_ep_tab, __ATOMIC_ACQUIRE);
+  if (!t)
+    return NULL;
+  struct fs_ep *ep = __atomic_load_n(&t[epfd], __ATOMIC_ACQUIRE);
   if (ep || !create)
     return ep;
   ep = calloc(1, sizeof *ep);
@@ -317,7 +321,7 @@ struct fs_ep *fs_ep_get(int epfd, bool create)
   ep->spin_us = 50;
   ep->ns_look = 500;
   struct fs_ep *expect = NULL;
-  if (!__atomic_compare_exchange_n(&fs_ep_tab[epfd], &expect, ep, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+  if (!__atomic_compare_exchange_n(&t[epfd], &expect, ep, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
     free(ep);
     ep = expect;
   }
@@ -598,7 +602,8 @@ void fs_ep_plain_convert(struct fs_ep *ep, struct fs_conn *c)
   if (mine)
     c->ep_plain = NULL;
   fs_unlock(&c->lock);
-  if (mine && __atomic_load_n(&fs_ep_tab[ep->epfd], __ATOMIC_ACQUIRE) == ep) /* not a closed set */
+  struct fs_ep **t = __atomic_load_n(&fs_ep_tab, __ATOMIC_ACQUIRE); /* mapped: ep was in it */
+  if (mine && __atomic_load_n(&t[ep->epfd], __ATOMIC_ACQUIRE) == ep) /* not a closed set */
     (void)fs_ep_make(ep, ep->epfd, fd, c, events, data, EPOLL_CTL_MOD);
 }
 
@@ -701,9 +706,10 @@ int fs_ready_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 
 void fs_ready_epoll_close(int epfd)
 {
-  if ((unsigned)epfd >= FS_FDTAB_SIZE)
+  struct fs_ep **t = __atomic_load_n(&fs_ep_tab, __ATOMIC_ACQUIRE);
+  if (t == NULL || (unsigned)epfd >= FS_FDTAB_SIZE || __atomic_load_n(&t[epfd], __ATOMIC_RELAXED) == NULL)
     return;
-  struct fs_ep *ep = __atomic_exchange_n(&fs_ep_tab[epfd], NULL, __ATOMIC_ACQ_REL);
+  struct fs_ep *ep = __atomic_exchange_n(&t[epfd], NULL, __ATOMIC_ACQ_REL);
   if (!ep)
     return;
   pthread_mutex_lock(&ep->lock);

@@ -1,22 +1,41 @@
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 
 #include "engine/fdtab.h"
 #include "base/real.h"
 
-struct fs_conn *fs_fdtab_slots[FS_FDTAB_SIZE];
+struct fs_conn **fs_fdtab_slots;
 int fs_fdtab_hiwater;
+
+#define FS_FDTAB_BYTES ((size_t)FS_FDTAB_SIZE * sizeof(void *))
+
+void *fs_fdtab_map_new(void)
+{
+  int saved = errno;
+  /* Private: a fork child's copy is its own, as the .bss it replaces was. */
+  void *m = mmap(NULL, FS_FDTAB_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  errno = saved;
+  return m == MAP_FAILED ? NULL : m;
+}
+
+void fs_fdtab_map_drop(void *t)
+{
+  int saved = errno;
+  munmap(t, FS_FDTAB_BYTES);
+  errno = saved;
+}
 
 struct fs_conn *fs_fdtab_get_slow(int fd, struct fs_conn *c)
 {
   for (;;) {
     if (fs_conn_tryget(c)) {
-      if (__atomic_load_n(&fs_fdtab_slots[fd], __ATOMIC_ACQUIRE) == c)
+      if (fs_fdtab_names(fd, c))
         return c;
       fs_conn_put(c);
     }
-    c = __atomic_load_n(&fs_fdtab_slots[fd], __ATOMIC_ACQUIRE);
+    c = __atomic_load_n(fs_fdtab_slot(fd), __ATOMIC_ACQUIRE); /* c came from there: the table is mapped */
     if (c == NULL)
       return NULL;
   }
@@ -26,9 +45,12 @@ int fs_fdtab_install(int fd, struct fs_conn *c)
 {
   if ((unsigned)fd >= FS_FDTAB_SIZE)
     return -EBADF;
+  struct fs_conn **t = FS_FDTAB_ENSURE(&fs_fdtab_slots);
+  if (!t)
+    return -ENOMEM;
   fs_conn_get(c);
   __atomic_fetch_add(&c->nfds, 1, __ATOMIC_RELAXED);
-  struct fs_conn *old = __atomic_exchange_n(&fs_fdtab_slots[fd], c, __ATOMIC_ACQ_REL);
+  struct fs_conn *old = __atomic_exchange_n(&t[fd], c, __ATOMIC_ACQ_REL);
   int hw = __atomic_load_n(&fs_fdtab_hiwater, __ATOMIC_RELAXED);
   while (fd + 1 > hw &&
          !__atomic_compare_exchange_n(&fs_fdtab_hiwater, &hw, fd + 1, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
@@ -44,11 +66,10 @@ int fs_fdtab_install(int fd, struct fs_conn *c)
 
 struct fs_conn *fs_fdtab_take(int fd)
 {
-  if ((unsigned)fd >= FS_FDTAB_SIZE)
+  struct fs_conn **s = fs_fdtab_slot(fd);
+  if (s == NULL || __atomic_load_n(s, __ATOMIC_RELAXED) == NULL)
     return NULL;
-  if (__atomic_load_n(&fs_fdtab_slots[fd], __ATOMIC_RELAXED) == NULL)
-    return NULL;
-  struct fs_conn *c = __atomic_exchange_n(&fs_fdtab_slots[fd], NULL, __ATOMIC_ACQ_REL);
+  struct fs_conn *c = __atomic_exchange_n(s, NULL, __ATOMIC_ACQ_REL);
   if (c)
     __atomic_fetch_sub(&c->nfds, 1, __ATOMIC_ACQ_REL);
   return c;

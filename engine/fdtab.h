@@ -1,8 +1,13 @@
 /* fd -> connection table.
  *
- * A flat array of atomic pointers indexed by fd (static, so the lookup of an
- * fd we do not track is one bounds check and one load; untouched pages of the
- * array cost nothing).  Each installed fd holds one reference on its
+ * A flat array of atomic pointers indexed by fd, mapped at the first install
+ * (fs_fdtab_map): the lookup of an fd we do not track is a bounds check and
+ * two loads, the table's address and the slot, both in the cache when it
+ * matters; one load in a process that never tracked a socket.  Untouched
+ * pages of the array cost nothing.  It was static: 8 MiB of .bss (16 with
+ * the epoll sets' table) cost every preloaded process start 25-30 us here
+ * whether it ever made a socket or not (bench/start-cost.sh: an empty
+ * library with a 1 MiB .bss against one with 64 KiB).  Each installed fd holds one reference on its
  * connection; dup'ed fds hold one each.  Readers take a reference without a
  * lock: connection memory is type-stable (engine/conn.c never returns it to the
  * system), so a reader that raced with the last put sees refs == 0 and fails
@@ -17,25 +22,62 @@
 
 #define FS_FDTAB_SIZE (1 << 20)
 
-extern struct fs_conn *fs_fdtab_slots[FS_FDTAB_SIZE];
+/* FS_FDTAB_SIZE slots, or NULL before the first install (atomic). */
+extern struct fs_conn **fs_fdtab_slots;
+
+/* A zeroed table of FS_FDTAB_SIZE pointers, or NULL (errno kept); and its
+ * unmapping. */
+void *fs_fdtab_map_new(void);
+void fs_fdtab_map_drop(void *t);
+
+/* *tabp (a table pointer, atomic), mapped first if NULL; another thread's
+ * may win.  NULL if none can be mapped. */
+#define FS_FDTAB_ENSURE(tabp)                                                                         \
+  ({                                                                                                  \
+    __typeof__(*(tabp)) t_ = __atomic_load_n((tabp), __ATOMIC_ACQUIRE);                               \
+    if (!t_) {                                                                                        \
+      __typeof__(*(tabp)) m_ = fs_fdtab_map_new();                                                    \
+      if (m_ && !__atomic_compare_exchange_n((tabp), &t_, m_, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) \
+        fs_fdtab_map_drop(m_);                                                                        \
+      else                                                                                            \
+        t_ = m_;                                                                                      \
+    }                                                                                                 \
+    t_;                                                                                               \
+  })
+
+/* The slot of fd, or NULL if fd is out of range or nothing was ever
+ * installed. */
+static inline struct fs_conn **fs_fdtab_slot(int fd)
+{
+  struct fs_conn **t = __atomic_load_n(&fs_fdtab_slots, __ATOMIC_ACQUIRE);
+  return t != NULL && (unsigned)fd < FS_FDTAB_SIZE ? &t[fd] : NULL;
+}
 
 struct fs_conn *fs_fdtab_get_slow(int fd, struct fs_conn *c);
 
-/* A referenced connection for fd, or NULL (the common, one-load case). */
+/* Whether any fd was ever installed (a scan over many fds can stop here). */
+static inline bool fs_fdtab_any(void)
+{
+  return __atomic_load_n(&fs_fdtab_slots, __ATOMIC_RELAXED) != NULL;
+}
+
+/* A referenced connection for fd, or NULL (the common case). */
 static inline struct fs_conn *fs_fdtab_get(int fd)
 {
-  if (__builtin_expect((unsigned)fd >= FS_FDTAB_SIZE, 0))
+  struct fs_conn **s = fs_fdtab_slot(fd);
+  if (s == NULL)
     return NULL;
-  struct fs_conn *c = __atomic_load_n(&fs_fdtab_slots[fd], __ATOMIC_ACQUIRE);
+  struct fs_conn *c = __atomic_load_n(s, __ATOMIC_ACQUIRE);
   if (__builtin_expect(c == NULL, 1))
     return NULL;
   return fs_fdtab_get_slow(fd, c);
 }
 
-/* Whether fd has an entry (one load, no reference taken). */
+/* Whether fd has an entry (no reference taken). */
 static inline bool fs_fdtab_tracked(int fd)
 {
-  return (unsigned)fd < FS_FDTAB_SIZE && __atomic_load_n(&fs_fdtab_slots[fd], __ATOMIC_RELAXED) != NULL;
+  struct fs_conn **s = fs_fdtab_slot(fd);
+  return s != NULL && __atomic_load_n(s, __ATOMIC_RELAXED) != NULL;
 }
 
 /* Whether fd's entry is c (the caller holds a reference: c is no other
@@ -43,11 +85,13 @@ static inline bool fs_fdtab_tracked(int fd)
  * goes before the kernel's close, another socket's comes after. */
 static inline bool fs_fdtab_names(int fd, const struct fs_conn *c)
 {
-  return (unsigned)fd < FS_FDTAB_SIZE && __atomic_load_n(&fs_fdtab_slots[fd], __ATOMIC_ACQUIRE) == c;
+  struct fs_conn **s = fs_fdtab_slot(fd);
+  return s != NULL && __atomic_load_n(s, __ATOMIC_ACQUIRE) == c;
 }
 
 /* Install c at fd, taking a new reference; drops whatever was there (a stale
- * entry left by a close we did not see).  -EBADF if fd is out of range. */
+ * entry left by a close we did not see).  -EBADF if fd is out of range,
+ * -ENOMEM if the table cannot be mapped (the socket stays plain TCP). */
 int fs_fdtab_install(int fd, struct fs_conn *c);
 
 /* Remove fd's entry and return it with the table's reference (NULL if none). */

@@ -11,8 +11,7 @@ bool fs_stdio_used_slow(const struct fs_conn *c)
      * its first read or write, and keeps it.  A stream first used after
      * the upgrade is not seen. */
     int fd = std[i] != NULL ? std[i]->_fileno : -1;
-    if (fd >= 0 && fd < FS_FDTAB_SIZE && std[i]->_IO_buf_base != NULL &&
-        __atomic_load_n(&fs_fdtab_slots[fd], __ATOMIC_RELAXED) == c)
+    if (fd >= 0 && std[i]->_IO_buf_base != NULL && fs_fdtab_names(fd, c))
       return true;
   }
   return false;

@@ -14,8 +14,14 @@
 #include "engine/fdtab.h"
 #include "base/real.h"
 
+/* glibc 2.36 declares poll's and ppoll's fds write-only (access attribute),
+ * so gcc 12 takes their entries, which these read, for uninitialized. */
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 static bool fs_poll_tracked(const struct pollfd *fds, nfds_t n)
 {
+  if (!fs_fdtab_any())
+    return false;
   for (nfds_t i = 0; i < n; i++)
     if (fs_fdtab_tracked(fds[i].fd))
       return true;

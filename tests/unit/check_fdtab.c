@@ -29,6 +29,35 @@ START_TEST(t_untracked_is_null)
 }
 END_TEST
 
+/* No table until the first install (a process that never tracks a socket
+ * maps none: engine/fdtab.h); lookups before it find nothing, take and
+ * foreach do nothing, and the first install maps it.  Each test runs in a
+ * fresh fork of a runner that installed nothing. */
+START_TEST(t_table_mapped_at_first_install)
+{
+  ck_assert(!fs_fdtab_any());
+  ck_assert_ptr_null(fs_fdtab_get(7));
+  ck_assert(!fs_fdtab_tracked(7));
+  ck_assert_ptr_null(fs_fdtab_take(7));
+  struct fs_conn *c = fs_conn_new(7, AF_INET);
+  ck_assert_ptr_nonnull(c);
+  ck_assert(!fs_fdtab_names(7, c));
+  ck_assert_int_eq(fs_fdtab_install(FS_FDTAB_SIZE, c), -EBADF);
+  ck_assert(!fs_fdtab_any()); /* a refused install maps nothing */
+  ck_assert_int_eq(fs_fdtab_install(7, c), 0);
+  ck_assert(fs_fdtab_any());
+  ck_assert(fs_fdtab_tracked(7));
+  ck_assert(fs_fdtab_names(7, c));
+  ck_assert(!fs_fdtab_tracked(8));
+  struct fs_conn *t = fs_fdtab_take(7);
+  ck_assert_ptr_eq(t, c);
+  fs_conn_put(t);
+  ck_assert(fs_fdtab_any()); /* the table stays */
+  ck_assert(!fs_fdtab_tracked(7));
+  fs_conn_put(c);
+}
+END_TEST
+
 START_TEST(t_install_get_take)
 {
   struct fs_conn *c = fs_conn_new(100, AF_INET);
@@ -228,6 +257,7 @@ int main(void)
   TCase *tc = tcase_create("core");
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, t_untracked_is_null);
+  tcase_add_test(tc, t_table_mapped_at_first_install);
   tcase_add_test(tc, t_install_get_take);
   tcase_add_test(tc, t_stale_replaced);
   tcase_add_test(tc, t_foreach);
