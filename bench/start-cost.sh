@@ -19,11 +19,14 @@ shift 2 2>/dev/null || shift $#
 [ $# -gt 0 ] || set -- /bin/true
 
 IFS=, read -ra libs <<<"$lib"
-bdir=$(dirname "${libs[0]}")/../bench
+bdir=
+for l in "${libs[@]}"; do # the build tree of the first library that has one
+  [ -x "$(dirname "$l")/../bench/start-loop" ] && { bdir=$(dirname "$l")/../bench; break; }
+done
 prog=${START_LOOP:-$bdir/start-loop}
 floor=${START_FLOOR:-$bdir/.libs/libstart-floor.so}
 [ -x "$prog" ] && [ -f "$floor" ] ||
-  { echo "start-cost: need bench/start-loop and bench/.libs/libstart-floor.so beside ${libs[0]} (make)" >&2; exit 1; }
+  { echo "start-cost: need bench/start-loop and bench/.libs/libstart-floor.so in a build tree of $lib (make)" >&2; exit 1; }
 sides=(none "$(readlink -f "$floor")")
 for l in "${libs[@]}"; do
   [ -f "$l" ] || { echo "start-cost: no library at $l" >&2; exit 1; }

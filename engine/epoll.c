@@ -91,7 +91,27 @@ void fs_ep_reg_wake(struct fs_ep *ep, struct fs_ep_ent *e, int wfd)
   }
 }
 
-static struct fs_ep **fs_ep_tab; /* FS_FDTAB_SIZE, mapped at the first set (engine/fdtab.h) */
+/* Indexed by epfd, as the fd table is (engine/fdtab.h): low ones static,
+ * the rest in a table mapped at the first set that needs it. */
+static struct fs_ep *fs_ep_low[FS_FDTAB_LOW];
+static struct fs_ep **fs_ep_high;
+
+static __attribute__((noinline)) struct fs_ep **fs_ep_slot_high(int epfd, bool create)
+{
+  if ((unsigned)epfd >= FS_FDTAB_SIZE)
+    return NULL;
+  struct fs_ep **t = create ? FS_FDTAB_ENSURE(&fs_ep_high) : __atomic_load_n(&fs_ep_high, __ATOMIC_ACQUIRE);
+  return t ? &t[epfd] : NULL;
+}
+
+/* epfd's slot; NULL if out of range, or high with no table (mapped first
+ * if create).  Inline for a low one: every epoll call asks. */
+static inline __attribute__((always_inline)) struct fs_ep **fs_ep_slot(int epfd, bool create)
+{
+  if (__builtin_expect((unsigned)epfd < FS_FDTAB_LOW, 1))
+    return &fs_ep_low[epfd];
+  return fs_ep_slot_high(epfd, create);
+}
 static pthread_mutex_t fs_ep_alloc_lock = PTHREAD_MUTEX_INITIALIZER;
 char *fs_ep_arena;
 static char *fs_ep_bump;
@@ -296,18 +316,16 @@ void fs_ready_epoll_fd_closing(struct fs_conn *c, int fd)
 
 bool fs_ready_epoll_tracked(int epfd)
 {
-  struct fs_ep **t = __atomic_load_n(&fs_ep_tab, __ATOMIC_ACQUIRE);
-  return t != NULL && (unsigned)epfd < FS_FDTAB_SIZE && __atomic_load_n(&t[epfd], __ATOMIC_ACQUIRE) != NULL;
+  struct fs_ep **s = fs_ep_slot(epfd, false);
+  return s != NULL && __atomic_load_n(s, __ATOMIC_ACQUIRE) != NULL;
 }
 
 struct fs_ep *fs_ep_get(int epfd, bool create)
 {
-  if ((unsigned)epfd >= FS_FDTAB_SIZE)
+  struct fs_ep **s = fs_ep_slot(epfd, create);
+  if (!s)
     return NULL;
-  struct fs_ep **t = create ? FS_FDTAB_ENSURE(&fs_ep_tab) : __atomic_load_n(&fs_ep_tab, __ATOMIC_ACQUIRE);
-  if (!t)
-    return NULL;
-  struct fs_ep *ep = __atomic_load_n(&t[epfd], __ATOMIC_ACQUIRE);
+  struct fs_ep *ep = __atomic_load_n(s, __ATOMIC_ACQUIRE);
   if (ep || !create)
     return ep;
   ep = calloc(1, sizeof *ep);
@@ -321,7 +339,7 @@ struct fs_ep *fs_ep_get(int epfd, bool create)
   ep->spin_us = 50;
   ep->ns_look = 500;
   struct fs_ep *expect = NULL;
-  if (!__atomic_compare_exchange_n(&t[epfd], &expect, ep, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+  if (!__atomic_compare_exchange_n(s, &expect, ep, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
     free(ep);
     ep = expect;
   }
@@ -602,8 +620,8 @@ void fs_ep_plain_convert(struct fs_ep *ep, struct fs_conn *c)
   if (mine)
     c->ep_plain = NULL;
   fs_unlock(&c->lock);
-  struct fs_ep **t = __atomic_load_n(&fs_ep_tab, __ATOMIC_ACQUIRE); /* mapped: ep was in it */
-  if (mine && __atomic_load_n(&t[ep->epfd], __ATOMIC_ACQUIRE) == ep) /* not a closed set */
+  struct fs_ep **s = fs_ep_slot(ep->epfd, false); /* there: ep was in it */
+  if (mine && __atomic_load_n(s, __ATOMIC_ACQUIRE) == ep) /* not a closed set */
     (void)fs_ep_make(ep, ep->epfd, fd, c, events, data, EPOLL_CTL_MOD);
 }
 
@@ -706,10 +724,10 @@ int fs_ready_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 
 void fs_ready_epoll_close(int epfd)
 {
-  struct fs_ep **t = __atomic_load_n(&fs_ep_tab, __ATOMIC_ACQUIRE);
-  if (t == NULL || (unsigned)epfd >= FS_FDTAB_SIZE || __atomic_load_n(&t[epfd], __ATOMIC_RELAXED) == NULL)
+  struct fs_ep **s = fs_ep_slot(epfd, false);
+  if (s == NULL || __atomic_load_n(s, __ATOMIC_RELAXED) == NULL)
     return;
-  struct fs_ep *ep = __atomic_exchange_n(&t[epfd], NULL, __ATOMIC_ACQ_REL);
+  struct fs_ep *ep = __atomic_exchange_n(s, NULL, __ATOMIC_ACQ_REL);
   if (!ep)
     return;
   pthread_mutex_lock(&ep->lock);

@@ -6,7 +6,8 @@
 #include "engine/fdtab.h"
 #include "base/real.h"
 
-struct fs_conn **fs_fdtab_slots;
+struct fs_conn *fs_fdtab_low[FS_FDTAB_LOW];
+struct fs_conn **fs_fdtab_high;
 int fs_fdtab_hiwater;
 
 #define FS_FDTAB_BYTES ((size_t)FS_FDTAB_SIZE * sizeof(void *))
@@ -27,15 +28,15 @@ void fs_fdtab_map_drop(void *t)
   errno = saved;
 }
 
-struct fs_conn *fs_fdtab_get_slow(int fd, struct fs_conn *c)
+struct fs_conn *fs_fdtab_get_slow(struct fs_conn **s, struct fs_conn *c)
 {
   for (;;) {
     if (fs_conn_tryget(c)) {
-      if (fs_fdtab_names(fd, c))
+      if (__atomic_load_n(s, __ATOMIC_ACQUIRE) == c)
         return c;
       fs_conn_put(c);
     }
-    c = __atomic_load_n(fs_fdtab_slot(fd), __ATOMIC_ACQUIRE); /* c came from there: the table is mapped */
+    c = __atomic_load_n(s, __ATOMIC_ACQUIRE);
     if (c == NULL)
       return NULL;
   }
@@ -45,12 +46,12 @@ int fs_fdtab_install(int fd, struct fs_conn *c)
 {
   if ((unsigned)fd >= FS_FDTAB_SIZE)
     return -EBADF;
-  struct fs_conn **t = FS_FDTAB_ENSURE(&fs_fdtab_slots);
-  if (!t)
+  struct fs_conn **s = &fs_fdtab_low[0];
+  if (fd >= FS_FDTAB_LOW && !(s = FS_FDTAB_ENSURE(&fs_fdtab_high)))
     return -ENOMEM;
   fs_conn_get(c);
   __atomic_fetch_add(&c->nfds, 1, __ATOMIC_RELAXED);
-  struct fs_conn *old = __atomic_exchange_n(&t[fd], c, __ATOMIC_ACQ_REL);
+  struct fs_conn *old = __atomic_exchange_n(&s[fd], c, __ATOMIC_ACQ_REL);
   int hw = __atomic_load_n(&fs_fdtab_hiwater, __ATOMIC_RELAXED);
   while (fd + 1 > hw &&
          !__atomic_compare_exchange_n(&fs_fdtab_hiwater, &hw, fd + 1, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))

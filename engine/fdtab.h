@@ -1,14 +1,15 @@
 /* fd -> connection table.
  *
- * A flat array of atomic pointers indexed by fd, mapped at the first install
- * (fs_fdtab_map): the lookup of an fd we do not track is a bounds check and
- * two loads, the table's address and the slot, both in the cache when it
- * matters; one load in a process that never tracked a socket.  Untouched
- * pages of the array cost nothing.  It was static: 8 MiB of .bss (16 with
- * the epoll sets' table) cost every preloaded process start 25-30 us here
- * whether it ever made a socket or not (bench/start-cost.sh: an empty
- * library with a 1 MiB .bss against one with 64 KiB).  Each installed fd holds one reference on its
- * connection; dup'ed fds hold one each.  Readers take a reference without a
+ * Atomic pointers indexed by fd: the first FS_FDTAB_LOW fds in a static
+ * array (a program's own fds are low: the lookup of one we do not track is
+ * a bounds check and one load), the rest in a table mapped at the first
+ * install that needs it (two loads: its address, then the slot).  Untouched
+ * pages cost nothing.  The whole table was static: 8 MiB of .bss (16 with the
+ * epoll sets' table) cost every preloaded process start 9-10 us here, whether
+ * it ever made a socket or not; an empty library with a .bss of 1 MiB or more
+ * starts 25-30 us slower than one with 64 KiB (bench/start-cost.sh).  Each
+ * installed fd holds one reference on its connection; dup'ed fds hold one
+ * each.  Readers take a reference without a
  * lock: connection memory is type-stable (engine/conn.c never returns it to the
  * system), so a reader that raced with the last put sees refs == 0 and fails
  * its try-get, and the slot is re-read after the get to catch reuse. */
@@ -21,9 +22,12 @@
 #include "engine/conn.h"
 
 #define FS_FDTAB_SIZE (1 << 20)
+#define FS_FDTAB_LOW 8192 /* 64 KiB of .bss per table */
 
-/* FS_FDTAB_SIZE slots, or NULL before the first install (atomic). */
-extern struct fs_conn **fs_fdtab_slots;
+extern struct fs_conn *fs_fdtab_low[FS_FDTAB_LOW];
+/* FS_FDTAB_SIZE slots (the first FS_FDTAB_LOW unused), or NULL before the
+ * first install of an fd from FS_FDTAB_LOW up (atomic). */
+extern struct fs_conn **fs_fdtab_high;
 
 /* A zeroed table of FS_FDTAB_SIZE pointers, or NULL (errno kept); and its
  * unmapping. */
@@ -45,20 +49,26 @@ void fs_fdtab_map_drop(void *t);
     t_;                                                                                               \
   })
 
-/* The slot of fd, or NULL if fd is out of range or nothing was ever
- * installed. */
+/* The slot of fd, or NULL if fd is out of range, or high with no high
+ * table yet. */
 static inline struct fs_conn **fs_fdtab_slot(int fd)
 {
-  struct fs_conn **t = __atomic_load_n(&fs_fdtab_slots, __ATOMIC_ACQUIRE);
+  if (__builtin_expect((unsigned)fd < FS_FDTAB_LOW, 1))
+    return &fs_fdtab_low[fd];
+  struct fs_conn **t = __atomic_load_n(&fs_fdtab_high, __ATOMIC_ACQUIRE);
   return t != NULL && (unsigned)fd < FS_FDTAB_SIZE ? &t[fd] : NULL;
 }
 
-struct fs_conn *fs_fdtab_get_slow(int fd, struct fs_conn *c);
+/* Highest fd ever installed + 1 (bounds foreach). */
+extern int fs_fdtab_hiwater;
+
+/* c, referenced, if slot s still holds it after the reference is taken. */
+struct fs_conn *fs_fdtab_get_slow(struct fs_conn **s, struct fs_conn *c);
 
 /* Whether any fd was ever installed (a scan over many fds can stop here). */
 static inline bool fs_fdtab_any(void)
 {
-  return __atomic_load_n(&fs_fdtab_slots, __ATOMIC_RELAXED) != NULL;
+  return __atomic_load_n(&fs_fdtab_hiwater, __ATOMIC_RELAXED) != 0;
 }
 
 /* A referenced connection for fd, or NULL (the common case). */
@@ -70,7 +80,7 @@ static inline struct fs_conn *fs_fdtab_get(int fd)
   struct fs_conn *c = __atomic_load_n(s, __ATOMIC_ACQUIRE);
   if (__builtin_expect(c == NULL, 1))
     return NULL;
-  return fs_fdtab_get_slow(fd, c);
+  return fs_fdtab_get_slow(s, c);
 }
 
 /* Whether fd has an entry (no reference taken). */
@@ -91,7 +101,7 @@ static inline bool fs_fdtab_names(int fd, const struct fs_conn *c)
 
 /* Install c at fd, taking a new reference; drops whatever was there (a stale
  * entry left by a close we did not see).  -EBADF if fd is out of range,
- * -ENOMEM if the table cannot be mapped (the socket stays plain TCP). */
+ * -ENOMEM if the high table cannot be mapped (the socket stays plain TCP). */
 int fs_fdtab_install(int fd, struct fs_conn *c);
 
 /* Remove fd's entry and return it with the table's reference (NULL if none). */
@@ -102,8 +112,5 @@ struct fs_conn *fs_fdtab_take(int fd);
  * same fd, which the callers exclude (they run single-threaded or under the
  * process-wide fork lock). */
 void fs_fdtab_foreach(void (*fn)(int fd, struct fs_conn *c, void *arg), void *arg);
-
-/* Highest fd ever installed + 1 (bounds foreach). */
-extern int fs_fdtab_hiwater;
 
 #endif

@@ -29,31 +29,39 @@ START_TEST(t_untracked_is_null)
 }
 END_TEST
 
-/* No table until the first install (a process that never tracks a socket
- * maps none: engine/fdtab.h); lookups before it find nothing, take and
- * foreach do nothing, and the first install maps it.  Each test runs in a
- * fresh fork of a runner that installed nothing. */
-START_TEST(t_table_mapped_at_first_install)
+/* fds from FS_FDTAB_LOW up live in a table mapped at the first install
+ * among them (engine/fdtab.h); lookups before it find nothing, take does
+ * nothing, and the install maps it.  Each test runs in a fresh fork of a
+ * runner that installed nothing. */
+START_TEST(t_high_table_mapped_at_first_install)
 {
+  const int lo = 7, hi = FS_FDTAB_LOW + 7;
   ck_assert(!fs_fdtab_any());
-  ck_assert_ptr_null(fs_fdtab_get(7));
-  ck_assert(!fs_fdtab_tracked(7));
-  ck_assert_ptr_null(fs_fdtab_take(7));
-  struct fs_conn *c = fs_conn_new(7, AF_INET);
+  ck_assert_ptr_null(fs_fdtab_high);
+  ck_assert_ptr_null(fs_fdtab_get(hi));
+  ck_assert(!fs_fdtab_tracked(hi));
+  ck_assert_ptr_null(fs_fdtab_take(hi));
+  struct fs_conn *c = fs_conn_new(lo, AF_INET);
   ck_assert_ptr_nonnull(c);
-  ck_assert(!fs_fdtab_names(7, c));
+  ck_assert(!fs_fdtab_names(hi, c));
   ck_assert_int_eq(fs_fdtab_install(FS_FDTAB_SIZE, c), -EBADF);
-  ck_assert(!fs_fdtab_any()); /* a refused install maps nothing */
-  ck_assert_int_eq(fs_fdtab_install(7, c), 0);
+  ck_assert_int_eq(fs_fdtab_install(lo, c), 0);
   ck_assert(fs_fdtab_any());
-  ck_assert(fs_fdtab_tracked(7));
-  ck_assert(fs_fdtab_names(7, c));
-  ck_assert(!fs_fdtab_tracked(8));
-  struct fs_conn *t = fs_fdtab_take(7);
-  ck_assert_ptr_eq(t, c);
-  fs_conn_put(t);
-  ck_assert(fs_fdtab_any()); /* the table stays */
-  ck_assert(!fs_fdtab_tracked(7));
+  ck_assert_ptr_null(fs_fdtab_high); /* a low fd needs none */
+  ck_assert_int_eq(fs_fdtab_install(hi, c), 0);
+  ck_assert_ptr_nonnull(fs_fdtab_high);
+  ck_assert(fs_fdtab_tracked(hi) && fs_fdtab_names(hi, c) && fs_fdtab_tracked(lo));
+  ck_assert(!fs_fdtab_tracked(hi + 1) && !fs_fdtab_tracked(hi - FS_FDTAB_LOW + 1));
+  struct fs_conn *g = fs_fdtab_get(hi);
+  ck_assert_ptr_eq(g, c);
+  fs_conn_put(g);
+  ck_assert_int_eq(fs_fdtab_hiwater, hi + 1);
+  ck_assert_ptr_eq(fs_fdtab_take(hi), c);
+  ck_assert_ptr_eq(fs_fdtab_take(lo), c);
+  ck_assert(!fs_fdtab_tracked(hi) && !fs_fdtab_tracked(lo));
+  ck_assert_uint_eq(c->refs, 3); /* the two taken references, and ours */
+  fs_conn_put(c);
+  fs_conn_put(c);
   fs_conn_put(c);
 }
 END_TEST
@@ -257,7 +265,7 @@ int main(void)
   TCase *tc = tcase_create("core");
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, t_untracked_is_null);
-  tcase_add_test(tc, t_table_mapped_at_first_install);
+  tcase_add_test(tc, t_high_table_mapped_at_first_install);
   tcase_add_test(tc, t_install_get_take);
   tcase_add_test(tc, t_stale_replaced);
   tcase_add_test(tc, t_foreach);
