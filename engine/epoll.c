@@ -621,7 +621,7 @@ void fs_ep_plain_convert(struct fs_ep *ep, struct fs_conn *c)
     c->ep_plain = NULL;
   fs_unlock(&c->lock);
   struct fs_ep **s = fs_ep_slot(ep->epfd, false); /* there: ep was in it */
-  if (mine && __atomic_load_n(s, __ATOMIC_ACQUIRE) == ep) /* not a closed set */
+  if (mine && s && __atomic_load_n(s, __ATOMIC_ACQUIRE) == ep) /* not a closed set */
     (void)fs_ep_make(ep, ep->epfd, fd, c, events, data, EPOLL_CTL_MOD);
 }
 
