@@ -16,6 +16,7 @@
 
 /* glibc 2.36 declares poll's and ppoll's fds write-only (access attribute),
  * so gcc 12 takes their entries, which these read, for uninitialized. */
+#pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 static bool fs_poll_tracked(const struct pollfd *fds, nfds_t n)
@@ -46,6 +47,7 @@ FS_EXPORT int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts, con
   }
   return (int)fs_boundary_ret(fs_ready_poll(fds, n, ts, mask));
 }
+#pragma GCC diagnostic pop
 
 extern void __chk_fail(void) __attribute__((noreturn));
 extern int __poll_chk(struct pollfd *fds, nfds_t n, int timeout, size_t fdslen);
