@@ -7,7 +7,7 @@
  *
  * Runs PROGRAM N times for each side, the sides interleaved start by start
  * (none, A, B, none, A, B, ...) so that this machine's drift lands on each
- * alike.  Each start is posix_spawn() to waitpid(), timed on
+ * alike.  Each start is posix_spawnp() to waitpid(), timed on
  * CLOCK_MONOTONIC; only the child's environment carries LD_PRELOAD (run this
  * program itself plain).  A side whose library the loader refused would
  * time the plain program: each library's first start runs PROGRAM with
@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <spawn.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,7 +60,7 @@ static uint64_t one_start(char **argv, char **env, posix_spawn_file_actions_t *f
 {
   pid_t pid;
   uint64_t t0 = bench_now_ns();
-  if (posix_spawn(&pid, argv[0], fa, NULL, argv, env) != 0)
+  if (posix_spawnp(&pid, argv[0], fa, NULL, argv, env) != 0)
     return 0;
   int st;
   while (waitpid(pid, &st, 0) < 0)
@@ -70,43 +71,67 @@ static uint64_t one_start(char **argv, char **env, posix_spawn_file_actions_t *f
 }
 
 /* The loader maps lib into argv[0] (ld.so lists it under
- * LD_TRACE_LOADED_OBJECTS; it only warns when it cannot preload). */
+ * LD_TRACE_LOADED_OBJECTS, "\tPATH (0x...)"; it only warns when it cannot
+ * preload).  0 if it does, -1 if not, -2 if argv[0] could not be run. */
 static int lib_loads(char **argv, char **env, const char *lib)
 {
   int p[2];
-  if (pipe(p) < 0)
-    return -1;
+  if (pipe2(p, O_CLOEXEC) < 0)
+    return -2;
   size_t n = 0;
   while (env[n])
     n++;
   char **tenv = calloc(n + 2, sizeof *tenv);
   if (!tenv)
-    return -1;
+    return -2;
   memcpy(tenv, env, n * sizeof *tenv);
   tenv[n] = "LD_TRACE_LOADED_OBJECTS=1";
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, p[1], 1);
-  posix_spawn_file_actions_addclose(&fa, p[0]);
   pid_t pid;
-  int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, tenv);
+  int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, tenv);
   posix_spawn_file_actions_destroy(&fa);
   free(tenv);
   close(p[1]);
   if (rc != 0) {
     close(p[0]);
-    return -1;
+    return -2;
   }
-  char buf[8192];
+  /* Read to the end (a static program ignores the variable and runs). */
+  char want[4200], buf[16384];
+  snprintf(want, sizeof want, "\t%s (", lib);
   size_t got = 0;
+  bool found = false;
   ssize_t r;
-  while (got < sizeof buf - 1 && (r = read(p[0], buf + got, sizeof buf - 1 - got)) > 0)
+  while ((r = read(p[0], buf + got, sizeof buf - 1 - got)) != 0) {
+    if (r < 0) {
+      if (errno == EINTR)
+        continue;
+      break;
+    }
     got += (size_t)r;
-  buf[got] = 0;
+    buf[got] = 0;
+    found = found || strstr(buf, want) != NULL;
+    if (got == sizeof buf - 1)
+      got = 0; /* past what ld.so prints: drained, not kept */
+  }
   close(p[0]);
-  waitpid(pid, NULL, 0);
-  const char *base = strrchr(lib, '/');
-  return strstr(buf, base ? base + 1 : lib) ? 0 : -1;
+  while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+    ;
+  return found ? 0 : -1;
+}
+
+/* s as a JSON string's contents. */
+static void json_str(const char *s)
+{
+  for (; *s; s++)
+    if (*s == '"' || *s == '\\')
+      printf("\\%c", *s);
+    else if ((unsigned char)*s < 0x20)
+      printf("\\u%04x", *s);
+    else
+      putchar(*s);
 }
 
 int main(int argc, char **argv)
@@ -139,7 +164,12 @@ int main(int argc, char **argv)
       fprintf(stderr, "start-loop: out of memory\n");
       return 1;
     }
-    if (lib && lib_loads(prog, env[s], lib) < 0) {
+    int loads = lib ? lib_loads(prog, env[s], lib) : 0;
+    if (loads == -2) {
+      fprintf(stderr, "start-loop: cannot run %s\n", prog[0]);
+      return 1;
+    }
+    if (loads < 0) {
       fprintf(stderr, "start-loop: the loader does not preload %s into %s\n", lib, prog[0]);
       return 2;
     }
@@ -166,10 +196,14 @@ int main(int argc, char **argv)
     printf("%-50s %9.1f %9.1f %9.1f %+12.1f\n", sides[s], st[s].p50_us, st[s].p99_us, st[s].mean_us,
            st[s].p50_us - st[0].p50_us);
   if (json) {
-    printf("{\"program\": \"%s\", \"starts\": %ld, \"sides\": [", prog[0], n);
-    for (int s = 0; s < nsides; s++)
-      printf("%s{\"side\": \"%s\", \"p50_us\": %.1f, \"p99_us\": %.1f, \"mean_us\": %.1f}", s ? ", " : "", sides[s],
-             st[s].p50_us, st[s].p99_us, st[s].mean_us);
+    printf("{\"program\": \"");
+    json_str(prog[0]);
+    printf("\", \"starts\": %ld, \"sides\": [", n);
+    for (int s = 0; s < nsides; s++) {
+      printf("%s{\"side\": \"", s ? ", " : "");
+      json_str(sides[s]);
+      printf("\", \"p50_us\": %.1f, \"p99_us\": %.1f, \"mean_us\": %.1f}", st[s].p50_us, st[s].p99_us, st[s].mean_us);
+    }
     printf("]}\n");
   }
   return 0;

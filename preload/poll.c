@@ -16,8 +16,10 @@
 
 /* glibc 2.36 declares poll's and ppoll's fds write-only (access attribute),
  * so gcc 12 takes their entries, which these read, for uninitialized. */
+#if !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 static bool fs_poll_tracked(const struct pollfd *fds, nfds_t n)
 {
@@ -47,7 +49,9 @@ FS_EXPORT int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts, con
   }
   return (int)fs_boundary_ret(fs_ready_poll(fds, n, ts, mask));
 }
+#if !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
 
 extern void __chk_fail(void) __attribute__((noreturn));
 extern int __poll_chk(struct pollfd *fds, nfds_t n, int timeout, size_t fdslen);

@@ -286,7 +286,11 @@ static void fs_dup_track(int oldfd, int newfd)
     fs_forget(newfd);
   struct fs_conn *c = fs_fdtab_get(oldfd);
   if (c) {
-    fs_fdtab_install(newfd, c);
+    /* Untracked (the high table could not be mapped), the new number reads
+     * and writes the kernel socket: the connection's bytes must be there,
+     * for good, and its fd count then matters to nothing. */
+    if (fs_fdtab_install(newfd, c) < 0)
+      fs_sock_to_kernel(c, oldfd);
     fs_conn_put(c);
   }
   errno = saved;

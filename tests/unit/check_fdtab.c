@@ -31,8 +31,8 @@ END_TEST
 
 /* fds from FS_FDTAB_LOW up live in a table mapped at the first install
  * among them (engine/fdtab.h); lookups before it find nothing, take does
- * nothing, and the install maps it.  Each test runs in a fresh fork of a
- * runner that installed nothing. */
+ * nothing, and the install maps it.  Each test runs in a process of its
+ * own (run_suite below), forked from a runner that installed nothing. */
 START_TEST(t_high_table_mapped_at_first_install)
 {
   const int lo = 7, hi = FS_FDTAB_LOW + 7;
@@ -61,6 +61,37 @@ START_TEST(t_high_table_mapped_at_first_install)
   ck_assert(!fs_fdtab_tracked(hi) && !fs_fdtab_tracked(lo));
   ck_assert_uint_eq(c->refs, 3); /* the two taken references, and ours */
   fs_conn_put(c);
+  fs_conn_put(c);
+  fs_conn_put(c);
+}
+END_TEST
+
+/* The high table cannot be mapped (an address-space limit): an install
+ * there fails with ENOMEM and maps nothing; the low fds still work. */
+START_TEST(t_high_table_enomem)
+{
+  struct rlimit rl = { 0, 0 };
+  ck_assert_int_eq(getrlimit(RLIMIT_AS, &rl), 0);
+  /* Room for this process as it is, not for 8 MiB more. */
+  FILE *f = fopen("/proc/self/statm", "r");
+  ck_assert_ptr_nonnull(f);
+  unsigned long pages = 0;
+  ck_assert_int_eq(fscanf(f, "%lu", &pages), 1);
+  fclose(f);
+  rl.rlim_cur = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + (1u << 20);
+  ck_assert_int_eq(setrlimit(RLIMIT_AS, &rl), 0);
+  struct fs_conn *c = fs_conn_new(7, AF_INET);
+  ck_assert_ptr_nonnull(c);
+  errno = 1234;
+  ck_assert_int_eq(fs_fdtab_install(FS_FDTAB_LOW + 3, c), -ENOMEM);
+  ck_assert_int_eq(errno, 1234); /* internal: errno untouched */
+  ck_assert_ptr_null(fs_fdtab_high);
+  ck_assert(!fs_fdtab_tracked(FS_FDTAB_LOW + 3));
+  ck_assert_uint_eq(c->refs, 1);
+  ck_assert_uint_eq(c->nfds, 0);
+  ck_assert_int_eq(fs_fdtab_install(7, c), 0);
+  ck_assert(fs_fdtab_tracked(7));
+  ck_assert_ptr_eq(fs_fdtab_take(7), c);
   fs_conn_put(c);
   fs_conn_put(c);
 }
@@ -266,6 +297,7 @@ int main(void)
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, t_untracked_is_null);
   tcase_add_test(tc, t_high_table_mapped_at_first_install);
+  tcase_add_test(tc, t_high_table_enomem);
   tcase_add_test(tc, t_install_get_take);
   tcase_add_test(tc, t_stale_replaced);
   tcase_add_test(tc, t_foreach);
@@ -274,5 +306,5 @@ int main(void)
   tcase_add_test(tc, t_reserve);
   tcase_add_test(tc, t_proc_threads);
   suite_add_tcase(s, tc);
-  return run_suite(s, false);
+  return run_suite(s, true);
 }
