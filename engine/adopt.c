@@ -1,5 +1,4 @@
 /* Descriptors that cross processes with SCM_RIGHTS.  See engine/adopt.h. */
-#include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <stdlib.h>
@@ -153,10 +152,7 @@ static inline __attribute__((always_inline)) int fs_adopt_fstat(int fd, struct s
                    : "rcx", "r11", "memory");
   return r < 0 ? -1 : 0; /* errno untouched: the caller only asks whether it worked */
 #else
-  int saved = errno;
-  int r = fstat(fd, st);
-  errno = saved;
-  return r;
+  return fstat(fd, st); /* errno: the constructor keeps the application's */
 #endif
 }
 

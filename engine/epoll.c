@@ -96,22 +96,13 @@ void fs_ep_reg_wake(struct fs_ep *ep, struct fs_ep_ent *e, int wfd)
 static struct fs_ep *fs_ep_low[FS_FDTAB_LOW];
 static struct fs_ep **fs_ep_high;
 
-static __attribute__((noinline)) struct fs_ep **fs_ep_slot_high(int epfd, bool create)
+/* epfd's slot; NULL if out of range, or high with no table (mapped first
+ * if create). */
+static inline struct fs_ep **fs_ep_slot(int epfd, bool create)
 {
-  if ((unsigned)epfd >= FS_FDTAB_SIZE)
-    return NULL;
-  struct fs_ep **t = create ? FS_FDTAB_ENSURE(&fs_ep_high) : __atomic_load_n(&fs_ep_high, __ATOMIC_ACQUIRE);
-  return t ? &t[epfd] : NULL;
+  return FS_FDTAB_SLOT(fs_ep_low, &fs_ep_high, epfd, create);
 }
 
-/* epfd's slot; NULL if out of range, or high with no table (mapped first
- * if create).  Inline for a low one: every epoll call asks. */
-static inline __attribute__((always_inline)) struct fs_ep **fs_ep_slot(int epfd, bool create)
-{
-  if (__builtin_expect((unsigned)epfd < FS_FDTAB_LOW, 1))
-    return &fs_ep_low[epfd];
-  return fs_ep_slot_high(epfd, create);
-}
 static pthread_mutex_t fs_ep_alloc_lock = PTHREAD_MUTEX_INITIALIZER;
 char *fs_ep_arena;
 static char *fs_ep_bump;

@@ -49,14 +49,28 @@ void fs_fdtab_map_drop(void *t);
     t_;                                                                                               \
   })
 
+/* The slot of fd in a table of two tiers: low[FS_FDTAB_LOW], static, and
+ * *highp, FS_FDTAB_SIZE slots mapped at the first need (when create).
+ * NULL if fd is out of range, or high with no high table (none to be had). */
+#define FS_FDTAB_SLOT(low, highp, fd, create)                                                         \
+  ({                                                                                                  \
+    __typeof__(&(low)[0]) s_ = NULL;                                                                  \
+    unsigned f_ = (unsigned)(fd);                                                                     \
+    if (__builtin_expect(f_ < FS_FDTAB_LOW, 1)) {                                                     \
+      s_ = &(low)[f_];                                                                                \
+    } else if (f_ < FS_FDTAB_SIZE) {                                                                  \
+      __typeof__(*(highp)) h_ = (create) ? FS_FDTAB_ENSURE(highp) : __atomic_load_n((highp), __ATOMIC_ACQUIRE); \
+      if (h_)                                                                                         \
+        s_ = &h_[f_];                                                                                 \
+    }                                                                                                 \
+    s_;                                                                                               \
+  })
+
 /* The slot of fd, or NULL if fd is out of range, or high with no high
  * table yet. */
 static inline struct fs_conn **fs_fdtab_slot(int fd)
 {
-  if (__builtin_expect((unsigned)fd < FS_FDTAB_LOW, 1))
-    return &fs_fdtab_low[fd];
-  struct fs_conn **t = __atomic_load_n(&fs_fdtab_high, __ATOMIC_ACQUIRE);
-  return t != NULL && (unsigned)fd < FS_FDTAB_SIZE ? &t[fd] : NULL;
+  return FS_FDTAB_SLOT(fs_fdtab_low, &fs_fdtab_high, fd, false);
 }
 
 /* Highest fd ever installed + 1 (bounds foreach). */
