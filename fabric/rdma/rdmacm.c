@@ -236,7 +236,12 @@ static void fs_cm_cli_route(struct fs_cm_item *it)
     fs_cm_drop(it);
     return;
   }
-  int rc = fs_host->wake(it->c) ? -EMFILE : fs_rdma_new(it->id, it->ring, 0, it->c->wake_fd, &it->r);
+  int status = fs_host->wake(it->c); /* a reason: no fd to spare, or closed meanwhile */
+  if (status) {
+    fs_cm_cli_fail(it, status);
+    return;
+  }
+  int rc = fs_rdma_new(it->id, it->ring, 0, it->c->wake_fd, &it->r);
   if (rc < 0) {
     fs_log(FS_LOG_INFO, "fd %d: rdma resources: %s", it->c->fd, strerror(-rc));
     fs_cm_cli_fail(it, FS_REASON_RESOURCES);
@@ -368,8 +373,10 @@ static bool fs_cm_srv_try(struct fs_cm_item *it)
                               (struct sockaddr *)&c->local, NULL, fs_cm_wall_ms(), &M.seen);
   if (status == FS_REASON_AUTH)
     fs_host->refused(c, status);
+  if (status == 0)
+    status = fs_host->wake(c); /* a reason: no fd to spare, or closed meanwhile */
   if (status == 0) {
-    int rc = fs_host->wake(c) ? -EMFILE : fs_rdma_new(it->id, it->ring, 1, c->wake_fd, &it->r);
+    int rc = fs_rdma_new(it->id, it->ring, 1, c->wake_fd, &it->r);
     if (rc < 0) {
       fs_log(FS_LOG_INFO, "fd %d: rdma resources: %s", c->fd, strerror(-rc));
       status = FS_REASON_RESOURCES;

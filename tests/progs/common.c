@@ -467,3 +467,42 @@ int it_count_fds(void)
   closedir(d);
   return n - 3; /* ".", ".." and the directory's own descriptor */
 }
+
+int it_fd_snapshot(unsigned char *open_fds, int max)
+{
+  int n = 0;
+  memset(open_fds, 0, (size_t)max);
+  DIR *d = opendir("/proc/self/fd");
+  if (!d)
+    it_die(2, "opendir /proc/self/fd:");
+  int self = dirfd(d);
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    int fd = atoi(e->d_name);
+    if (e->d_name[0] == '.' || fd == self)
+      continue;
+    n++;
+    if (fd >= 0 && fd < max)
+      open_fds[fd] = 1;
+  }
+  closedir(d);
+  return n;
+}
+
+void it_fd_report_new(const unsigned char *before, int max, FILE *out)
+{
+  unsigned char *now = malloc((size_t)max);
+  if (!now)
+    it_die(2, "out of memory");
+  it_fd_snapshot(now, max);
+  for (int fd = 0; fd < max; fd++) {
+    if (!now[fd] || before[fd])
+      continue;
+    char path[64], target[256];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(path, target, sizeof target - 1);
+    target[n > 0 ? n : 0] = 0;
+    fprintf(out, "new descriptor %d: %s\n", fd, target);
+  }
+  free(now);
+}

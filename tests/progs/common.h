@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 extern const char *it_prog;
@@ -77,6 +78,11 @@ void it_hold(const char *path);
 /* Open descriptors of this process (entries of /proc/self/fd, less the
  * one the count itself opens). */
 int it_count_fds(void);
+/* The open descriptors below MAX as a 0/1 map, and how many are open (all,
+ * one listing); then each one open now that was not in the map, with what
+ * it is, to OUT (to name a leak). */
+int it_fd_snapshot(unsigned char *open_fds, int max);
+void it_fd_report_new(const unsigned char *before, int max, FILE *out);
 
 /* Client of a one-way stream test (splicer, uringio): n bytes of
  * stream(42) in a new buffer, a connection to port on 127.0.0.1 (held at
