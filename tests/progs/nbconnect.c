@@ -136,7 +136,7 @@ int main(int argc, char **argv)
   /* Twenty more: connect, wait for EPOLLOUT, connect again (its 0 says
    * "connected now", as APR and Python's select loops read it), close.  No
    * descriptor may stay behind. */
-  /* the library keeps its own descriptors high (fdreg): map them all */
+  /* the library keeps its own descriptors high, below 65,536 (base/fdreg.h) */
   static unsigned char before_map[1 << 16];
   int before = it_fd_snapshot(before_map, (int)sizeof before_map);
   for (int i = 0; i < 20; i++) {
