@@ -169,6 +169,13 @@ static inline void fs_conn_get(struct fs_conn *c)
   __atomic_fetch_add(&c->refs, 1, __ATOMIC_RELAXED);
 }
 
+/* No fd of this process names it any more: the application closed it (a
+ * rendezvous still running for it must make nothing). */
+static inline bool fs_conn_closed(const struct fs_conn *c)
+{
+  return __atomic_load_n(&c->nfds, __ATOMIC_ACQUIRE) == 0;
+}
+
 /* Take a reference unless the object is already dead (refs == 0). */
 static inline bool fs_conn_tryget(struct fs_conn *c)
 {

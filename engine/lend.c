@@ -39,25 +39,20 @@ static int fs_lend_may_attach(struct fs_link *l, uint32_t uid)
   return fs_sock_may_attach(fs_conn_of(l), uid);
 }
 
-/* The application closed it while its rendezvous ran: no wake fd, and no
- * door (a set's or the process's, made for it, would outlive it: nbconnect
- * saw two descriptors more after the connection was gone); the rendezvous
- * ends there, as its attach would. */
-static bool fs_lend_closed(struct fs_conn *c)
-{
-  return __atomic_load_n(&c->nfds, __ATOMIC_ACQUIRE) == 0;
-}
-
+/* wake and bell: for a connection the application closed while its
+ * rendezvous ran, no wake fd and no door (a set's or the process's, made
+ * for it, would outlive it: nbconnect saw two descriptors more after the
+ * connection was gone); the rendezvous ends there, as its attach would. */
 static int fs_lend_wake(struct fs_link *l)
 {
   struct fs_conn *c = fs_conn_of(l);
-  return fs_lend_closed(c) ? FS_REASON_ERROR : fs_wake_get(c);
+  return fs_conn_closed(c) ? FS_REASON_ERROR : fs_wake_get(c);
 }
 
 static int fs_lend_bell(struct fs_link *l, int *efd, int *memfd, uint32_t *slot)
 {
   struct fs_conn *c = fs_conn_of(l);
-  return fs_lend_closed(c) ? -1 : fs_ready_door_offer(c, efd, memfd, slot);
+  return fs_conn_closed(c) ? -1 : fs_ready_door_offer(c, efd, memfd, slot);
 }
 
 static int fs_lend_attach(struct fs_link *l, struct fs_chan *ch)

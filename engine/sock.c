@@ -428,7 +428,7 @@ struct fs_conn *fs_sock_find(const struct sockaddr *local, const struct sockaddr
 
 bool fs_sock_may_upgrade(struct fs_conn *c)
 {
-  if (c->no_upgrade || __atomic_load_n(&c->nfds, __ATOMIC_ACQUIRE) == 0)
+  if (c->no_upgrade || fs_conn_closed(c))
     return false;
   if (fs_sock_local_late(c))
     return true;
@@ -476,7 +476,7 @@ int fs_sock_attach(struct fs_conn *c, struct fs_chan *ch)
 {
   fs_lock(&c->lock);
   /* A fork may have come between the accept reply and the peer's ack. */
-  if (__atomic_load_n(&c->nfds, __ATOMIC_ACQUIRE) == 0 || c->no_upgrade || c->chan ||
+  if (fs_conn_closed(c) || c->no_upgrade || c->chan ||
       (c->shared_hist && fs_sock_alone(c) != 0)) {
     fs_unlock(&c->lock);
     return -ESTALE;
@@ -580,7 +580,7 @@ static void fs_sock_refd(struct fs_conn *c)
 
 void fs_sock_close(struct fs_conn *c, int fd)
 {
-  if (__atomic_load_n(&c->nfds, __ATOMIC_ACQUIRE) == 0) {
+  if (fs_conn_closed(c)) {
     fs_sock_last_close_fd(c, fd, c->linger_abort ? fd : -1);
   } else {
     if (fd == __atomic_load_n(&c->fd, __ATOMIC_ACQUIRE))

@@ -78,8 +78,8 @@ void it_hold(const char *path);
 /* Open descriptors of this process (entries of /proc/self/fd, less the
  * one the count itself opens). */
 int it_count_fds(void);
-/* The open descriptors below MAX as a 0/1 map, and how many are open (all,
- * one listing); then each one open now that was not in the map, with what
+/* How many descriptors are open (all, one listing), and those below MAX
+ * as a 0/1 map (open_fds NULL: none); then each one open now that was not in the map, with what
  * it is, to OUT (to name a leak). */
 int it_fd_snapshot(unsigned char *open_fds, int max);
 void it_fd_report_new(const unsigned char *before, int max, FILE *out);
