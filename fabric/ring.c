@@ -472,7 +472,11 @@ ssize_t fs_ring_trim(struct fs_ring *r)
     return 0;
   uint64_t tail = __atomic_load_n(&r->ctl->tail, __ATOMIC_RELAXED); /* ours */
   uint64_t head = fs_ring_load(&r->ctl->head);                       /* only grows: a bound */
-  uint64_t pos = (tail / pg + 1) * pg, end = (head + r->size) / pg * pg;
+  /* Empty, the page holding tail goes too: the next write takes a fault
+   * there (a zeroed page, once per idle spell), where keeping it cost an
+   * idle connection a page in each direction for good. */
+  uint64_t pos = head == tail ? tail / pg * pg : (tail + pg - 1) / pg * pg;
+  uint64_t end = (head + r->size) / pg * pg;
   ssize_t done = 0;
   while (pos < end) { /* at most twice: the span is shorter than the ring */
     uint64_t off = pos & (r->size - 1), n = end - pos;

@@ -165,9 +165,9 @@ bool fs_ring_eof_queued(const struct fs_ring *r);
 
 /* Producer, with no write of its own in progress: give back the pages of
  * the free space (MADV_REMOVE; in a shared mapping they go for every
- * process that maps them, and come back zeroed at the next write).  The
- * page holding tail stays (the next write lands there), and no page with
- * an unread byte is touched: the consumer reads only [head, tail).  Needs
+ * process that maps them, and come back zeroed at the next write).  No
+ * page with an unread byte is touched (the consumer reads only [head,
+ * tail)); an empty ring gives back every page.  Needs
  * page-aligned data; bytes given back, 0 if none, or -errno. */
 ssize_t fs_ring_trim(struct fs_ring *r);
 

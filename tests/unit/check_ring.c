@@ -410,11 +410,33 @@ START_TEST(t_trim_shared)
    * over trimmed pages twice. */
   trim_stream(&pr, &co, &wseq, &rseq, 40 * pg, 40 * pg + 10000);
   ck_assert(fs_ring_empty(&co));
-  /* Empty: all but the page that takes the next write. */
-  ck_assert_int_eq(fs_ring_trim(&pr), (ssize_t)(sz - pg));
-  ck_assert_int_eq(resident(pa + pg, sz), 1);
-  ck_assert_int_eq(fs_ring_trim(&pr), (ssize_t)(sz - pg)); /* again: nothing left to free, same range */
+  /* Empty: every page, the one holding tail (not page-aligned here)
+   * included. */
+  ck_assert_uint_ne(pr.ctl->tail % pg, 0);
+  ck_assert_int_eq(fs_ring_trim(&pr), (ssize_t)sz);
+  ck_assert_int_eq(resident(pa + pg, sz), 0);
+  ck_assert_int_eq(resident(pb + pg, sz), 0);
+  ck_assert_int_eq(fs_ring_trim(&pr), (ssize_t)sz); /* again: nothing left to free, same range */
+  /* The next write lands on a zeroed page and reads back exact, wrapping. */
   trim_stream(&pr, &co, &wseq, &rseq, 3 * pg, 3 * pg);
+  ck_assert(fs_ring_empty(&co));
+  /* Not empty, tail page-aligned: the page at tail is free space too. */
+  size_t rem = pg - pr.ctl->tail % pg; /* one record of this total */
+  if (rem < 16)
+    rem += pg;
+  uint8_t b[2 * 4096];
+  ck_assert_uint_le(rem - FS_RING_HDR, sizeof b);
+  for (size_t i = 0; i < rem - FS_RING_HDR; i++)
+    b[i] = (uint8_t)(wseq + i);
+  struct iovec v = { b, rem - FS_RING_HDR };
+  ck_assert_uint_eq(fs_ring_put_data(&pr, &v, 1, 0, v.iov_len), v.iov_len);
+  wseq += (uint32_t)v.iov_len;
+  ck_assert_uint_eq(pr.ctl->tail % pg, 0);
+  head = co.ctl->head;
+  tail = pr.ctl->tail;
+  ck_assert_int_eq(fs_ring_trim(&pr), (ssize_t)((head + sz) / pg * pg - tail));
+  trim_stream(&pr, &co, &wseq, &rseq, 0, v.iov_len);
+  ck_assert(fs_ring_empty(&co));
   munmap(pa, pg + sz);
   munmap(pb, pg + sz);
   close(fd);
