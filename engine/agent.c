@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 
@@ -20,9 +21,18 @@
 #include "policy/policy.h"
 
 
-/* An fd the agent watches for a fabric (or its own wake eventfd). */
+/* An fd the agent watches for a fabric (or its own wake eventfd): a
+ * rendezvous listener, rdma's event channel, each rendezvous in flight.
+ * The agent sleeps in poll() on its eventfd and these while they are a
+ * handful (a process at rest: its listener), and in an epoll set of its
+ * own only while more are in flight (a burst of upgrades: wrk -c400), so
+ * that a process holds the set's descriptor only then; it held one for
+ * good.  Back to poll() at half the count: a burst's last handshakes do
+ * not make and close a set each. */
+#define FS_AGENT_POLL_MAX 8
 struct fs_agent_watch {
   int fd;
+  bool in_ep; /* registered in A.epfd */
   bool (*fn)(void *arg);
   void *arg;
   struct fs_agent_watch *next;
@@ -67,7 +77,7 @@ static struct {
   pthread_mutex_t lock;       /* agent state and the fabrics'; held across each batch */
   pthread_mutex_t qlock;      /* job queue */
   bool running;
-  int epfd, evfd;
+  int evfd, epfd;             /* epfd: -1 while the agent polls */
   struct fs_agent_watch evwatch;
   struct fs_agent_watch *watches;
   struct fs_agent_job *jobs;
@@ -80,13 +90,19 @@ static struct {
 
 /* ---- watches ----------------------------------------------------------- */
 
-static int fs_agent_add(struct fs_agent_watch *w)
+static int fs_agent_nwatches(void)
 {
-  fs_fdreg_set(w->fd, true); /* the application's blanket closes skip it */
-  struct epoll_event ev = { .events = EPOLLIN, .data.ptr = w };
-  return FS_REAL(epoll_ctl)(A.epfd, EPOLL_CTL_ADD, w->fd, &ev) < 0 ? -errno : 0;
+  int n = 0;
+  for (struct fs_agent_watch *w = A.watches; w; w = w->next)
+    n++;
+  return n;
 }
 
+static __thread bool fs_agent_self; /* this thread is the agent */
+
+/* A.lock held.  The agent, asleep on the set it built before, is kicked
+ * to take fd in (it takes it at its next wait when it is the caller: a
+ * rendezvous it accepted). */
 int fs_agent_watch(int fd, bool (*fn)(void *arg), void *arg)
 {
   struct fs_agent_watch *w = calloc(1, sizeof *w);
@@ -95,14 +111,12 @@ int fs_agent_watch(int fd, bool (*fn)(void *arg), void *arg)
   w->fd = fd;
   w->fn = fn;
   w->arg = arg;
-  int rc = fs_agent_add(w);
-  if (rc < 0) {
-    free(w);
-    return rc;
-  }
+  fs_fdreg_set(fd, true); /* the application's blanket closes skip it */
   fs_proc_fork_work_add(FS_FORK_AGENT);
   w->next = A.watches;
   A.watches = w;
+  if (!fs_agent_self)
+    fs_agent_kick();
   return 0;
 }
 
@@ -113,9 +127,11 @@ void fs_agent_unwatch(int fd)
       struct fs_agent_watch *w = *pp;
       *pp = w->next;
       /* Leave the epoll set explicitly: close() alone does not when a
-       * forked child still holds a copy, and the agent would then get
-       * events for a watch it has freed. */
-      FS_REAL(epoll_ctl)(A.epfd, EPOLL_CTL_DEL, fd, NULL);
+       * forked child still holds a copy, and the agent would be told of
+       * it at every wait.  Asleep in a poll() or epoll_wait() that names
+       * fd, the agent drops what it reports for it (fs_agent_watching). */
+      if (w->in_ep && A.epfd >= 0)
+        FS_REAL(epoll_ctl)(A.epfd, EPOLL_CTL_DEL, fd, NULL);
       free(w);
       return;
     }
@@ -248,24 +264,115 @@ static void fs_agent_trim(void)
     A.trim_at = now + (uint64_t)FS_TRIM_PERIOD_MS * 1000000u;
 }
 
+/* The epoll set, made with its fds in when the watches outgrow a poll()
+ * (the agent's thread, A.lock held).  False if it cannot be: the agent
+ * polls the first FS_AGENT_POLL_MAX then, the rest at a later wait. */
+static bool fs_agent_ep_sync(void)
+{
+  if (A.epfd < 0) {
+    A.epfd = FS_FDREG_MAKE(FS_REAL(epoll_create1)(EPOLL_CLOEXEC));
+    if (A.epfd < 0)
+      return false;
+    struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &A.evwatch };
+    if (FS_REAL(epoll_ctl)(A.epfd, EPOLL_CTL_ADD, A.evfd, &ev) < 0) {
+      fs_fdreg_close(A.epfd);
+      A.epfd = -1;
+      return false;
+    }
+  }
+  for (struct fs_agent_watch *w = A.watches; w; w = w->next) {
+    struct epoll_event ev = { .events = EPOLLIN, .data.ptr = w };
+    if (!w->in_ep && FS_REAL(epoll_ctl)(A.epfd, EPOLL_CTL_ADD, w->fd, &ev) == 0)
+      w->in_ep = true;
+  }
+  return true;
+}
+
+static void fs_agent_ep_close(void)
+{
+  for (struct fs_agent_watch *w = A.watches; w; w = w->next)
+    w->in_ep = false;
+  if (A.epfd >= 0)
+    fs_fdreg_close(A.epfd);
+  A.epfd = -1;
+}
+
+/* Sleep until a watched fd is ready, a kick or the timeout (A.lock held,
+ * dropped meanwhile); what is ready, in pw[] (n of them). */
+static int fs_agent_wait(struct fs_agent_watch **pw, int *pfdn, int timeout)
+{
+  struct pollfd pfd[FS_AGENT_POLL_MAX];
+  int nw = fs_agent_nwatches() + 1;
+  if (A.epfd >= 0 && nw <= FS_AGENT_POLL_MAX / 2)
+    fs_agent_ep_close();
+  if ((A.epfd >= 0 || nw > FS_AGENT_POLL_MAX) && fs_agent_ep_sync()) {
+    struct epoll_event ev[FS_AGENT_POLL_MAX];
+    int epfd = A.epfd;
+    pthread_mutex_unlock(&A.lock);
+    int got = FS_REAL(epoll_wait)(epfd, ev, FS_AGENT_POLL_MAX, timeout);
+    pthread_mutex_lock(&A.lock);
+    for (int i = 0; i < got; i++) {
+      pw[i] = ev[i].data.ptr;
+      pfdn[i] = -1; /* its own fd: checked against the watch's */
+    }
+    return got > 0 ? got : 0;
+  }
+  int n = 0;
+  pw[n] = &A.evwatch;
+  pfd[n++] = (struct pollfd){ .fd = A.evfd, .events = POLLIN };
+  for (struct fs_agent_watch *w = A.watches; w && n < FS_AGENT_POLL_MAX; w = w->next) {
+    pw[n] = w;
+    pfd[n++] = (struct pollfd){ .fd = w->fd, .events = POLLIN };
+  }
+  pthread_mutex_unlock(&A.lock);
+  int got = FS_REAL(poll)(pfd, (nfds_t)n, timeout);
+  pthread_mutex_lock(&A.lock);
+  int k = 0;
+  for (int i = 0; got > 0 && i < n; i++)
+    if (pfd[i].revents) {
+      pw[k] = pw[i];
+      /* A descriptor closed without an unwatch is reported at every
+       * poll() (epoll drops it): a watch on it is dropped below. */
+      pfdn[k++] = pfd[i].revents & POLLNVAL ? -2 - pfd[i].fd : pfd[i].fd;
+    }
+  return k;
+}
+
+/* Is w (which was ready on fd; -1: any) still watched?  Dropped while the
+ * agent slept (a change of user closing a listener), it is freed memory. */
+static bool fs_agent_watching(const struct fs_agent_watch *w, int fd)
+{
+  if (w == &A.evwatch)
+    return true;
+  for (const struct fs_agent_watch *x = A.watches; x; x = x->next)
+    if (x == w && (fd < 0 || x->fd == fd))
+      return true;
+  return false;
+}
+
 /* arg: non-NULL if fs_agent_start grew the fd table already. */
 static void *fs_agent_main(void *arg)
 {
-  struct epoll_event ev[16];
+  struct fs_agent_watch *pw[FS_AGENT_POLL_MAX];
+  int pfdn[FS_AGENT_POLL_MAX];
+  fs_agent_self = true;
   if (!arg)
     fs_fdreg_reserve(A.evfd);
   pthread_mutex_lock(&A.lock);
   for (;;) {
-    int timeout = fs_agent_next_timeout();
-    int epfd = A.epfd;
-    pthread_mutex_unlock(&A.lock);
-    int n = FS_REAL(epoll_wait)(epfd, ev, 16, timeout);
-    pthread_mutex_lock(&A.lock);
+    int n = fs_agent_wait(pw, pfdn, fs_agent_next_timeout());
     for (int i = 0; i < n; i++) {
-      struct fs_agent_watch *w = ev[i].data.ptr;
-      /* A watch dropped by this call may be named again later in ev[]:
+      int fd = pfdn[i] <= -2 ? -2 - pfdn[i] : pfdn[i];
+      if (!fs_agent_watching(pw[i], fd))
+        continue;
+      if (pfdn[i] <= -2) {
+        fs_log(FS_LOG_DEBUG, "agent: fd %d closed while watched; dropped", fd);
+        fs_agent_unwatch(fd);
+        continue;
+      }
+      /* A watch dropped by this call may be named again later in pw[]:
        * stop (level-triggered, the rest come back at once). */
-      if (w->fn(w->arg))
+      if (pw[i]->fn(pw[i]->arg))
         break;
     }
     fs_agent_run_jobs();
@@ -282,13 +389,12 @@ static int fs_agent_start(void)
   if (A.running)
     return 0;
   fs_proc_fork_work_add(FS_FORK_AGENT);
-  const char *what = "epoll_create1/eventfd";
+  const char *what = "eventfd";
   bool thread = false;
   fs_fdreg_make_begin();
-  A.epfd = FS_REAL(epoll_create1)(EPOLL_CLOEXEC);
   A.evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   int err = errno;
-  if (A.epfd < 0 || A.evfd < 0) {
+  if (A.evfd < 0) {
     fs_fdreg_make_end();
     goto fail;
   }
@@ -296,22 +402,17 @@ static int fs_agent_start(void)
    * now, while we may be the only thread, or the agent's first rendezvous
    * waits ~10 ms for the kernel (curl's 20 MiB download was over before
    * its upgrade began).  With threads already, the agent does it first.
-   * Alone, its own two go up there too, before anything refers to them:
-   * at the lowest free numbers they took those the application's next
+   * Alone, its own goes up there too, before anything refers to it: at
+   * the lowest free number it took the one the application's next
    * socket() or open() expected, for good. */
   bool reserved = fs_proc_threads() == 1;
   if (reserved) {
     fs_fdreg_reserve(A.evfd);
-    A.epfd = fs_fdreg_high(A.epfd);
     A.evfd = fs_fdreg_high(A.evfd);
   }
-  fs_fdreg_set(A.epfd, true);
   fs_fdreg_set(A.evfd, true);
   fs_fdreg_make_end();
-  A.evwatch = (struct fs_agent_watch){ A.evfd, fs_agent_evfd, NULL, NULL };
-  what = "epoll_ctl";
-  if ((err = -fs_agent_add(&A.evwatch)) > 0)
-    goto fail;
+  A.evwatch = (struct fs_agent_watch){ .fd = A.evfd, .fn = fs_agent_evfd };
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
@@ -335,11 +436,9 @@ fail:;
   fs_log(told ? FS_LOG_DEBUG : FS_LOG_WARN, "cannot start the rendezvous agent (%s: %s%s); connections stay on TCP",
          what, strerror(err), thread && err == EAGAIN ? "; is RLIMIT_NPROC too low?" : "");
   told = true;
-  if (A.epfd >= 0)
-    fs_fdreg_close(A.epfd);
   if (A.evfd >= 0)
     fs_fdreg_close(A.evfd);
-  A.epfd = A.evfd = -1;
+  A.evfd = -1;
   return -EAGAIN;
 }
 

@@ -20,7 +20,7 @@ export FABSOCK_DOORBELL=0
 require_cmd python3
 IT_CLIENT_TIMEOUT=${IT_CLIENT_TIMEOUT:-40}
 N=40
-MAX_EXTRA=6 # the library's own per process: agent epoll + eventfd, rendezvous socket, stat file, ...
+MAX_EXTRA=6 # the library's own per process: agent eventfd (and epoll set in a burst), rendezvous socket, ...
 
 fc_case() { # [WANT]: runs server and client in MODE, sets rc and detail
   local want=${1:-} pf=$IT_TMP/fdcost.$MODE.$RANDOM.port out

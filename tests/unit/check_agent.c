@@ -2,9 +2,15 @@
  * byte threshold is upgraded after FS_AGENT_UPGRADE_DELAY_NS, but the
  * agent is not woken for it then; the connection's next I/O after that
  * time wakes it (a nudge), and a connection that closed before costs no
- * wake of its own (the agent reaps it at a lazy deadline, 20 ms on). */
+ * wake of its own (the agent reaps it at a lazy deadline, 20 ms on).
+ * And its watches: a handful polled, more in an epoll set made for them
+ * and closed once they are few again. */
 #include <check.h>
+#include <dirent.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -104,6 +110,121 @@ START_TEST(t_quiet_connection_upgrades_at_the_lazy_deadline)
 }
 END_TEST
 
+/* ---- watches ---------------------------------------------------------- */
+
+struct w {
+  int fd;
+  int calls; /* atomic */
+};
+
+static bool w_ready(void *arg)
+{
+  struct w *w = arg;
+  uint64_t v;
+  if (read(w->fd, &v, sizeof v) == sizeof v)
+    __atomic_add_fetch(&w->calls, 1, __ATOMIC_RELEASE);
+  return false;
+}
+
+static int epoll_fds(void)
+{
+  int n = 0;
+  DIR *d = opendir("/proc/self/fd");
+  ck_assert_ptr_nonnull(d);
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    char p[300], l[64];
+    snprintf(p, sizeof p, "/proc/self/fd/%s", e->d_name);
+    ssize_t k = readlink(p, l, sizeof l - 1);
+    if (k > 0) {
+      l[k] = 0;
+      n += strcmp(l, "anon_inode:[eventpoll]") == 0;
+    }
+  }
+  closedir(d);
+  return n;
+}
+
+static void w_add(struct w *w)
+{
+  w->fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  ck_assert_int_ge(w->fd, 0);
+  w->calls = 0;
+  fs_agent_pause(); /* the agent's lock, as a fabric holds it */
+  ck_assert_int_eq(fs_agent_watch(w->fd, w_ready, w), 0);
+  fs_agent_resume();
+}
+
+static void w_drop(struct w *w)
+{
+  fs_agent_pause();
+  fs_agent_unwatch(w->fd);
+  fs_agent_resume();
+  close(w->fd);
+}
+
+/* Ring each of ws[0..n) and wait until the agent has served each once
+ * more; false if one is not served within 10 s. */
+static bool ring_all(struct w *ws, int n)
+{
+  for (int i = 0; i < n; i++) {
+    int want = __atomic_load_n(&ws[i].calls, __ATOMIC_ACQUIRE) + 1;
+    uint64_t one = 1;
+    ck_assert_int_eq(write(ws[i].fd, &one, sizeof one), (ssize_t)sizeof one);
+    for (int t = 0; t < 10000 && __atomic_load_n(&ws[i].calls, __ATOMIC_ACQUIRE) < want; t++)
+      usleep(1000);
+    if (__atomic_load_n(&ws[i].calls, __ATOMIC_ACQUIRE) < want)
+      return false;
+  }
+  return true;
+}
+
+static bool epoll_fds_become(int want)
+{
+  for (int t = 0; t < 1000 && epoll_fds() != want; t++)
+    usleep(10000);
+  return epoll_fds() == want;
+}
+
+/* A watch added while the agent sleeps is served (it is kicked to take it
+ * in); a handful costs no epoll set; twelve are served through one, made
+ * for them; dropped back to two, the set goes.  A watch dropped while the
+ * agent sleeps on it, its fd closed, stops nothing. */
+START_TEST(t_watches_polled_then_in_a_set)
+{
+  ck_assert_int_eq(fs_agent_ensure(), 0);
+  int base = epoll_fds();
+  struct w ws[12];
+  for (int i = 0; i < 3; i++)
+    w_add(&ws[i]);
+  usleep(20000); /* the agent asleep with them */
+  ck_assert(ring_all(ws, 3));
+  ck_assert_int_eq(epoll_fds(), base);
+  for (int i = 3; i < 12; i++)
+    w_add(&ws[i]);
+  ck_assert(ring_all(ws, 12));
+  ck_assert_int_eq(epoll_fds(), base + 1);
+  for (int i = 2; i < 12; i++)
+    w_drop(&ws[i]);
+  ck_assert(ring_all(ws, 2)); /* a wake: the next wait closes the set */
+  ck_assert(epoll_fds_become(base));
+  ck_assert(ring_all(ws, 2));
+  w_drop(&ws[1]);
+  ck_assert(ring_all(ws, 1));
+  /* Closed while watched, without an unwatch: dropped by the agent (a
+   * poll() reports it invalid at every call), the others still served. */
+  struct w gone;
+  w_add(&gone);
+  usleep(20000);
+  close(gone.fd);
+  ck_assert(ring_all(ws, 1));
+  int calls = gone.calls;
+  ck_assert(ring_all(ws, 1));
+  ck_assert_int_eq(gone.calls, calls);
+  w_drop(&ws[0]);
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("agent");
@@ -112,5 +233,9 @@ int main(void)
   tcase_add_test(tc, t_delayed_upgrade_waits_for_a_nudge);
   tcase_add_test(tc, t_quiet_connection_upgrades_at_the_lazy_deadline);
   suite_add_tcase(s, tc);
+  TCase *tw = tcase_create("watches");
+  tcase_set_timeout(tw, 60);
+  tcase_add_test(tw, t_watches_polled_then_in_a_set);
+  suite_add_tcase(s, tw);
   return run_suite(s, true);
 }
