@@ -16,33 +16,38 @@
 
 #define FS_BELL_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
 
-int fs_bell_make(int *efd_out, int *memfd_out, struct fs_bell_page **page_out)
+int fs_bell_make_page(int *memfd_out, struct fs_bell_page **page_out)
 {
-  int efd = FS_FDREG_MAKE(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  if (efd < 0)
-    return -errno;
   int fd = FS_FDREG_MAKE(memfd_create("fabsock-bell", MFD_CLOEXEC | MFD_ALLOW_SEALING));
-  int rc;
-  if (fd < 0) {
-    rc = -errno;
-    fs_fdreg_close(efd);
-    return rc;
-  }
+  if (fd < 0)
+    return -errno;
   void *map = MAP_FAILED;
   if (ftruncate(fd, FS_BELL_BYTES) < 0 || FS_REAL(fcntl)(fd, F_ADD_SEALS, FS_BELL_SEALS) < 0 ||
       (map = mmap(NULL, FS_BELL_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
-    rc = -errno;
+    int rc = -errno;
     fs_fdreg_close(fd);
-    fs_fdreg_close(efd);
     return rc;
   }
   struct fs_bell_page *p = map;
   p->magic = FS_BELL_MAGIC;
   p->version = FS_BELL_VERSION;
   p->nslots = FS_BELL_SLOTS;
-  *efd_out = efd;
   *memfd_out = fd;
   *page_out = p;
+  return 0;
+}
+
+int fs_bell_make(int *efd_out, int *memfd_out, struct fs_bell_page **page_out)
+{
+  int efd = FS_FDREG_MAKE(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (efd < 0)
+    return -errno;
+  int rc = fs_bell_make_page(memfd_out, page_out);
+  if (rc < 0) {
+    fs_fdreg_close(efd);
+    return rc;
+  }
+  *efd_out = efd;
   return 0;
 }
 

@@ -49,6 +49,9 @@ _Static_assert(sizeof(struct fs_bell_page) == FS_BELL_BYTES, "bell page layout")
  * its sealed memfd, both registered as the library's; *page mapped.
  * 0 or -errno. */
 int fs_bell_make(int *efd, int *memfd, struct fs_bell_page **page);
+/* The same around an eventfd the owner has already (an epoll set's bell):
+ * the memfd and its page alone. */
+int fs_bell_make_page(int *memfd, struct fs_bell_page **page);
 
 /* Owner: unmap (the caller closes the fds). */
 void fs_bell_unmap(struct fs_bell_page *page);

@@ -17,12 +17,13 @@ bool fs_door_live(void)
   return __atomic_load_n(&fs_door_all, __ATOMIC_RELAXED) != NULL;
 }
 
-int fs_door_new(struct fs_door **out)
+int fs_door_new_on(int efd, struct fs_door **out)
 {
   struct fs_door *d = calloc(1, sizeof *d);
   if (!d)
     return -ENOMEM;
-  int rc = fs_bell_make(&d->efd, &d->memfd, &d->page);
+  d->efd = efd;
+  int rc = efd >= 0 ? fs_bell_make_page(&d->memfd, &d->page) : fs_bell_make(&d->efd, &d->memfd, &d->page);
   if (rc < 0) {
     free(d);
     return rc;

@@ -43,8 +43,15 @@ struct fs_door {
   struct fs_door *gnext;                       /* all doors (fs_door_by_efd) */
 };
 
-/* A new door with one reference.  0 or -errno. */
-int fs_door_new(struct fs_door **out);
+/* A new door with one reference: 0 or -errno.  efd: an eventfd of the
+ * library's that the door takes over (closed when the door goes; on
+ * failure the caller still holds it), or -1 for one of its own.  An epoll
+ * set's door takes the set's bell (engine/epoll.h). */
+int fs_door_new_on(int efd, struct fs_door **out);
+static inline int fs_door_new(struct fs_door **out)
+{
+  return fs_door_new_on(-1, out);
+}
 void fs_door_get(struct fs_door *d);
 void fs_door_put(struct fs_door *d);
 

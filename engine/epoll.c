@@ -733,8 +733,9 @@ void fs_ready_epoll_close(int epfd)
       fs_ep_unlink(e);
     }
   if (ep->bell >= 0) {
-    fs_fdreg_close(ep->bell);
-    ep->bell = -1;
+    int own = fs_ep_bell_take(ep); /* -1: the set's door holds its eventfd */
+    if (own >= 0)
+      fs_fdreg_close(own);
     fs_ep_ent_free(ep->bell_ent); /* its tag reads as stale from now on */
     ep->bell_ent = NULL;
   }

@@ -132,6 +132,16 @@ void fs_ep_ent_free(struct fs_ep_ent *e);
  * Up to max entries of ep that rang go in got (the count is returned),
  * for the caller to look at now; any more go on the re-check list. */
 int fs_ep_door_event(struct fs_ep *ep, struct fs_ep_ent *tag, struct fs_ep_ent **got, int max);
+/* The tag of ep's own door when that door is its bell's eventfd (it always
+ * is, once made), for the bell's pass to drain it: NULL if none (ep->lock
+ * held). */
+struct fs_ep_ent *fs_ep_door_of_bell(struct fs_ep *ep);
+/* The set's epoll fd is closing (ep->lock held): its bell is taken out of
+ * it (ep->bell -1), and returned for the caller to close, or -1 where it
+ * is the set's door's eventfd (the door closes it when it goes, after
+ * the connections holding it).  Under door_lock: the agent makes the door
+ * from the bell it finds there. */
+int fs_ep_bell_take(struct fs_ep *ep);
 /* The set's epoll fd is closing: its doors go (ep->lock held). */
 void fs_ep_door_close(struct fs_ep *ep);
 

@@ -39,25 +39,33 @@ static struct fs_door *fs_ep_door_own(struct fs_ep *ep)
 {
   if (ep->door)
     return ep->door;
-  /* A set being closed makes none; deliveries from other threads go
-   * through the set's bell, which it must have. */
-  if (fs_ep_get(ep->epfd, false) != ep || __atomic_load_n(&ep->bell, __ATOMIC_ACQUIRE) < 0)
+  /* A set being closed makes none (its close takes the bell under
+   * door_lock: engine/epoll.c); deliveries from other threads go through
+   * the set's bell, which it must have. */
+  int bell = __atomic_load_n(&ep->bell, __ATOMIC_ACQUIRE);
+  if (fs_ep_get(ep->epfd, false) != ep || bell < 0)
     return NULL;
   struct fs_door *d;
   struct fs_ep_ent *t = fs_ep_ent_new();
   if (!t)
     return NULL;
-  if (fs_door_new(&d) < 0) {
+  /* The bell's eventfd is the door's: one descriptor less per set.  It
+   * is in the kernel set already (the bell's tag, edge-triggered), so a
+   * ring comes up as the bell, whose pass drains the door too
+   * (fs_ep_door_of_bell); t is the door's tag for that pass, never in the
+   * kernel set.  The door holds the eventfd from now on: it closes it
+   * when it goes, after the set if connections still hold it. */
+  if (fs_door_new_on(bell, &d) < 0) {
     fs_ep_ent_free(t);
     return NULL;
   }
   fs_wake_on_door(fs_ready_door_kick);
   fs_door_on_deliver(fs_door_deliver);
-  if (fs_ep_door_add(ep, d, t) < 0) {
-    fs_ep_ent_free(t);
-    fs_door_put(d);
-    return NULL;
-  }
+  t->magic = FS_EP_MAGIC;
+  t->ep = ep;
+  t->is_door = t->alive = true;
+  t->door = d;
+  t->wait_fd = -1;
   ep->door_ent = t;
   __atomic_store_n(&ep->door, d, __ATOMIC_RELEASE);
   return d;
@@ -136,6 +144,22 @@ static void fs_door_deliver(void *arg, struct fs_conn *c)
   fs_unlock(&c->lock);
   if (others && wfd >= 0)
     fs_chan_efd_write(wfd);
+}
+
+int fs_ep_bell_take(struct fs_ep *ep)
+{
+  pthread_mutex_lock(&ep->door_lock);
+  int bell = ep->bell;
+  bool door_has_it = ep->door && ep->door->efd == bell;
+  __atomic_store_n(&ep->bell, -1, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&ep->door_lock);
+  return door_has_it ? -1 : bell;
+}
+
+struct fs_ep_ent *fs_ep_door_of_bell(struct fs_ep *ep)
+{
+  struct fs_door *d = __atomic_load_n(&ep->door, __ATOMIC_ACQUIRE);
+  return d && d->efd == ep->bell ? ep->door_ent : NULL; /* door_ent: stored before door */
 }
 
 int fs_ep_door_event(struct fs_ep *ep, struct fs_ep_ent *t, struct fs_ep_ent **got, int max)

@@ -360,7 +360,14 @@ static int fs_ep_results(struct fs_ep *ep, int epfd, const struct epoll_event *k
       continue;
     }
     if (e->is_bell) { /* wake fds to register: their entries are looked at next */
-      fs_ep_pend_run(ep); /* edge-triggered: never drained, each ring is an edge */
+      struct fs_ep_ent *t = fs_ep_door_of_bell(ep); /* and the door's rings */
+      if (t) {
+        struct fs_ep_ent *rang[32];
+        int nr = fs_ep_door_event(ep, t, rang, plain ? 0 : 32);
+        for (int j = 0; j < nr; j++)
+          n = fs_ep_report(ep, epfd, rang[j], 0, out, src, n, max);
+      }
+      fs_ep_pend_run(ep); /* edge-triggered: each ring is an edge */
       continue;
     }
     if (e->parked) { /* news for an fd nobody waits on here: forget it */

@@ -3,9 +3,11 @@
  * unless another waiter of this process may own it; a look that wants
  * POLLOUT moves tx onto the ring once the peer attached; an edge the
  * kernel gave once is reported even when it found the result full; a
- * connection closed while its rendezvous ran is offered no door. */
+ * connection closed while its rendezvous ran is offered no door; an epoll
+ * set's door is its bell. */
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <stddef.h>
@@ -360,6 +362,18 @@ static void pair_in_door(struct pair *p, int epfd, uint32_t events, uint64_t tag
   p->c->chan = ch;
 }
 
+/* A connection on TCP that may upgrade (no channel, no wake fd yet), in a
+ * fresh epoll set for EPOLLIN, tagged tag: the set is returned. */
+static int set_with_tcp_conn(struct pair *p, uint64_t tag)
+{
+  pair_new(p);
+  p->c->chan = NULL;
+  p->c->wake_fd = -1;
+  p->c->dir = FS_DIR_CONNECT;
+  p->c->state = FS_STATE_TCP;
+  return epoll_of(p, tag);
+}
+
 START_TEST(t_closed_during_its_rendezvous_makes_nothing)
 {
   /* The application closed the connection while its rendezvous ran (an
@@ -368,16 +382,8 @@ START_TEST(t_closed_during_its_rendezvous_makes_nothing)
    * already gone, stayed for the set's life: nbconnect counted two
    * descriptors more after 20 connections that never upgraded (one run in
    * a few hundred at an upgrade point of 3853 bytes). */
-  int epfd = epoll_create1(EPOLL_CLOEXEC);
-  ck_assert_int_ge(epfd, 0);
   struct pair p;
-  pair_new(&p);
-  p.c->chan = NULL;
-  p.c->wake_fd = -1;
-  p.c->dir = FS_DIR_CONNECT;
-  p.c->state = FS_STATE_TCP;
-  struct epoll_event ev = { .events = EPOLLIN, .data.u64 = 1 };
-  ck_assert_int_eq(fs_ready_epoll_ctl(epfd, EPOLL_CTL_ADD, p.sv[0], &ev), 0);
+  int epfd = set_with_tcp_conn(&p, 1);
   struct fs_conn *c = fs_fdtab_take(p.sv[0]); /* the application's close, as the engine sees it first */
   ck_assert_ptr_eq(c, p.c);
   ck_assert_uint_eq(c->nfds, 0);
@@ -395,6 +401,46 @@ START_TEST(t_closed_during_its_rendezvous_makes_nothing)
   ck_assert_ptr_nonnull(c->door);
   ck_assert(fs_door_live());
   close(epfd);
+}
+END_TEST
+
+/* An epoll set's door is its bell's eventfd: a set whose connections
+ * upgraded held two eventfds, its bell (for wake fds to register) and its
+ * door (for its peers' rings).  A ring comes up as the bell and its pass
+ * drains the door; the set's close leaves the eventfd to the door, which
+ * its connection still holds, and the door closes it when it goes. */
+START_TEST(t_set_door_is_its_bell)
+{
+  struct pair p;
+  int epfd = set_with_tcp_conn(&p, 5);
+  struct fs_ep *ep = fs_ep_get(epfd, false);
+  ck_assert_ptr_nonnull(ep);
+  int bell = ep->bell;
+  ck_assert_int_ge(bell, 0); /* made when the set took a connection that may upgrade */
+  int efd = -1, memfd = -1;
+  uint32_t slot;
+  ck_assert_int_eq(fs_lend_host.bell(&p.c->link, &efd, &memfd, &slot), 0);
+  ck_assert_int_eq(efd, bell);
+  struct fs_door *d = p.c->door;
+  ck_assert_ptr_nonnull(d);
+  ck_assert_int_eq(d->efd, bell);
+  /* The peer rings: the set's next wait drains the door. */
+  fs_bell_ring(d->page, efd, slot);
+  ck_assert_uint_eq(d->page->rung, 1);
+  ck_assert_uint_ne(d->page->bits[slot / 64], 0);
+  struct epoll_event out[4];
+  ck_assert_int_eq(epoll_ms(epfd, out, 20), 0); /* nothing to read on it */
+  ck_assert_uint_eq(d->page->rung, 0);
+  ck_assert_uint_eq(d->page->bits[slot / 64], 0);
+  /* The set goes; the eventfd stays with the door its connection holds. */
+  fs_ready_epoll_close(epfd);
+  close(epfd);
+  ck_assert_int_ge(fcntl(bell, F_GETFD), 0);
+  fs_bell_ring(d->page, efd, slot); /* a peer still ringing writes a live eventfd */
+  fs_ready_door_release(p.c);
+  ck_assert_ptr_null(p.c->door);
+  ck_assert_int_eq(fcntl(bell, F_GETFD), -1); /* the door went, and the eventfd with it */
+  ck_assert(!fs_door_live());
 }
 END_TEST
 
@@ -516,6 +562,7 @@ int main(void)
   tcase_add_test(tc, t_epollet_look_switches_tx);
   tcase_add_test(tc, t_epollet_kernel_event_past_a_full_result);
   tcase_add_test(tc, t_closed_during_its_rendezvous_makes_nothing);
+  tcase_add_test(tc, t_set_door_is_its_bell);
   suite_add_tcase(s, tc);
   return run_suite(s, true);
 }
