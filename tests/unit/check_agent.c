@@ -10,8 +10,10 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <stdlib.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -179,6 +181,35 @@ static bool ring_all(struct w *ws, int n)
   return true;
 }
 
+/* CPU time (clock ticks) of this process's threads but the calling one:
+ * the agent's. */
+static long other_threads_ticks(void)
+{
+  long sum = 0;
+  pid_t me = (pid_t)syscall(SYS_gettid);
+  DIR *d = opendir("/proc/self/task");
+  ck_assert_ptr_nonnull(d);
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (e->d_name[0] == '.' || atoi(e->d_name) == me)
+      continue;
+    char p[300], line[1024];
+    snprintf(p, sizeof p, "/proc/self/task/%s/stat", e->d_name);
+    FILE *f = fopen(p, "r");
+    if (!f)
+      continue;
+    if (fgets(line, sizeof line, f)) {
+      const char *q = strrchr(line, ')'); /* after the command name */
+      unsigned long ut = 0, st = 0;
+      if (q && sscanf(q + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) == 2)
+        sum += (long)(ut + st);
+    }
+    fclose(f);
+  }
+  closedir(d);
+  return sum;
+}
+
 static bool epoll_fds_become(int want)
 {
   for (int t = 0; t < 1000 && epoll_fds() != want; t++)
@@ -221,6 +252,10 @@ START_TEST(t_watches_polled_then_in_a_set)
   int calls = gone.calls;
   ck_assert(ring_all(ws, 1));
   ck_assert_int_eq(gone.calls, calls);
+  /* ... and not polled again: an agent that kept it would spin on it. */
+  long t0 = other_threads_ticks();
+  usleep(1000000);
+  ck_assert_int_lt(other_threads_ticks() - t0, 20); /* idle: 0; spinning: most of 100 */
   w_drop(&ws[0]);
 }
 END_TEST
