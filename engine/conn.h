@@ -120,7 +120,7 @@ struct fs_conn {
   uint64_t tcp_tx, tcp_rx;    /* bytes carried by TCP so far (SWITCH/REVERT) */
   uint64_t fab_tx, fab_rx;    /* bytes carried by the fabric */
   uint64_t trim_tx;           /* agent: fab_tx at its last trim pass (engine/trim.c) */
-  bool trimmed;               /* agent: tx ring trimmed since fab_tx last moved */
+  bool trimmed;               /* agent: tx ring trimmed empty since fab_tx last moved */
   uint64_t crossed_ns;        /* accepting end: when the threshold was crossed */
   uint64_t upgrade_due;       /* connecting end: when its queued upgrade may run */
   uint64_t hold_ns;           /* agent: when a request first waited for its use */

@@ -36,9 +36,12 @@ static void fs_trim_one(int fd, struct fs_conn *c, void *arg)
   }
   if (c->trimmed || !fs_lock_try(&c->txlock))
     return;
+  bool all = true;
   if (__atomic_load_n(&c->fab_tx, __ATOMIC_RELAXED) == tx)
-    *(uint64_t *)arg += ch->ops->trim(ch);
-  c->trimmed = true;
+    *(uint64_t *)arg += ch->ops->trim(ch, &all);
+  /* The peer had not read it all: its pages go at a later pass, once it
+   * has (they stayed until the next write). */
+  c->trimmed = all;
   fs_unlock(&c->txlock);
 }
 

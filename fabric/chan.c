@@ -105,8 +105,9 @@ bool fs_chan_no(struct fs_chan *ch)
   return false;
 }
 
-size_t fs_chan_trim_none(struct fs_chan *ch)
+size_t fs_chan_trim_none(struct fs_chan *ch, bool *all)
 {
   (void)ch;
+  *all = true;
   return 0;
 }

@@ -84,8 +84,10 @@ struct fs_chan_ops {
   /* The tx direction has been idle a while and the caller holds the tx
    * lock (no write in progress): give back the memory of the tx ring's
    * free space where the fabric can (shm: its pages, for both processes;
-   * registered rdma memory stays).  Bytes given back. */
-  size_t (*trim)(struct fs_chan *ch);
+   * registered rdma memory stays).  Bytes given back; *all: nothing is
+   * left to give back before the next write (else ask again later: the
+   * peer had not read everything). */
+  size_t (*trim)(struct fs_chan *ch, bool *all);
 };
 
 struct fs_chan {
@@ -130,7 +132,7 @@ void fs_chan_shared_credit(struct fs_chan *ch);
 void fs_chan_nop(struct fs_chan *ch);
 bool fs_chan_yes(struct fs_chan *ch);
 bool fs_chan_no(struct fs_chan *ch);
-size_t fs_chan_trim_none(struct fs_chan *ch);
+size_t fs_chan_trim_none(struct fs_chan *ch, bool *all);
 
 /* Declare interest before sleeping; return true if already ready. */
 bool fs_chan_arm_rx(struct fs_chan *ch);

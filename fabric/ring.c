@@ -463,15 +463,23 @@ bool fs_ring_data_queued(const struct fs_ring *r)
   return fs_ring_first(r, 1u << FS_REC_SWITCH | 1u << FS_REC_REVERT) == FS_REC_DATA;
 }
 
-ssize_t fs_ring_trim(struct fs_ring *r)
+ssize_t fs_ring_trim(struct fs_ring *r, bool *empty)
 {
   static uint64_t pg;
   if (!pg)
     pg = (uint64_t)sysconf(_SC_PAGESIZE);
+  *empty = true;
   if ((uintptr_t)r->data % pg || r->size % pg)
     return 0;
   uint64_t tail = __atomic_load_n(&r->ctl->tail, __ATOMIC_RELAXED); /* ours */
   uint64_t head = fs_ring_load(&r->ctl->head);                       /* only grows: a bound */
+  *empty = head == tail;
+  /* A slow reader: what it had not read at the last trim is given back
+   * once it has, at a later one; while head stays, nothing is new. */
+  if (!*empty && r->trim_held && head == r->trim_head)
+    return 0;
+  r->trim_held = !*empty;
+  r->trim_head = head;
   /* Empty, the page holding tail goes too: the next write takes a fault
    * there (a zeroed page, once per idle spell), where keeping it cost an
    * idle connection a page in each direction for good. */

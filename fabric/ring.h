@@ -87,6 +87,10 @@ struct fs_ring {
    * consumer only steps over SKIP.  Atomic (readiness reads it). */
   uint32_t win;
   uint64_t win_moved;                          /* producer: DATA bytes since win was set */
+  /* Producer: head at the last trim that left unread bytes (trim_held):
+   * until head moves, a trim has nothing more to give back. */
+  uint64_t trim_head;
+  bool trim_held;
 };
 
 /* A ring larger than this starts with this window (fabric's choice: shm;
@@ -168,8 +172,11 @@ bool fs_ring_eof_queued(const struct fs_ring *r);
  * process that maps them, and come back zeroed at the next write).  No
  * page with an unread byte is touched (the consumer reads only [head,
  * tail)); an empty ring gives back every page.  Needs
- * page-aligned data; bytes given back, 0 if none, or -errno. */
-ssize_t fs_ring_trim(struct fs_ring *r);
+ * page-aligned data; bytes given back, 0 if none, or -errno.  *empty:
+ * the ring held no unread byte (nothing more to give back before the next
+ * write); else a later call gives back what the consumer reads meanwhile,
+ * and costs nothing while it reads nothing. */
+ssize_t fs_ring_trim(struct fs_ring *r, bool *empty);
 
 /* Does r hold DATA not consumed yet (past any SWITCH/REVERT at its head)? */
 bool fs_ring_data_queued(const struct fs_ring *r);

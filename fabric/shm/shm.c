@@ -63,9 +63,9 @@ static bool fs_shm_peer_gone(struct fs_chan *ch, const struct sockaddr *local, c
   return rc == -ENOENT || (rc == 0 && inode == 0);
 }
 
-static size_t fs_shm_trim(struct fs_chan *ch)
+static size_t fs_shm_trim(struct fs_chan *ch, bool *all)
 {
-  ssize_t n = fs_ring_trim(&ch->tx);
+  ssize_t n = fs_ring_trim(&ch->tx, all);
   return n > 0 ? (size_t)n : 0;
 }
 

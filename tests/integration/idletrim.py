@@ -7,8 +7,13 @@ connection after the other (the client writes, the server echoes).  Each
 end then prints "burst B" (its RssShmem growth in KiB since before its
 first connection, /proc/self/status) and waits, up to 60 s, for the growth
 to fall to at most N * 4 KiB (a connection's control page) + 32 KiB (the
-process's own pages: its doorbell, its stat rows); it prints "idle I after S s" either way, and exits 0 once the
-server has read the client's EOF on every connection.
+process's own pages: its doorbell, its stat rows); it prints "idle I after
+S s" either way.  With IT_HOLD=FILE the client then waits (up to 30 s) for
+FILE before it closes its connections; the server exits 0 once it has read
+the client's EOF on every one.  With IT_SLOW_READ=B, the first connection
+then carries B bytes more each way, the client reading the server's 3 s
+late: the server's ring holds them unread meanwhile (a slow reader), and
+its pages go once they are read.
 """
 import os
 import socket
@@ -16,6 +21,7 @@ import sys
 import time
 
 WARM = 8192
+SLOW = int(os.environ.get('IT_SLOW_READ', '0'))
 
 
 def shmem_kb():
@@ -62,6 +68,9 @@ def main():
             for c in conns:
                 recvn(c, size)
                 c.sendall(b's' * size)
+        if SLOW:
+            recvn(conns[0], SLOW)
+            conns[0].sendall(b's' * SLOW)
         print('burst %d' % (shmem_kb() - base), flush=True)
         idle_wait(base, n)
         for c in conns:
@@ -77,6 +86,10 @@ def main():
                 recvn(c, size)
             if size == WARM:
                 time.sleep(0.5)  # the upgrades, on the library's thread
+        if SLOW:
+            conns[0].sendall(b'c' * SLOW)
+            time.sleep(3)  # the server's idle passes find its ring unread
+            recvn(conns[0], SLOW)
         print('burst %d' % (shmem_kb() - base), flush=True)
         idle_wait(base, n)
         hold = os.environ.get('IT_HOLD')

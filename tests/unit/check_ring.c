@@ -401,22 +401,38 @@ START_TEST(t_trim_shared)
   ck_assert_uint_lt(tail, sz);
   ck_assert_uint_gt(tail - head, 2 * pg);
   ck_assert_int_eq(resident(pa + pg, sz), (int)(tail / pg + 1));
-  ssize_t freed = fs_ring_trim(&pr);
+  bool empty;
+  ssize_t freed = fs_ring_trim(&pr, &empty);
   ck_assert_int_gt(freed, 0);
+  ck_assert(!empty);
   /* Only the pages from head's to tail's stay (through either mapping). */
   ck_assert_int_eq(resident(pb + pg, sz), (int)(tail / pg - head / pg + 1));
   ck_assert_int_eq((size_t)freed, sz - (tail / pg - head / pg + 1) * pg);
-  /* The unread bytes are intact; then 40 more pages go through, wrapping
-   * over trimmed pages twice. */
-  trim_stream(&pr, &co, &wseq, &rseq, 40 * pg, 40 * pg + 10000);
+  /* Again, the reader not having moved: nothing new, and no system call. */
+  ck_assert_int_eq(fs_ring_trim(&pr, &empty), 0);
+  ck_assert(!empty);
+  /* A slow reader: what it reads after a trim goes at the next one (it
+   * stayed until the next write), all of it once it has read everything. */
+  trim_stream(&pr, &co, &wseq, &rseq, 0, (size_t)(wseq - rseq) - 100); /* all but 100 of the unread bytes */
+  ck_assert_int_eq(fs_ring_trim(&pr, &empty), (ssize_t)((co.ctl->head + sz) / pg * pg - (tail / pg + 1) * pg));
+  ck_assert(!empty);
+  ck_assert_int_eq(resident(pb + pg, sz), (int)(tail / pg - co.ctl->head / pg + 1));
+  trim_stream(&pr, &co, &wseq, &rseq, 0, 100);
+  ck_assert_int_eq(fs_ring_trim(&pr, &empty), (ssize_t)sz);
+  ck_assert(empty);
+  ck_assert_int_eq(resident(pb + pg, sz), 0);
+  /* The stream goes on: 40 more pages, wrapping over trimmed pages
+   * twice. */
+  trim_stream(&pr, &co, &wseq, &rseq, 40 * pg, 40 * pg);
   ck_assert(fs_ring_empty(&co));
   /* Empty: every page, the one holding tail (not page-aligned here)
    * included. */
   ck_assert_uint_ne(pr.ctl->tail % pg, 0);
-  ck_assert_int_eq(fs_ring_trim(&pr), (ssize_t)sz);
+  ck_assert_int_eq(fs_ring_trim(&pr, &empty), (ssize_t)sz);
+  ck_assert(empty);
   ck_assert_int_eq(resident(pa + pg, sz), 0);
   ck_assert_int_eq(resident(pb + pg, sz), 0);
-  ck_assert_int_eq(fs_ring_trim(&pr), (ssize_t)sz); /* again: nothing left to free, same range */
+  ck_assert_int_eq(fs_ring_trim(&pr, &empty), (ssize_t)sz); /* again: nothing left to free, same range */
   /* The next write lands on a zeroed page and reads back exact, wrapping. */
   trim_stream(&pr, &co, &wseq, &rseq, 3 * pg, 3 * pg);
   ck_assert(fs_ring_empty(&co));
@@ -434,7 +450,8 @@ START_TEST(t_trim_shared)
   ck_assert_uint_eq(pr.ctl->tail % pg, 0);
   head = co.ctl->head;
   tail = pr.ctl->tail;
-  ck_assert_int_eq(fs_ring_trim(&pr), (ssize_t)((head + sz) / pg * pg - tail));
+  ck_assert_int_eq(fs_ring_trim(&pr, &empty), (ssize_t)((head + sz) / pg * pg - tail));
+  ck_assert(!empty);
   trim_stream(&pr, &co, &wseq, &rseq, 0, v.iov_len);
   ck_assert(fs_ring_empty(&co));
   munmap(pa, pg + sz);
