@@ -84,7 +84,9 @@ static struct {
   uint64_t wake_at;           /* qlock: the agent runs its jobs by then at the
                                  latest (UINT64_MAX: it sleeps until kicked) */
   uint64_t trim_at;           /* agent: the next idle-ring pass (0: none due) */
-} A = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, false, -1, -1, { 0 }, NULL, NULL, UINT64_MAX, 0 };
+  bool polling;               /* lock: the agent is (about to be) in poll() */
+  uint32_t poll_gen;          /* atomic: poll() calls the agent has returned from */
+} A = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, false, -1, -1, { 0 }, NULL, NULL, UINT64_MAX, 0, false, 0 };
 
 #define FS_FOREACH_FABRIC(f) for (const struct fs_fabric_ops *const *f = fs_fabrics; *f; f++)
 
@@ -120,6 +122,26 @@ int fs_agent_watch(int fd, bool (*fn)(void *arg), void *arg)
   return 0;
 }
 
+/* A poll() holds a reference to each file it sleeps on until it returns:
+ * a unix socket its caller closes stays bound to its name meanwhile, and
+ * the name could not be bound again (a server's rendezvous names after
+ * setuid: EADDRINUSE, and its peers found the old socket, root's, and gave
+ * up with not-owner; t_xuser).  So a thread that drops a watch while the
+ * agent polls (A.lock held) kicks it and waits until it is out of poll()
+ * (it then waits for A.lock, holding nothing).  An epoll set holds no
+ * reference.  Bounded: an agent that is not scheduled for a second is
+ * waited for no longer. */
+static void fs_agent_out_of_poll(void)
+{
+  uint32_t gen = __atomic_load_n(&A.poll_gen, __ATOMIC_ACQUIRE);
+  int saved = errno;
+  fs_agent_kick();
+  uint64_t until = fs_clock_ns() + 1000000000ull;
+  while (__atomic_load_n(&A.poll_gen, __ATOMIC_ACQUIRE) == gen && fs_clock_nap(until, 20000))
+    ;
+  errno = saved;
+}
+
 void fs_agent_unwatch(int fd)
 {
   for (struct fs_agent_watch **pp = &A.watches; *pp; pp = &(*pp)->next)
@@ -130,9 +152,12 @@ void fs_agent_unwatch(int fd)
        * forked child still holds a copy, and the agent would be told of
        * it at every wait.  Asleep in a poll() or epoll_wait() that names
        * fd, the agent drops what it reports for it (fs_agent_watching). */
-      if (w->in_ep && A.epfd >= 0)
+      bool in_ep = w->in_ep;
+      if (in_ep && A.epfd >= 0)
         FS_REAL(epoll_ctl)(A.epfd, EPOLL_CTL_DEL, fd, NULL);
       free(w);
+      if (!in_ep && A.polling && !fs_agent_self)
+        fs_agent_out_of_poll();
       return;
     }
 }
@@ -324,9 +349,12 @@ static int fs_agent_wait(struct fs_agent_watch **pw, int *pfdn, int timeout)
     pw[n] = w;
     pfd[n++] = (struct pollfd){ .fd = w->fd, .events = POLLIN };
   }
+  A.polling = true;
   pthread_mutex_unlock(&A.lock);
   int got = FS_REAL(poll)(pfd, (nfds_t)n, timeout);
+  __atomic_add_fetch(&A.poll_gen, 1, __ATOMIC_RELEASE); /* its files let go (fs_agent_out_of_poll) */
   pthread_mutex_lock(&A.lock);
+  A.polling = false;
   int k = 0;
   for (int i = 0; got > 0 && i < n; i++)
     if (pfd[i].revents) {
@@ -684,6 +712,7 @@ void fs_agent_after_fork(bool child)
       fs_fdreg_close(A.evfd);
     A.epfd = A.evfd = -1;
     A.running = false;
+    A.polling = false; /* the parent's agent's; none here */
     fs_agent_proc_served = false; /* the name is the parent's: ours comes on demand */
     fs_agent_proc_failed_ns = 0;
   }

@@ -12,8 +12,11 @@
 #include <string.h>
 #include <stdlib.h>
 #include <sys/eventfd.h>
+#include <errno.h>
+#include <stddef.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -260,6 +263,54 @@ START_TEST(t_watches_polled_then_in_a_set)
 }
 END_TEST
 
+
+/* A listener dropped while the agent sleeps on it lets go of its name at
+ * its close: a poll() holds its files until it returns, and the socket of
+ * a server's rendezvous name, closed after setuid to be bound again under
+ * the new user, kept the name (EADDRINUSE: the peers found root's socket
+ * and gave up, t_xuser). */
+static bool never(void *arg)
+{
+  (void)arg;
+  return false;
+}
+
+START_TEST(t_dropped_listener_lets_go_of_its_name)
+{
+  ck_assert_int_eq(fs_agent_ensure(), 0);
+  struct sockaddr_un a = { .sun_family = AF_UNIX };
+  int len = snprintf(a.sun_path + 1, sizeof a.sun_path - 1, "check-agent-%d", (int)getpid());
+  socklen_t al = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len);
+  int u = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  ck_assert_int_ge(u, 0);
+  ck_assert_int_eq(bind(u, (struct sockaddr *)&a, al), 0);
+  ck_assert_int_eq(listen(u, 4), 0);
+  fs_agent_pause();
+  ck_assert_int_eq(fs_agent_watch(u, never, NULL), 0);
+  fs_agent_resume();
+  usleep(50000); /* the agent asleep on it */
+  for (int round = 0; round < 3; round++) {
+    fs_agent_pause();
+    fs_agent_unwatch(u);
+    close(u);
+    u = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(u, 0);
+    int rc = bind(u, (struct sockaddr *)&a, al);
+    int err = errno;
+    if (rc == 0)
+      ck_assert_int_eq(fs_agent_watch(u, never, NULL), 0);
+    fs_agent_resume();
+    ck_assert_msg(rc == 0, "bind again: %s", strerror(err));
+    ck_assert_int_eq(listen(u, 4), 0);
+    usleep(50000);
+  }
+  fs_agent_pause();
+  fs_agent_unwatch(u);
+  fs_agent_resume();
+  close(u);
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("agent");
@@ -271,6 +322,7 @@ int main(void)
   TCase *tw = tcase_create("watches");
   tcase_set_timeout(tw, 60);
   tcase_add_test(tw, t_watches_polled_then_in_a_set);
+  tcase_add_test(tw, t_dropped_listener_lets_go_of_its_name);
   suite_add_tcase(s, tw);
   return run_suite(s, true);
 }
