@@ -322,9 +322,22 @@ static void fs_agent_ep_close(void)
   A.epfd = -1;
 }
 
+/* Is w (which was ready on fd; -1: any) still watched?  Dropped while the
+ * agent slept (a change of user closing a listener), it is freed memory. */
+static bool fs_agent_watching(const struct fs_agent_watch *w, int fd)
+{
+  if (w == &A.evwatch)
+    return true;
+  for (const struct fs_agent_watch *x = A.watches; x; x = x->next)
+    if (x == w && (fd < 0 || x->fd == fd))
+      return true;
+  return false;
+}
+
 /* Sleep until a watched fd is ready, a kick or the timeout (A.lock held,
- * dropped meanwhile); what is ready, in pw[] (n of them). */
-static int fs_agent_wait(struct fs_agent_watch **pw, int *pfdn, int timeout)
+ * dropped meanwhile); what is ready, in pw[] (n of them) with the fd each
+ * was ready on in fds[] (-1: its own, from the epoll set). */
+static int fs_agent_wait(struct fs_agent_watch **pw, int *fds, int timeout)
 {
   struct pollfd pfd[FS_AGENT_POLL_MAX];
   int nw = fs_agent_nwatches() + 1;
@@ -338,7 +351,7 @@ static int fs_agent_wait(struct fs_agent_watch **pw, int *pfdn, int timeout)
     pthread_mutex_lock(&A.lock);
     for (int i = 0; i < got; i++) {
       pw[i] = ev[i].data.ptr;
-      pfdn[i] = -1; /* its own fd: checked against the watch's */
+      fds[i] = -1;
     }
     return got > 0 ? got : 0;
   }
@@ -356,48 +369,38 @@ static int fs_agent_wait(struct fs_agent_watch **pw, int *pfdn, int timeout)
   pthread_mutex_lock(&A.lock);
   A.polling = false;
   int k = 0;
-  for (int i = 0; got > 0 && i < n; i++)
-    if (pfd[i].revents) {
-      pw[k] = pw[i];
-      /* A descriptor closed without an unwatch is reported at every
-       * poll() (epoll drops it): a watch on it is dropped below. */
-      pfdn[k++] = pfd[i].revents & POLLNVAL ? -2 - pfd[i].fd : pfd[i].fd;
+  for (int i = 0; got > 0 && i < n; i++) {
+    if (!pfd[i].revents)
+      continue;
+    if (pfd[i].revents & POLLNVAL) {
+      /* Closed without an unwatch: reported at every poll() (epoll drops
+       * it), so the watch goes. */
+      if (fs_agent_watching(pw[i], pfd[i].fd)) {
+        fs_log(FS_LOG_DEBUG, "agent: fd %d closed while watched; dropped", pfd[i].fd);
+        fs_agent_unwatch(pfd[i].fd);
+      }
+      continue;
     }
+    pw[k] = pw[i];
+    fds[k++] = pfd[i].fd;
+  }
   return k;
-}
-
-/* Is w (which was ready on fd; -1: any) still watched?  Dropped while the
- * agent slept (a change of user closing a listener), it is freed memory. */
-static bool fs_agent_watching(const struct fs_agent_watch *w, int fd)
-{
-  if (w == &A.evwatch)
-    return true;
-  for (const struct fs_agent_watch *x = A.watches; x; x = x->next)
-    if (x == w && (fd < 0 || x->fd == fd))
-      return true;
-  return false;
 }
 
 /* arg: non-NULL if fs_agent_start grew the fd table already. */
 static void *fs_agent_main(void *arg)
 {
   struct fs_agent_watch *pw[FS_AGENT_POLL_MAX];
-  int pfdn[FS_AGENT_POLL_MAX];
+  int fds[FS_AGENT_POLL_MAX];
   fs_agent_self = true;
   if (!arg)
     fs_fdreg_reserve(A.evfd);
   pthread_mutex_lock(&A.lock);
   for (;;) {
-    int n = fs_agent_wait(pw, pfdn, fs_agent_next_timeout());
+    int n = fs_agent_wait(pw, fds, fs_agent_next_timeout());
     for (int i = 0; i < n; i++) {
-      int fd = pfdn[i] <= -2 ? -2 - pfdn[i] : pfdn[i];
-      if (!fs_agent_watching(pw[i], fd))
+      if (!fs_agent_watching(pw[i], fds[i]))
         continue;
-      if (pfdn[i] <= -2) {
-        fs_log(FS_LOG_DEBUG, "agent: fd %d closed while watched; dropped", fd);
-        fs_agent_unwatch(fd);
-        continue;
-      }
       /* A watch dropped by this call may be named again later in pw[]:
        * stop (level-triggered, the rest come back at once). */
       if (pw[i]->fn(pw[i]->arg))

@@ -7,17 +7,17 @@
  * and closed once they are few again. */
 #include <check.h>
 #include <dirent.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <string.h>
-#include <stdlib.h>
-#include <sys/eventfd.h>
 #include <errno.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
-#include <sys/un.h>
 #include <sys/uio.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "base/clock.h"
@@ -262,7 +262,6 @@ START_TEST(t_watches_polled_then_in_a_set)
   w_drop(&ws[0]);
 }
 END_TEST
-
 
 /* A listener dropped while the agent sleeps on it lets go of its name at
  * its close: a poll() holds its files until it returns, and the socket of
