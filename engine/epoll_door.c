@@ -15,17 +15,22 @@
 
 static void fs_door_deliver(void *arg, struct fs_conn *c);
 
-/* The door's eventfd into ep's kernel set under tag t (ep->lock held, or
- * ep->door_lock for its own door).
- * Edge-triggered: every drainer reads it, and an edge is all a sleeper
- * in the set needs. */
-static int fs_ep_door_add(struct fs_ep *ep, struct fs_door *d, struct fs_ep_ent *t)
+/* t made d's tag in ep. */
+static void fs_ep_door_tag(struct fs_ep *ep, struct fs_door *d, struct fs_ep_ent *t)
 {
   t->magic = FS_EP_MAGIC;
   t->ep = ep;
   t->is_door = t->alive = true;
   t->door = d;
   t->wait_fd = -1;
+}
+
+/* Another set's door's eventfd into ep's kernel set under tag t (ep->lock
+ * held; ep's own door is its bell, there already).  Edge-triggered: every
+ * drainer reads it, and an edge is all a sleeper in the set needs. */
+static int fs_ep_door_add(struct fs_ep *ep, struct fs_door *d, struct fs_ep_ent *t)
+{
+  fs_ep_door_tag(ep, d, t);
   struct epoll_event kev = { .events = EPOLLIN | EPOLLET, .data.u64 = (uint64_t)(uintptr_t)t };
   int saved = errno;
   int rc = FS_REAL(epoll_ctl)(ep->epfd, EPOLL_CTL_ADD, d->efd, &kev) < 0 ? -errno : 0;
@@ -61,11 +66,7 @@ static struct fs_door *fs_ep_door_own(struct fs_ep *ep)
   }
   fs_wake_on_door(fs_ready_door_kick);
   fs_door_on_deliver(fs_door_deliver);
-  t->magic = FS_EP_MAGIC;
-  t->ep = ep;
-  t->is_door = t->alive = true;
-  t->door = d;
-  t->wait_fd = -1;
+  fs_ep_door_tag(ep, d, t);
   ep->door_ent = t;
   __atomic_store_n(&ep->door, d, __ATOMIC_RELEASE);
   return d;
