@@ -7,6 +7,7 @@
 #include <string.h>
 #include <strings.h>
 #include <syslog.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/log.h"
@@ -14,6 +15,7 @@
 
 int fs_log_level = FS_LOG_WARN;
 static int fs_log_syslog;
+static int fs_log_time; /* "time": each line says when (CLOCK_MONOTONIC, s.us) */
 
 int fs_log_configure(const char *spec)
 {
@@ -31,6 +33,10 @@ int fs_log_configure(const char *spec)
       }
     if (n == 6 && strncasecmp(spec, "syslog", 6) == 0) {
       fs_log_syslog = 1;
+      found = 1;
+    }
+    if (n == 4 && strncasecmp(spec, "time", 4) == 0) {
+      fs_log_time = 1;
       found = 1;
     }
     if (!found && n > 0)
@@ -81,7 +87,14 @@ void fs_log_emit(int level, const char *fmt, ...)
     static const int prio[] = { LOG_ERR, LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG };
     vsyslog(prio[level], fmt, ap);
   } else {
-    int n = snprintf(buf, sizeof buf, "fabsock[%d] %s: ", (int)getpid(), tags[level]);
+    /* With "time", the monotonic clock: the two ends' lines of an upgrade
+     * (rendezvous, cutover) line up, and with the application's own. */
+    struct timespec ts = { 0, 0 };
+    if (fs_log_time)
+      clock_gettime(CLOCK_MONOTONIC, &ts);
+    int n = fs_log_time ? snprintf(buf, sizeof buf, "fabsock[%d] %lld.%06ld %s: ", (int)getpid(), (long long)ts.tv_sec,
+                                   ts.tv_nsec / 1000, tags[level])
+                        : snprintf(buf, sizeof buf, "fabsock[%d] %s: ", (int)getpid(), tags[level]);
     if (n < 0)
       n = 0;
     int m = vsnprintf(buf + n, sizeof buf - (size_t)n - 1, fmt, ap);

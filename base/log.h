@@ -1,6 +1,7 @@
 /* Diagnostics to stderr (or syslog), never to stdout, never touching errno.
  *
- * FABSOCK_LOG=error|warn|info|debug[,syslog]; default warn. */
+ * FABSOCK_LOG=error|warn|info|debug[,syslog][,time]; default warn.  time: each
+ * line carries the monotonic clock, seconds.microseconds (stderr only). */
 #ifndef FS_BASE_LOG_H
 #define FS_BASE_LOG_H
 

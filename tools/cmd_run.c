@@ -27,7 +27,7 @@ void fs_tool_run_usage(FILE *out)
         "                  fabric for every connection (sets FABSOCK_TRANSPORT)\n"
         "  --config FILE   policy file, fabsock.conf(5) (sets FABSOCK_CONFIG to\n"
         "                  its absolute path)\n"
-        "  --log LEVEL     off|error|warn|info|debug, optionally \",syslog\"\n"
+        "  --log LEVEL     off|error|warn|info|debug, optionally \",syslog\", \",time\"\n"
         "                  (sets FABSOCK_LOG)\n"
         "  -h, --help      show this help\n"
         "  The library is $FABSOCK_LIB if set, else .libs/" FS_LIBNAME " beside the\n"
@@ -54,10 +54,10 @@ static int fs_tool_run_usage_error(const char *fmt, ...)
   return FS_TOOL_EXIT_USAGE;
 }
 
-/* FABSOCK_LOG grammar (base/log.h): comma-separated level words and "syslog". */
+/* FABSOCK_LOG grammar (base/log.h): comma-separated level words, "syslog", "time". */
 static int fs_tool_log_valid(const char *spec)
 {
-  static const char *const words[] = { "off", "error", "warn", "info", "debug", "syslog" };
+  static const char *const words[] = { "off", "error", "warn", "info", "debug", "syslog", "time" };
   if (*spec == '\0')
     return 0;
   while (*spec) {
@@ -175,7 +175,7 @@ int fs_tool_env_parse(int argc, char **argv, const char *cmd, struct fs_tool_env
     return fs_tool_run_usage_error("--transport %s: expected auto, rdma, shm or tcp", transport);
   if (e->log != NULL && !fs_tool_log_valid(e->log))
     return fs_tool_run_usage_error("--log %s: expected off, error, warn, info or debug, "
-                                   "optionally followed by ,syslog", e->log);
+                                   "optionally followed by ,syslog and ,time", e->log);
   if (e->config != NULL) {
     if (realpath(e->config, e->config_abs) == NULL || access(e->config_abs, R_OK) != 0) {
       fprintf(stderr, "fabsock %s: --config %s: %s\n", cmd, e->config, strerror(errno));

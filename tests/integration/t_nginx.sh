@@ -105,7 +105,12 @@ CONF
     fi
     # The same wrk unpreloaded: epoll_ctl per connection is no more than its
     # (a plain registration passes its calls on, an unchanged MOD not even
-    # that; entries made a DEL at every close).
+    # that; entries made a DEL at every close).  Per connection, with 2%
+    # slack: the preloaded side usually makes 4.0 to plain's 6.0, but in 1
+    # of 8 runs here it made plain's 6.0 (7054 calls for 1178 connects
+    # against 6907 for 1154), and then the connections cut off when the
+    # second ends (-c4) decide.  A regression of one call per connection
+    # is 17%.
     name="wrk, a connection per request: no more epoll_ctl per connection than plain"
     timeout 60 strace -f -c -e trace=connect,epoll_ctl -o "$IT_TMP/wrkp.strace" \
       wrk -t1 -c4 -d1s -H 'Connection: close' "http://127.0.0.1:$port/f4k" >"$out.plain" 2>&1
@@ -113,7 +118,7 @@ CONF
     pconn=${pconn:-0} pctl=${pctl:-0}
     if [ "$pconn" -lt 20 ] || [ "$nconn" -lt 20 ]; then
       tap_not_ok "$name [$MODE]" "too few connects: $nconn preloaded, $pconn plain"
-    elif [ $((nctl * pconn)) -le $((pctl * nconn + nconn)) ]; then
+    elif [ $((50 * nctl * pconn)) -le $((51 * pctl * nconn)) ]; then
       tap_ok "$name [$MODE]" "$nctl for $nconn connects, plain $pctl for $pconn"
     else
       tap_not_ok "$name [$MODE]" "$nctl for $nconn connects, plain $pctl for $pconn"

@@ -950,7 +950,7 @@ START_TEST(test_tool_cli)
   /* ld.so complains about the fake library on stderr and runs env anyway. */
   snprintf(cmd, sizeof cmd,
            "cd '%s' && FABSOCK_LIB=libfake.so LD_PRELOAD='/nonexistent/other.so %s' '%s' run "
-           "--transport shm --log debug,syslog --config=fabsock.conf -- env 2>/dev/null",
+           "--transport shm --log debug,syslog,time --config=fabsock.conf -- env 2>/dev/null",
            tmpdir, lib, bin);
   char *env = run_cmd(cmd, &rc);
   /* Every variable on a line of its own, the first one too. */
@@ -963,7 +963,7 @@ START_TEST(test_tool_cli)
   snprintf(want, sizeof want, "\nLD_PRELOAD=%s:/nonexistent/other.so\n", lib);
   ck_assert_msg(strstr(out, want) != NULL, "%s", out);
   ck_assert_msg(strstr(out, "\nFABSOCK_TRANSPORT=shm\n") != NULL, "%s", out);
-  ck_assert_msg(strstr(out, "\nFABSOCK_LOG=debug,syslog\n") != NULL, "%s", out);
+  ck_assert_msg(strstr(out, "\nFABSOCK_LOG=debug,syslog,time\n") != NULL, "%s", out);
   snprintf(want, sizeof want, "\nFABSOCK_CONFIG=%s\n", conf);
   ck_assert_msg(strstr(out, want) != NULL, "%s", out);
   free(out);
