@@ -138,20 +138,26 @@ static int fs_bell_peer_check(int efd, int memfd, struct stat *st)
   return seals >= 0 && (seals & FS_BELL_SEALS) == FS_BELL_SEALS ? 0 : -EPROTO;
 }
 
-int fs_bell_peer_get(int efd, int memfd, struct fs_bell_peer **out)
+int fs_bell_peer_get(int efd, int memfd, int budget_fd, struct fs_bell_peer **out)
 {
   struct stat st;
   int rc = fs_bell_peer_check(efd, memfd, &st);
   struct fs_bell_peer *p = NULL;
+  unsigned kept = 0;
   if (rc == 0) {
     pthread_mutex_lock(&fs_bell_lock);
-    for (p = fs_bell_peers; p; p = p->next)
+    for (p = fs_bell_peers; p; p = p->next, kept++)
       if (p->dev == (uint64_t)st.st_dev && p->ino == (uint64_t)st.st_ino) {
         p->refs++;
         break;
       }
     pthread_mutex_unlock(&fs_bell_lock);
   }
+  /* A server with a client process per connection keeps one eventfd per
+   * client: without the budget, 100 clients under ulimit -n 128 left its
+   * accept() to fail with EMFILE where plain TCP took them all. */
+  if (rc == 0 && !p && budget_fd >= 0 && !fs_fdreg_share_ok(budget_fd, kept))
+    rc = -EMFILE;
   if (rc == 0 && !p) {
     void *map = mmap(NULL, FS_BELL_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
     p = map == MAP_FAILED ? NULL : calloc(1, sizeof *p);

@@ -78,8 +78,12 @@ struct fs_bell_peer {
  * the library's: this call takes them over and closes them whatever
  * happens): the one already held, or a
  * new one after checking them (an eventfd; a sealed memfd of the right
- * size and format).  0, -EPROTO for anything else, or -errno. */
-int fs_bell_peer_get(int efd, int memfd, struct fs_bell_peer **out);
+ * size and format).  A new one keeps its eventfd: one descriptor more,
+ * taken only within the budget (fs_fdreg_share_ok; budget_fd: the
+ * connection's fd, the application's count as the budget reads it), else
+ * -EMFILE; -1: no budget.  0, -EPROTO for
+ * anything else, or -errno. */
+int fs_bell_peer_get(int efd, int memfd, int budget_fd, struct fs_bell_peer **out);
 void fs_bell_peer_put(struct fs_bell_peer *p);
 
 /* Ring slot of a peer's bell. */

@@ -99,6 +99,15 @@ static inline bool fs_fdreg_settle(int fd)
  * connections under ulimit -n 140 held 200 eventfds, and its accept()
  * failed with EMFILE. */
 bool fs_fdreg_budget_ok(int fd, int need);
+/* One more descriptor kept for a peer process (its doorbell: one per
+ * peer process, not per connection of ours) where `kept` are kept
+ * already: fs_fdreg_budget_ok(fd, 1), and kept + 1 within a sixteenth of
+ * the soft limit.  The 3/4 rule alone let a server take its peers'
+ * doorbells while it was small: with 100 client processes under ulimit -n
+ * 128 it held 35 of them once it had accepted 84, and its accept() failed
+ * with EMFILE.  (The registered count is no measure: it holds the fds of
+ * rendezvous in flight too.) */
+bool fs_fdreg_share_ok(int fd, unsigned kept);
 /* opendir(), its descriptor moved high at once (fs_fdreg_high): for the
  * scans (stat tables, /proc/PID/fd), which run aside (base/aside.h), or in
  * the application's table where they cannot.  NULL and errno on failure. */

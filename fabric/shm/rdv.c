@@ -3,6 +3,7 @@
  * agent lock).  Everything here uses FS_REAL() only. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,58 +27,15 @@
 #include "fabric/shm/rdv.h"
 #include "fabric/shm/shm.h"
 
-#define FS_RDV_MAX_PEND 256     /* unix conns in flight, server side; beyond,
-                                   listeners pause (their backlog waits) */
-#define FS_RDV_HOLD_MS 2000     /* how long a request waits for accept() */
-#define FS_RDV_RETRY_MAX_MS 50  /* backoff cap while the holder is not alone yet */
-#define FS_RDV_LIST_GRACE_MS 100 /* from a process of ours accepting to its stat row */
+#include "fabric/shm/rdv_int.h"
 
-/* K_CLI_RETRY: a connecting end waiting to look for its peer's holder
- * again (the peer's socket is shared, or not accepted yet). */
-enum fs_rdv_kind { K_LISTENER = 1, K_SRV, K_CLI, K_CLI_RETRY };
-enum fs_rdv_srv_state { S_WAIT_REQ, S_HELD, S_WAIT_ACK };
-
-struct fs_rdv_item {
-  enum fs_rdv_kind kind;
-  int ufd;
-  uint64_t deadline;          /* ns, CLOCK_MONOTONIC; 0 = none */
-  struct fs_link *c;          /* listener (K_LISTENER; NULL: orphan) or connection
-                                 (K_CLI, S_WAIT_ACK); referenced */
-  struct fs_chan *ch;         /* K_CLI: not attached yet */
-  int state;                  /* K_SRV */
-  int fds[4];                 /* K_SRV held: tcp dup, memfd, client efd or
-                                 bell efd, bell memfd (or -1) */
-  uint32_t slot;              /* K_SRV: the client's slot in its bell */
-  uint32_t uid;
-  uint64_t give_up;           /* K_CLI, K_CLI_RETRY: the connecting end's set-up bound */
-  uint64_t look_ns;           /* K_SRV held: when to ask again whether another process holds it */
-  uint32_t backoff_ms;        /* K_CLI_RETRY: the next wait */
-  bool holder_only;           /* K_CLI_RETRY: ask the holder only next */
-  uint64_t seen_ns;           /* K_CLI_RETRY: when the peer's socket was first
-                                 seen accepted, listed by nobody yet */
-  bool via_holder;            /* K_CLI: asked the holder's own name */
-  bool rings;                 /* K_CLI: offered the peer our doorbell */
-  bool shared_listener;
-  bool paused;               /* K_LISTENER: unwatched while too many are in flight */
-  struct sockaddr_storage tl, tp; /* K_SRV: the passed socket's local/peer */
-  bool proc;                  /* K_LISTENER: this process's own name (c NULL) */
-  char name[108];             /* K_LISTENER: its abstract name */
-  int namelen;
-  struct fs_rdv_item *next;
-};
-
-/* Agent lock held for all of it. */
-static struct {
-  struct fs_rdv_item *items;  /* all listeners and in-flight unix conns */
-  int npend;                  /* K_SRV items (atomic reads from accept) */
-  int npaused;                /* listeners not watched: npend at the cap */
-} A;
+struct fs_rdv_agent fs_rdv_a;
 
 static bool fs_rdv_event(void *arg);
 
 /* ---- item bookkeeping ------------------------------------------------- */
 
-static int fs_rdv_watch(struct fs_rdv_item *it)
+int fs_rdv_watch(struct fs_rdv_item *it)
 {
   return fs_host->watch(it->ufd, fs_rdv_event, it);
 }
@@ -86,19 +44,78 @@ static int fs_rdv_watch(struct fs_rdv_item *it)
  * clients queued in the unix backlog, within their own timeout) resume. */
 static void fs_rdv_pend_done(void)
 {
-  A.npend--;
-  if (A.npaused == 0 || A.npend >= FS_RDV_MAX_PEND)
+  fs_rdv_a.npend--;
+  if (fs_rdv_a.npaused == 0 || fs_rdv_a.npend >= FS_RDV_MAX_PEND)
     return;
-  for (struct fs_rdv_item *l = A.items; l; l = l->next)
-    if (l->kind == K_LISTENER && l->paused && fs_rdv_watch(l) == 0) {
+  for (struct fs_rdv_item *l = fs_rdv_a.items; l; l = l->next)
+    if (l->kind == K_LISTENER && l->paused && !l->deadline && fs_rdv_watch(l) == 0) {
       l->paused = false;
-      A.npaused--;
+      fs_rdv_a.npaused--;
     }
 }
 
-static void fs_rdv_drop(struct fs_rdv_item *it)
+/* Unwatch listener l until a handshake ends (at the cap). */
+static void fs_rdv_pause(struct fs_rdv_item *l)
 {
-  struct fs_rdv_item **pp = &A.items;
+  fs_host->unwatch(l->ufd);
+  l->paused = true;
+  fs_rdv_a.npaused++;
+}
+
+/* Listener l cannot afford a client (out of descriptors, or past the
+ * budget).  Left readable and watched, the agent polled it again at once:
+ * 100% of a CPU for as long as the process ran.  Only unwatched, it kept
+ * its backlog, and each client's request in it holds what the client
+ * passed, a dup of its TCP socket among them: a client that closed, or
+ * died, left the server's connection established, and the server
+ * waiting for an EOF that never came.  So it closes (the backlog and what
+ * it holds go with it; clients find the name unserved and stay on TCP at
+ * once) and serves its name again FS_RDV_SPENT_MS later (fs_rdv_tick). */
+static void fs_rdv_rest(struct fs_rdv_item *l)
+{
+  fs_host->unwatch(l->ufd);
+  fs_fdreg_close(l->ufd);
+  l->ufd = -1;
+  if (!l->paused)
+    fs_rdv_a.npaused++;
+  l->paused = true;
+  l->deadline = fs_clock_ns() + (uint64_t)FS_RDV_SPENT_MS * 1000000u;
+}
+
+/* A rested listener serves its name again: true, or false if it cannot
+ * yet (tried again later) or for good (*gone: the name is taken). */
+static bool fs_rdv_unrest(struct fs_rdv_item *l, bool *gone)
+{
+  *gone = false;
+  if (l->ufd < 0) {
+    int app = INT_MAX / 2;
+    int ufd = fs_rdv_unix_socket();
+    if (ufd >= 0)
+      app = fs_rdv_app_fds(ufd, l->c ? l->c->fd : -1);
+    if (ufd < 0 || !fs_fdreg_budget_ok(app, FS_RDV_FDS)) {
+      if (ufd >= 0)
+        FS_REAL(close)(ufd);
+      return false;
+    }
+    if (fs_rdv_bind_name(ufd, l->name, l->namelen) < 0) {
+      *gone = errno == EADDRINUSE;
+      FS_REAL(close)(ufd);
+      return false;
+    }
+    fs_fdreg_set(ufd, true);
+    l->ufd = ufd;
+  }
+  if (fs_rdv_watch(l) < 0)
+    return false; /* bound: watched at the next rest's end */
+  l->paused = false;
+  l->deadline = 0;
+  fs_rdv_a.npaused--;
+  return true;
+}
+
+void fs_rdv_drop(struct fs_rdv_item *it)
+{
+  struct fs_rdv_item **pp = &fs_rdv_a.items;
   while (*pp && *pp != it)
     pp = &(*pp)->next;
   if (*pp)
@@ -126,15 +143,29 @@ static void fs_rdv_drop(struct fs_rdv_item *it)
  * staying on TCP with a false "protocol". */
 static bool fs_rdv_srv_new(struct fs_rdv_item *l)
 {
-  if (A.npend >= FS_RDV_MAX_PEND) {
-    fs_host->unwatch(l->ufd);
-    l->paused = true;
-    A.npaused++;
+  if (fs_rdv_a.npend >= FS_RDV_MAX_PEND) {
+    fs_rdv_pause(l);
     return true;
   }
+  /* The application's descriptors first (base/fdreg.h): a rendezvous holds
+   * up to FS_RDV_FDS of ours while it runs, at the lowest free numbers
+   * until moved, and 100 client processes under ulimit -n 128 made the
+   * server's own accept() fail with EMFILE now and then.  Past the budget
+   * the client is told "resources" at once. */
+  bool afford = fs_fdreg_budget_ok(fs_rdv_app_fds(l->ufd, l->c ? l->c->fd : -1), FS_RDV_FDS);
   int ufd = FS_FDREG_MAKE_HIGH(FS_REAL(accept4)(l->ufd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC));
-  if (ufd < 0)
+  if (ufd < 0) {
+    int err = errno; /* out of fds or memory: nothing to answer with */
+    if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
+      fs_rdv_rest(l);
+      return true;
+    }
     return false;
+  }
+  if (!afford) {
+    fs_rdv_refuse(ufd, FS_REASON_RESOURCES);
+    return false;
+  }
   struct fs_rdv_item *it = calloc(1, sizeof *it);
   if (!it) {
     FS_REAL(close)(ufd);
@@ -146,10 +177,10 @@ static bool fs_rdv_srv_new(struct fs_rdv_item *l)
   it->fds[0] = it->fds[1] = it->fds[2] = it->fds[3] = -1;
   it->shared_listener = l->c ? l->c->listener_shared : false;
   it->deadline = fs_clock_ns() + (uint64_t)FS_RDV_HOLD_MS * 1000000u;
-  it->next = A.items;
+  it->next = fs_rdv_a.items;
   fs_proc_fork_work_add(FS_FORK_FABRIC);
-  A.items = it;
-  A.npend++;
+  fs_rdv_a.items = it;
+  fs_rdv_a.npend++;
   if (fs_rdv_watch(it) < 0)
     fs_rdv_drop(it);
   return false;
@@ -197,10 +228,10 @@ static bool fs_rdv_srv_try(struct fs_rdv_item *it)
   else if (status == 0 && it->fds[3] < 0 && !fs_fdreg_budget_ok(c->fd, 1))
     status = FS_REASON_RESOURCES; /* the client's eventfd would be one fd more */
   if (status == 0) {
-    struct fs_shm_wake w = { it->fds[2], it->fds[3], it->slot };
+    struct fs_shm_wake w = { it->fds[2], it->fds[3], it->slot, c->fd };
     int rc = fs_shm_attach(it->fds[1], c->wake_fd, &w, &ch);
     if (rc < 0)
-      status = rc == -ENOMEM ? FS_REASON_RESOURCES : FS_REASON_PROTOCOL;
+      status = rc == -ENOMEM || rc == -EMFILE ? FS_REASON_RESOURCES : FS_REASON_PROTOCOL;
     it->fds[2] = w.efd; /* -1 where the channel took it */
     it->fds[3] = w.bell_memfd;
   }
@@ -288,294 +319,6 @@ static void fs_rdv_srv_event(struct fs_rdv_item *it)
   fs_rdv_srv_try(it);
 }
 
-/* ---- client side ------------------------------------------------------ */
-
-/* A retry item waits b ms (at least 1); the one after waits twice that,
- * up to FS_RDV_RETRY_MAX_MS. */
-static void fs_rdv_cli_wait(struct fs_rdv_item *it, uint64_t now, uint32_t b)
-{
-  if (b == 0)
-    b = 1;
-  it->deadline = now + (uint64_t)b * 1000000u;
-  it->backoff_ms = b * 2 > FS_RDV_RETRY_MAX_MS ? FS_RDV_RETRY_MAX_MS : b * 2;
-}
-
-static struct fs_rdv_item *fs_rdv_cli_item(struct fs_link *c, int kind, uint64_t give_up)
-{
-  struct fs_rdv_item *it = calloc(1, sizeof *it);
-  if (!it)
-    return NULL;
-  it->kind = kind;
-  it->ufd = -1;
-  it->c = c;
-  it->give_up = give_up;
-  it->next = A.items;
-  fs_proc_fork_work_add(FS_FORK_FABRIC);
-  A.items = it;
-  return it;
-}
-
-/* c's attempt again after backoff_ms (an item holds c's ref): 0 or resources. */
-static int fs_rdv_cli_retry(struct fs_link *c, uint64_t give_up, bool holder_only, uint64_t seen_ns, uint64_t now,
-                            uint32_t backoff_ms)
-{
-  struct fs_rdv_item *it = fs_rdv_cli_item(c, K_CLI_RETRY, give_up);
-  if (!it)
-    return FS_REASON_RESOURCES;
-  it->holder_only = holder_only;
-  it->seen_ns = seen_ns;
-  fs_rdv_cli_wait(it, now, backoff_ms);
-  return 0;
-}
-
-/* One attempt of the connecting end (agent).  0: an item holds c's
- * reference now (a request in flight, or a retry); else a reason, and the
- * caller keeps the reference and says why.  holder_only: the listener's
- * process said the connection is not its own; ask the holder only.
- * seen_ns: see fs_rdv_item (0 at first). */
-static int fs_rdv_attempt(struct fs_link *c, bool holder_only, uint64_t give_up, uint32_t backoff_ms,
-                          uint64_t seen_ns)
-{
-  uint32_t uid, inode = 0;
-  uint16_t port = fs_addr_port((const struct sockaddr *)&c->peer);
-  uint64_t now = fs_clock_ns();
-  int reason = 0, ufd = -1, memfd = -1, dupfd = -1;
-  bool via_holder = holder_only;
-  struct fs_chan *ch = NULL;
-  int rc = fs_rdv_diag((struct sockaddr *)&c->peer, (struct sockaddr *)&c->local, &uid, &inode);
-  if (rc == -ENOENT)
-    return FS_FABRIC_PASS(FS_REASON_REMOTE_HOST); /* another host */
-  if (rc < 0)
-    return FS_REASON_ERROR;
-  if (uid != geteuid() && !c->policy.any_uid)
-    return FS_REASON_PEER_UID;
-  /* Its unix socket, a dup of the socket and the rings' memfd, for a
-   * moment: within the fd budget too (a connection whose peer rings a door
-   * holds none after), or a program near its limit could find its next
-   * accept() short of an fd it would have had without us. */
-  if (!fs_fdreg_budget_ok(c->fd, 3))
-    return FS_REASON_RESOURCES;
-  ufd = fs_rdv_unix_socket();
-  if (ufd < 0)
-    return FS_REASON_RESOURCES;
-  /* Nobody serves the listener's names when its process is gone (a
-   * prefork server that daemonized): the holder of the peer's socket is
-   * found by its inode.  Asked right after connect (upgrade at 0 bytes),
-   * the socket may still sit in the accept queue (no inode: look again),
-   * or be accepted but not listed yet: where a process of ours listens on
-   * that port, look again briefly; else no libfabsock there. */
-  reason = holder_only ? FS_REASON_NO_PEER : fs_rdv_dial_names((const struct sockaddr *)&c->peer, uid, ufd);
-  /* A retry starts again from here (the names first). */
-  bool again_holder = holder_only, told = holder_only;
-  if (reason == FS_RDV_OTHER_UID) {
-    /* The listener's name is served by another user than the one whose
-     * process accepted the peer's socket: the master of a prefork server
-     * whose children drop to another user after the fork (gunicorn --user,
-     * nginx in the foreground), or a squatter.  Either way the holder,
-     * found by the socket's inode and proven by its pid and uid, is the
-     * one to ask, on a fresh socket.  (A server that binds as root and then
-     * calls setuid serves its names again with its new uid: creds_changed.) */
-    FS_REAL(close)(ufd);
-    ufd = fs_rdv_unix_socket();
-    if (ufd < 0)
-      return FS_REASON_RESOURCES;
-    told = true;
-    reason = FS_REASON_NO_PEER;
-  }
-  if (reason == FS_REASON_NO_PEER && inode != 0) {
-    via_holder = true;
-    reason = fs_rdv_dial_holder((const struct sockaddr *)&c->peer, uid, inode, ufd, told, port);
-    if (reason == FS_RDV_UNLISTED) {
-      if (seen_ns == 0)
-        seen_ns = now;
-      reason = now - seen_ns < (uint64_t)FS_RDV_LIST_GRACE_MS * 1000000u ? FS_RDV_AGAIN : FS_REASON_NO_PEER;
-    }
-  } else if (reason == FS_REASON_NO_PEER) {
-    reason = FS_RDV_AGAIN; /* queued: its acceptor may be in an exec (socket activation) */
-  }
-  if (reason == FS_RDV_AGAIN) {
-    FS_REAL(close)(ufd);
-    if (now >= give_up)
-      return told ? FS_REASON_NOT_OWNER : FS_REASON_NO_PEER;
-    return fs_rdv_cli_retry(c, give_up, again_holder, seen_ns, now, backoff_ms);
-  }
-  struct fs_rdv_bell bell = { -1, -1, 0 }; /* our epoll set's doorbell, or our wake fd */
-  if (!reason && fs_host->bell(c, &bell.efd, &bell.memfd, &bell.slot) < 0)
-    reason = fs_host->wake(c);
-  if (reason)
-    goto fail;
-  /* Pass a dup of our own socket, checked to still be this connection. */
-  dupfd = FS_FDREG_MAKE(FS_REAL(fcntl)(c->fd, F_DUPFD_CLOEXEC, 0));
-  struct sockaddr_storage l, p;
-  socklen_t ll = sizeof l, pl = sizeof p;
-  if (dupfd < 0 || getsockname(dupfd, (struct sockaddr *)&l, &ll) < 0 ||
-      getpeername(dupfd, (struct sockaddr *)&p, &pl) < 0 ||
-      !fs_addr_eq((struct sockaddr *)&l, (struct sockaddr *)&c->local) ||
-      !fs_addr_eq((struct sockaddr *)&p, (struct sockaddr *)&c->peer)) {
-    reason = FS_REASON_ERROR;
-    goto fail;
-  }
-  uint32_t io_max = __atomic_load_n(&c->io_max, __ATOMIC_RELAXED);
-  uint32_t burst = __atomic_load_n(&c->rx_burst, __ATOMIC_RELAXED);
-  uint32_t ring = fs_shm_ring_for(fs_policy_ring_size(), io_max, burst);
-  if (fs_shm_create(ring, c->wake_fd, &memfd, &ch) == 0) {
-    fs_fdreg_set(memfd, true); /* made high already (fs_shm_create): only marked ours */
-    fs_log(FS_LOG_DEBUG, "shm rings of %u bytes for fd %d (largest call so far %u, largest reply %u)", ring,
-           c->fd, io_max, burst);
-  } else {
-    reason = FS_REASON_RESOURCES;
-    goto fail;
-  }
-  bool rings = bell.efd >= 0;
-  struct fs_rdv_req req = { FS_RDV_MAGIC_REQ, FS_RDV_VERSION, FS_FABRIC_SHM, ring, rings ? FS_RDV_F_BELL : 0,
-                            bell.slot, 0 };
-  int fds[4] = { dupfd, memfd, rings ? bell.efd : c->wake_fd, bell.memfd };
-  int sent = fs_rdv_sendfds(ufd, &req, rings ? FS_RDV_REQ_BELL_LEN : FS_RDV_REQ_LEN, fds, rings ? 4 : 3);
-  if (sent < 0) {
-    /* Connected, then closed unread: the name's process went away between
-     * our connect and this send (a socket activator exec'ing into its
-     * service, which serves the name again).  Ask again (fs_rdv_cli_event). */
-    reason = (sent == -ECONNRESET || sent == -EPIPE) && now < give_up ? FS_RDV_AGAIN : FS_REASON_NO_PEER;
-    goto fail;
-  }
-  fs_fdreg_close(dupfd);
-  fs_fdreg_close(memfd);
-  dupfd = memfd = -1;
-  struct fs_rdv_item *it = fs_rdv_cli_item(c, K_CLI, give_up);
-  if (!it) {
-    reason = FS_REASON_RESOURCES;
-    goto fail;
-  }
-  it->ufd = ufd;
-  it->ch = ch;
-  it->via_holder = via_holder;
-  it->rings = rings;
-  it->backoff_ms = backoff_ms;
-  it->deadline = give_up;
-  if (fs_rdv_watch(it) < 0) {
-    it->c = NULL; /* the caller keeps c's reference and says why */
-    fs_rdv_drop(it);
-    return FS_REASON_RESOURCES;
-  }
-  return 0;
-fail:
-  if (ch)
-    fs_chan_detach(ch);
-  if (dupfd >= 0)
-    fs_fdreg_close(dupfd);
-  if (memfd >= 0)
-    fs_fdreg_close(memfd);
-  if (ufd >= 0)
-    FS_REAL(close)(ufd);
-  if (reason == FS_RDV_AGAIN)
-    return fs_rdv_cli_retry(c, give_up, again_holder, seen_ns, now, backoff_ms);
-  return reason;
-}
-
-/* The fabric's connect (agent): a peer on this host, proven by sock_diag. */
-static int fs_rdv_connect(struct fs_link *c)
-{
-  return fs_rdv_attempt(c, false, fs_clock_ns() + (uint64_t)c->policy.timeout_ms * 1000000u, 1, 0);
-}
-
-/* Try again from a retry item (its reference passes on); the item goes. */
-static void fs_rdv_cli_again(struct fs_rdv_item *it, bool holder_only)
-{
-  struct fs_link *c = it->c;
-  uint64_t give_up = it->give_up, seen_ns = it->seen_ns;
-  uint32_t backoff = it->backoff_ms ? it->backoff_ms : 1;
-  it->c = NULL;
-  fs_rdv_drop(it);
-  int reason =
-    fs_host->may_upgrade(c) ? fs_rdv_attempt(c, holder_only, give_up, backoff, seen_ns) : FS_REASON_ERROR;
-  if (reason == 0)
-    return;
-  fs_host->failed(c, reason < 0 ? -reason : reason);
-  fs_host->put(c);
-}
-
-/* A request in flight becomes a retry (holder_only: of the holder alone). */
-static void fs_rdv_cli_reset(struct fs_rdv_item *it, bool holder_only)
-{
-  it->kind = K_CLI_RETRY;
-  it->holder_only = holder_only;
-  it->seen_ns = 0;
-  fs_host->unwatch(it->ufd);
-  fs_fdreg_close(it->ufd);
-  it->ufd = -1;
-  if (it->ch) {
-    fs_chan_detach(it->ch);
-    it->ch = NULL;
-  }
-}
-
-static void fs_rdv_cli_event(struct fs_rdv_item *it)
-{
-  struct fs_rdv_rep rep;
-  int fds[2] = { -1, -1 }, nf = 0;
-  ssize_t n = fs_rdv_recvfds(it->ufd, &rep, sizeof rep, fds, 2, &nf);
-  if (n == -EAGAIN)
-    return;
-  int reason = n == -EMFILE ? FS_REASON_RESOURCES : FS_REASON_PROTOCOL;
-  if (n == 0 || n == -ECONNRESET) {
-    /* Closed with no answer: the process serving the name is gone (it
-     * exec'd, as a socket activator into its service, which serves the
-     * name again; it exited).  Ask again, from the names, until the bound:
-     * it took every connection of the first moment to `protocol`. */
-    uint64_t now = fs_clock_ns();
-    if (now < it->give_up) {
-      fs_rdv_cli_reset(it, it->holder_only);
-      fs_rdv_cli_wait(it, now, it->backoff_ms);
-      return;
-    }
-    reason = FS_REASON_NO_PEER;
-  } else if (n == (ssize_t)sizeof rep && rep.magic == FS_RDV_MAGIC_REP && rep.version == FS_RDV_VERSION) {
-    bool bell = rep.pad == FS_RDV_F_BELL;
-    /* Our doorbell cost no fd; the server's eventfd would be one more. */
-    if (rep.status == 0 && !bell && it->rings && !fs_fdreg_budget_ok(it->c->fd, 1))
-      reason = FS_REASON_RESOURCES;
-    else if (rep.status == 0 && ((rep.pad == 0 && nf == 1) || (bell && nf == 2))) {
-      struct fs_rdv_ack ack = { FS_RDV_MAGIC_ACK, FS_RDV_VERSION, 0 };
-      struct fs_shm_wake w = { fds[0], bell ? fds[1] : -1, rep.pad2 };
-      int rc = fs_shm_set_peer(it->ch, &w);
-      fds[0] = w.efd; /* -1 where the channel took it */
-      if (bell)
-        fds[1] = w.bell_memfd;
-      if (rc < 0) {
-        fs_rdv_closefds(fds, 2);
-        fs_host->failed(it->c, FS_REASON_PROTOCOL);
-        fs_rdv_drop(it);
-        return;
-      }
-      if (fs_rdv_sendfds(it->ufd, &ack, sizeof ack, NULL, 0) == 0 && fs_host->attach(it->c, it->ch) == 0) {
-        it->ch = NULL;
-        fs_rdv_drop(it);
-        return;
-      }
-      reason = FS_REASON_ERROR;
-    } else if (rep.status == FS_REASON_NOT_OWNER && nf == 0) {
-      /* The listener's process does not hold it (prefork), or its holder
-       * still shares it (fork, then the parent closes): find the holder. */
-      fs_rdv_cli_reset(it, true);
-      if (!it->via_holder) {
-        fs_rdv_cli_again(it, true);
-        return;
-      }
-      uint64_t now = fs_clock_ns();
-      if (now < it->give_up) {
-        fs_rdv_cli_wait(it, now, it->backoff_ms);
-        return;
-      }
-      reason = FS_REASON_NOT_OWNER;
-    } else if (rep.status > 0 && rep.status < FS_REASON_COUNT && nf == 0) {
-      reason = (int)rep.status;
-    }
-  }
-  fs_rdv_closefds(fds, 2);
-  fs_host->failed(it->c, reason);
-  fs_rdv_drop(it);
-}
-
 /* ---- the agent's calls ------------------------------------------------ */
 
 /* A unix socket of ours is readable.  True if items may have gone. */
@@ -600,14 +343,29 @@ static bool fs_rdv_event(void *arg)
 static void fs_rdv_tick(void)
 {
   uint64_t now = fs_clock_ns();
-  struct fs_rdv_item *it = A.items, *next;
+  struct fs_rdv_item *it = fs_rdv_a.items, *next;
   for (; it; it = next) {
     next = it->next;
+    if (it->kind == K_LISTENER) { /* rested (out of fds): served again */
+      bool gone = false;
+      if (it->paused && it->deadline && now >= it->deadline && !fs_rdv_unrest(it, &gone)) {
+        if (gone) {
+          fs_log(FS_LOG_WARN, "rendezvous name %s taken while it rested (out of descriptors); connections its "
+                 "peers must find by it stay on TCP", it->name + 1);
+          fs_rdv_a.npaused--;
+          fs_rdv_drop(it);
+          next = fs_rdv_a.items; /* the list changed under us: start over */
+          continue;
+        }
+        it->deadline = now + (uint64_t)FS_RDV_SPENT_MS * 1000000u;
+      }
+      continue;
+    }
     if (it->kind == K_SRV && it->state == S_HELD && fs_rdv_srv_try(it))
       continue;
     if (it->kind == K_CLI_RETRY && now >= it->deadline) {
       fs_rdv_cli_again(it, it->holder_only);
-      next = A.items; /* the list changed under us: start over (retries are few) */
+      next = fs_rdv_a.items; /* the list changed under us: start over (retries are few) */
       continue;
     }
     if (it->deadline && now >= it->deadline) {
@@ -623,14 +381,18 @@ static void fs_rdv_tick(void)
 static int fs_rdv_next_timeout(void)
 {
   uint64_t now = fs_clock_ns(), best = 0;
-  for (struct fs_rdv_item *it = A.items; it; it = it->next)
-    if (it->deadline && (!best || it->deadline < best))
-      best = it->deadline;
+  bool held = false;
+  for (struct fs_rdv_item *it = fs_rdv_a.items; it; it = it->next)
+    if (it->deadline) {
+      held |= it->kind != K_LISTENER; /* a listener's: the end of its rest */
+      if (!best || it->deadline < best)
+        best = it->deadline;
+    }
   if (!best)
     return -1;
   /* Held requests are also retried every few ms in case a wake was missed. */
   uint64_t ms = best > now ? (best - now) / 1000000u + 1 : 0;
-  return ms > 5 ? 5 : (int)ms;
+  return held && ms > 5 ? 5 : (int)ms;
 }
 
 /* Bind and serve an abstract name, its socket high (base/fdreg.h); the new listener item, or NULL. */
@@ -655,9 +417,9 @@ static struct fs_rdv_item *fs_rdv_serve_name(const char *name, int n)
     free(it);
     return NULL;
   }
-  it->next = A.items;
+  it->next = fs_rdv_a.items;
   fs_proc_fork_work_add(FS_FORK_FABRIC);
-  A.items = it;
+  fs_rdv_a.items = it;
   return it;
 }
 
@@ -667,7 +429,7 @@ static struct fs_rdv_item *fs_rdv_serve_name(const char *name, int n)
  * the stat tables.  Once per process image. */
 static bool fs_rdv_serve_proc(void)
 {
-  for (struct fs_rdv_item *it = A.items; it; it = it->next)
+  for (struct fs_rdv_item *it = fs_rdv_a.items; it; it = it->next)
     if (it->kind == K_LISTENER && it->proc)
       return true;
   char name[108];
@@ -690,7 +452,7 @@ static bool fs_rdv_listen(struct fs_link *c, int fd)
     return false;
   struct sockaddr_un un = { .sun_family = AF_UNIX };
   int n = fs_rdv_name(un.sun_path, sizeof un.sun_path, (struct sockaddr *)&ss, fs_addr_is_any((struct sockaddr *)&ss));
-  for (struct fs_rdv_item *it = A.items; it; it = it->next)
+  for (struct fs_rdv_item *it = fs_rdv_a.items; it; it = it->next)
     if (it->kind == K_LISTENER && !it->c && it->namelen == n && memcmp(it->name, un.sun_path, (size_t)n) == 0) {
       fs_host->get(c); /* adopt the orphan left by an earlier listener */
       it->c = c;
@@ -712,7 +474,7 @@ static bool fs_rdv_listen(struct fs_link *c, int fd)
 
 static void fs_rdv_unlisten(struct fs_link *c)
 {
-  for (struct fs_rdv_item *it = A.items; it; it = it->next)
+  for (struct fs_rdv_item *it = fs_rdv_a.items; it; it = it->next)
     if (it->kind == K_LISTENER && it->c == c) {
       /* Connections accepted from it may still upgrade (servers often close
        * the listener right after accept): the name stays served, as an
@@ -725,7 +487,7 @@ static void fs_rdv_unlisten(struct fs_link *c)
 
 static bool fs_rdv_held(void)
 {
-  return __atomic_load_n(&A.npend, __ATOMIC_RELAXED) > 0;
+  return __atomic_load_n(&fs_rdv_a.npend, __ATOMIC_RELAXED) > 0;
 }
 
 /* The child has no agent thread.  It does not serve the parent's
@@ -733,7 +495,7 @@ static bool fs_rdv_held(void)
  * handshakes (the parent goes on serving them). */
 static void fs_rdv_after_fork_child(void)
 {
-  struct fs_rdv_item *it = A.items;
+  struct fs_rdv_item *it = fs_rdv_a.items;
   while (it) {
     struct fs_rdv_item *next = it->next;
     if (it->ufd >= 0)
@@ -747,9 +509,9 @@ static void fs_rdv_after_fork_child(void)
     free(it);
     it = next;
   }
-  A.items = NULL;
-  A.npend = 0;
-  A.npaused = 0;
+  fs_rdv_a.items = NULL;
+  fs_rdv_a.npend = 0;
+  fs_rdv_a.npaused = 0;
 }
 
 /* The effective uid changed: a server that binds as root and then calls
@@ -760,7 +522,7 @@ static void fs_rdv_after_fork_child(void)
  * on the old socket were clients within their own timeout. */
 static void fs_rdv_creds_changed(void)
 {
-  struct fs_rdv_item *it = A.items;
+  struct fs_rdv_item *it = fs_rdv_a.items;
   while (it) {
     struct fs_rdv_item *next = it->next;
     if (it->kind == K_LISTENER && it->ufd >= 0) {
@@ -775,7 +537,7 @@ static void fs_rdv_creds_changed(void)
           FS_REAL(close)(it->ufd);
         it->ufd = -1;
         if (it->paused)
-          A.npaused--;
+          fs_rdv_a.npaused--;
         fs_rdv_drop(it);
       }
     }

@@ -3,6 +3,9 @@
  * FS_REAL() only. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -57,6 +60,36 @@ void fs_rdv_reply(int ufd, uint32_t status, int efd)
 {
   struct fs_rdv_rep rep = { FS_RDV_MAGIC_REP, FS_RDV_VERSION, 0, status, 0 };
   (void)fs_rdv_sendfds(ufd, &rep, sizeof rep, &efd, status == 0 ? 1 : 0);
+}
+
+void fs_rdv_refuse(int ufd, uint32_t status)
+{
+  fs_rdv_reply(ufd, status, -1);
+  /* Its request, if there: closed unread, it reset the client's socket,
+   * which then lost the reply (ECONNRESET).  Read without room for its
+   * descriptors, the kernel drops them. */
+  char req[64];
+  (void)FS_REAL(recv)(ufd, req, sizeof req, MSG_DONTWAIT);
+  FS_REAL(close)(ufd);
+}
+
+/* A burst of 100 clients left 100 in the TCP listener's accept queue, and
+ * rendezvous taken meanwhile held what their clients passed until accept()
+ * (FS_RDV_HOLD_MS), which then failed with EMFILE: the queue counts. */
+int fs_rdv_app_fds(int any_fd, int tcp_fd)
+{
+  fs_fdreg_make_begin(); /* a number of the application's, for a moment */
+  int n = FS_REAL(fcntl)(any_fd, F_DUPFD_CLOEXEC, 0);
+  if (n >= 0)
+    FS_REAL(close)(n);
+  fs_fdreg_make_end();
+  if (n < 0)
+    return INT_MAX / 2;
+  struct tcp_info ti;
+  socklen_t len = sizeof ti;
+  if (tcp_fd >= 0 && FS_REAL(getsockopt)(tcp_fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 && ti.tcpi_state == TCP_LISTEN)
+    n += (int)ti.tcpi_unacked;
+  return n;
 }
 
 void fs_rdv_accept(int ufd, int efd, const struct fs_rdv_bell *b)

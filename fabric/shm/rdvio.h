@@ -33,6 +33,16 @@ int fs_rdv_bind_name(int ufd, const char *name, int n);
  * or the accept: our wake eventfd, or our doorbell and our slot. */
 void fs_rdv_reply(int ufd, uint32_t status, int efd);
 void fs_rdv_accept(int ufd, int efd, const struct fs_rdv_bell *b);
+/* A refusal (status) on a rendezvous connection not read yet, which is
+ * then closed (ufd too). */
+void fs_rdv_refuse(int ufd, uint32_t status);
+
+/* The descriptors the application holds and will take, about: the lowest
+ * free number (it takes the lowest), plus the connections in the accept
+ * queue of TCP listener tcp_fd (-1: none).  A large number when none is
+ * free.  any_fd: one of ours to dup for the probe (one descriptor for two
+ * system calls). */
+int fs_rdv_app_fds(int any_fd, int tcp_fd);
 
 /* Send one message with nfds (<= 3) descriptors; 0 or -errno. */
 int fs_rdv_sendfds(int ufd, const void *msg, size_t len, const int *fds, int nfds);

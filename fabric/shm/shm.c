@@ -188,10 +188,10 @@ int fs_shm_set_peer(struct fs_chan *ch, struct fs_shm_wake *w)
     if (w->slot >= FS_BELL_SLOTS)
       return -EPROTO;
     struct fs_bell_peer *p;
-    int rc = fs_bell_peer_get(w->efd, w->bell_memfd, &p);
+    int rc = fs_bell_peer_get(w->efd, w->bell_memfd, w->budget_fd, &p);
     w->efd = w->bell_memfd = -1; /* taken: kept or closed */
     if (rc < 0)
-      return -EPROTO;
+      return rc == -EMFILE ? rc : -EPROTO;
     s->peer_bell = p;
     s->peer_slot = w->slot;
     return 0;
@@ -245,9 +245,10 @@ int fs_shm_attach(int memfd, int my_efd, struct fs_shm_wake *peer, struct fs_cha
     munmap(map, len);
     return -ENOMEM;
   }
-  if (fs_shm_set_peer(ch, peer) < 0) {
+  int rc = fs_shm_set_peer(ch, peer);
+  if (rc < 0) {
     ch->ops->release(ch);
-    return -EPROTO;
+    return rc;
   }
   *out = ch;
   return 0;

@@ -45,17 +45,23 @@ int fs_shm_create(uint32_t ring_size, int my_efd, int *memfd_out, struct fs_chan
 /* How we wake the peer, as it sent it: its eventfd (bell_memfd -1), or
  * its epoll set's doorbell (efd and bell_memfd) and its slot there
  * (base/bell.h).  The calls below take the fds they keep or close
- * (setting them to -1 here); any left are the caller's to close. */
+ * (setting them to -1 here); any left are the caller's to close.
+ * budget_fd: the connection's fd, the application's count as the budget
+ * reads it (base/fdreg.h), against which a doorbell new to this process
+ * is kept (fs_bell_peer_get); -1: none. */
 struct fs_shm_wake {
   int efd, bell_memfd;
   uint32_t slot;
+  int budget_fd;
 };
 
 /* Connecting end: the accepting end's wake arrived; the channel is whole.
- * 0, or -EPROTO: not an eventfd, not a doorbell. */
+ * 0, -EMFILE (a new doorbell past the fd budget), or -EPROTO: not an
+ * eventfd, not a doorbell. */
 int fs_shm_set_peer(struct fs_chan *ch, struct fs_shm_wake *peer);
 
-/* Accepting end: validate and map a received memfd. -EPROTO on anything odd. */
+/* Accepting end: validate and map a received memfd. -EPROTO on anything
+ * odd, -EMFILE or -ENOMEM for want of resources. */
 int fs_shm_attach(int memfd, int my_efd, struct fs_shm_wake *peer, struct fs_chan **out);
 
 /* The ring size to use: asked (policy's ring size: bytes, a power of two

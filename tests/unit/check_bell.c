@@ -12,6 +12,8 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "base/bell.h"
@@ -172,8 +174,8 @@ START_TEST(t_peer_held_once)
   ck_assert_int_eq(fs_bell_make(&efd, &memfd, &pg), 0);
   struct fs_bell_peer *a, *b;
   int e1 = dup(efd), m1 = dup(memfd), e2 = dup(efd), m2 = dup(memfd);
-  ck_assert_int_eq(fs_bell_peer_get(e1, m1, &a), 0);
-  ck_assert_int_eq(fs_bell_peer_get(e2, m2, &b), 0);
+  ck_assert_int_eq(fs_bell_peer_get(e1, m1, -1, &a), 0);
+  ck_assert_int_eq(fs_bell_peer_get(e2, m2, -1, &b), 0);
   ck_assert_ptr_eq(a, b); /* one per bell, however many connections */
   ck_assert_uint_eq(fs_bell_peer_count(), 1);
   ck_assert(!fd_open(m1) && !fd_open(m2) && !fd_open(e2)); /* one eventfd kept */
@@ -191,6 +193,51 @@ START_TEST(t_peer_held_once)
   fs_bell_unmap(pg);
   close(efd);
   close(memfd);
+}
+END_TEST
+
+/* A new peer's bell keeps its eventfd: only within the fd budget of the
+ * application's count (3/4 of RLIMIT_NOFILE, base/fdreg.h), and only for
+ * a sixteenth of the limit's peer processes.  A bell already held costs
+ * nothing and is had at any count.  In a child: the limit is lowered for
+ * good.  Without the check, a server with a client process per connection
+ * kept an eventfd for each past its limit, and its own accept() failed
+ * with EMFILE. */
+static int budget_child(void)
+{
+  struct rlimit rl = { 64, 64 };
+  if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+    return 10;
+  int efd[6], memfd[6];
+  struct fs_bell_page *pg[6];
+  for (int i = 0; i < 6; i++)
+    if (fs_bell_make(&efd[i], &memfd[i], &pg[i]) < 0)
+      return 11;
+  struct fs_bell_peer *a = NULL, *b = (void *)1, *c = NULL;
+  int e = dup(efd[5]), m = dup(memfd[5]);
+  if (fs_bell_peer_get(e, m, 40, &b) != -EMFILE || b != NULL || fd_open(e) || fd_open(m))
+    return 12; /* a count of 40 of 64: with ours past 48, refused, nothing kept */
+  if (fs_bell_peer_get(dup(efd[0]), dup(memfd[0]), 3, &a) != 0 || !a)
+    return 13; /* a count of 3: well within */
+  if (fs_bell_peer_get(dup(efd[0]), dup(memfd[0]), 40, &c) != 0 || c != a)
+    return 14; /* held already: no fd more, any count */
+  for (int i = 1; i < 4; i++)
+    if (fs_bell_peer_get(dup(efd[i]), dup(memfd[i]), 3, &c) != 0)
+      return 15; /* 4 peers: 64 / 16 */
+  if (fs_bell_peer_get(dup(efd[4]), dup(memfd[4]), 3, &c) != -EMFILE || fs_bell_peer_count() != 4)
+    return 16; /* a fifth: refused at any count */
+  return 0;
+}
+
+START_TEST(t_peer_budget)
+{
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0)
+    _exit(budget_child());
+  int st;
+  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %d", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
 }
 END_TEST
 
@@ -223,7 +270,7 @@ START_TEST(t_peer_hostile)
     { eventfd(0, 0), eventfd(0, 0) },                                          /* not a memfd */
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    ck_assert_int_eq(fs_bell_peer_get(bad[i].efd, bad[i].memfd, &p), -EPROTO);
+    ck_assert_int_eq(fs_bell_peer_get(bad[i].efd, bad[i].memfd, -1, &p), -EPROTO);
     ck_assert_ptr_null(p);
     ck_assert(!fd_open(bad[i].efd) && !fd_open(bad[i].memfd)); /* nothing kept */
     p = (void *)1;
@@ -242,6 +289,7 @@ int main(void)
   tcase_add_test(tc, t_concurrent_rings_and_drains);
   tcase_add_test(tc, t_peer_held_once);
   tcase_add_test(tc, t_peer_hostile);
+  tcase_add_test(tc, t_peer_budget);
   suite_add_tcase(s, tc);
   return run_suite(s, false);
 }

@@ -66,8 +66,8 @@ static void tcp_onto_fabric(struct tcp *t)
   ck_assert_int_eq(fs_wake_get(t->c), 0);
   t->theirs = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   ck_assert_int_eq(fs_shm_create(fs_shm_ring_size(0), t->c->wake_fd, &t->memfd, &t->a), 0);
-  ck_assert_int_eq(fs_shm_set_peer(t->a, &(struct fs_shm_wake){ t->theirs, -1, 0 }), 0);
-  ck_assert_int_eq(fs_shm_attach(t->memfd, t->theirs, &(struct fs_shm_wake){ t->c->wake_fd, -1, 0 }, &t->b), 0);
+  ck_assert_int_eq(fs_shm_set_peer(t->a, &(struct fs_shm_wake){ t->theirs, -1, 0, -1 }), 0);
+  ck_assert_int_eq(fs_shm_attach(t->memfd, t->theirs, &(struct fs_shm_wake){ t->c->wake_fd, -1, 0, -1 }, &t->b), 0);
   ck_assert_int_eq(fs_sock_attach(t->c, t->a), 0);
   t->c->tx_flow = FS_FLOW_FABRIC;
 }

@@ -55,8 +55,8 @@ static int pend_attach(struct pend *p)
   p->theirs = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   ck_assert_int_ge(p->theirs, 0);
   ck_assert_int_eq(fs_shm_create(fs_shm_ring_size(0), p->c->wake_fd, &p->memfd, &p->a), 0);
-  ck_assert_int_eq(fs_shm_set_peer(p->a, &(struct fs_shm_wake){ p->theirs, -1, 0 }), 0);
-  ck_assert_int_eq(fs_shm_attach(p->memfd, p->theirs, &(struct fs_shm_wake){ p->c->wake_fd, -1, 0 }, &p->b), 0);
+  ck_assert_int_eq(fs_shm_set_peer(p->a, &(struct fs_shm_wake){ p->theirs, -1, 0, -1 }), 0);
+  ck_assert_int_eq(fs_shm_attach(p->memfd, p->theirs, &(struct fs_shm_wake){ p->c->wake_fd, -1, 0, -1 }, &p->b), 0);
   return fs_sock_attach(p->c, p->a);
 }
 

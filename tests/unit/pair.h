@@ -28,8 +28,8 @@ static inline void pair_new(struct pair *p)
   ck_assert_int_ge(p->mine, 0);
   ck_assert_int_ge(p->theirs, 0);
   ck_assert_int_eq(fs_shm_create(fs_shm_ring_size(0), p->mine, &p->memfd, &p->a), 0);
-  ck_assert_int_eq(fs_shm_set_peer(p->a, &(struct fs_shm_wake){ p->theirs, -1, 0 }), 0);
-  ck_assert_int_eq(fs_shm_attach(p->memfd, p->theirs, &(struct fs_shm_wake){ p->mine, -1, 0 }, &p->b), 0);
+  ck_assert_int_eq(fs_shm_set_peer(p->a, &(struct fs_shm_wake){ p->theirs, -1, 0, -1 }), 0);
+  ck_assert_int_eq(fs_shm_attach(p->memfd, p->theirs, &(struct fs_shm_wake){ p->mine, -1, 0, -1 }, &p->b), 0);
   p->c = fs_conn_new(p->sv[0], AF_INET);
   ck_assert_ptr_nonnull(p->c);
   p->c->wake_fd = p->mine;
