@@ -208,11 +208,6 @@ DIR *fs_fdreg_opendir(const char *path)
  * the peer's; none where both ring doorbells, engine/door.h).  See
  * base/fdreg.h; the limit is read again only when the answer would be
  * no (ulimit may have been raised). */
-bool fs_fdreg_share_ok(int fd, unsigned kept)
-{
-  return fs_fdreg_budget_ok(fd, 1) && (unsigned long)kept + 1 <= fs_fdreg_limit() / 16;
-}
-
 bool fs_fdreg_budget_ok(int fd, int need)
 {
   static unsigned long cached;
@@ -225,4 +220,9 @@ bool fs_fdreg_budget_ok(int fd, int need)
     __atomic_store_n(&cached, lim, __ATOMIC_RELAXED);
   }
   return fd >= 0 && n <= lim / 4 * 3;
+}
+
+bool fs_fdreg_share_ok(int fd, unsigned kept)
+{
+  return fs_fdreg_budget_ok(fd, 1) && (unsigned long)kept + 1 <= fs_fdreg_limit() / 16;
 }
