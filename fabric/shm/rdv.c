@@ -3,7 +3,6 @@
  * agent lock).  Everything here uses FS_REAL() only. */
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,13 +72,17 @@ static void fs_rdv_pause(struct fs_rdv_item *l)
  * once) and serves its name again FS_RDV_SPENT_MS later (fs_rdv_tick). */
 static void fs_rdv_rest(struct fs_rdv_item *l)
 {
-  fs_host->unwatch(l->ufd);
+  fs_rdv_pause(l); /* (it was watched: its event brought us here) */
   fs_fdreg_close(l->ufd);
   l->ufd = -1;
-  if (!l->paused)
-    fs_rdv_a.npaused++;
-  l->paused = true;
   l->deadline = fs_clock_ns() + (uint64_t)FS_RDV_SPENT_MS * 1000000u;
+}
+
+/* Can the application spare what a rendezvous on listener l holds
+ * (FS_RDV_FDS)?  any_fd: one of ours for the probe (fs_rdv_app_fds). */
+static bool fs_rdv_affords(struct fs_rdv_item *l, int any_fd)
+{
+  return fs_fdreg_budget_ok(fs_rdv_app_fds(any_fd, l->c ? l->c->fd : -1), FS_RDV_FDS);
 }
 
 /* A rested listener serves its name again: true, or false if it cannot
@@ -88,11 +91,8 @@ static bool fs_rdv_unrest(struct fs_rdv_item *l, bool *gone)
 {
   *gone = false;
   if (l->ufd < 0) {
-    int app = INT_MAX / 2;
     int ufd = fs_rdv_unix_socket();
-    if (ufd >= 0)
-      app = fs_rdv_app_fds(ufd, l->c ? l->c->fd : -1);
-    if (ufd < 0 || !fs_fdreg_budget_ok(app, FS_RDV_FDS)) {
+    if (ufd < 0 || !fs_rdv_affords(l, ufd)) {
       if (ufd >= 0)
         FS_REAL(close)(ufd);
       return false;
@@ -152,7 +152,7 @@ static bool fs_rdv_srv_new(struct fs_rdv_item *l)
    * until moved, and 100 client processes under ulimit -n 128 made the
    * server's own accept() fail with EMFILE now and then.  Past the budget
    * the client is told "resources" at once. */
-  bool afford = fs_fdreg_budget_ok(fs_rdv_app_fds(l->ufd, l->c ? l->c->fd : -1), FS_RDV_FDS);
+  bool afford = fs_rdv_affords(l, l->ufd);
   int ufd = FS_FDREG_MAKE_HIGH(FS_REAL(accept4)(l->ufd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC));
   if (ufd < 0) {
     int err = errno; /* out of fds or memory: nothing to answer with */

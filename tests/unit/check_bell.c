@@ -13,7 +13,6 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "base/bell.h"
@@ -232,12 +231,9 @@ static int budget_child(void)
 START_TEST(t_peer_budget)
 {
   pid_t pid = fork();
-  ck_assert_int_ge(pid, 0);
   if (pid == 0)
     _exit(budget_child());
-  int st;
-  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %d", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+  ck_child_exits_ok(pid);
 }
 END_TEST
 

@@ -227,13 +227,9 @@ static int no_pwait2_child(void)
 START_TEST(t_epoll_without_epoll_pwait2)
 {
   pid_t pid = fork();
-  ck_assert_int_ge(pid, 0);
   if (pid == 0)
     _exit(no_pwait2_child());
-  int st;
-  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-  ck_assert(WIFEXITED(st));
-  ck_assert_int_eq(WEXITSTATUS(st), 0);
+  ck_child_exits_ok(pid);
 }
 END_TEST
 
