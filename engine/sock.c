@@ -144,8 +144,8 @@ static int fs_sock_local_now(struct fs_conn *c, int fd)
 }
 
 /* Learned by the agent, off the application's path, when the upgrade it
- * queued is due (fs_sock_may_upgrade): a connection closed by then never
- * pays for it.  The application may close fd and open another there
+ * queued is due (fs_sock_may_upgrade) or a peer's rendezvous names the
+ * connection (fs_sock_find): a connection closed by then never pays for it.  The application may close fd and open another there
  * meanwhile: the address counts only if fd mapped to c before and after. */
 static bool fs_sock_local_late(struct fs_conn *c)
 {
@@ -166,15 +166,18 @@ static bool fs_sock_local_late(struct fs_conn *c)
 }
 
 /* The connection is established: learn addresses, match policy, arm upgrade.
- * A connecting end's own address waits for its upgrade (fs_sock_local_late)
- * where no rule and no hook asks for it: one system call in fourteen of a
- * client's connection per request (wrk), for a connection that never
- * upgrades.  fabsock stat finds it from /proc meanwhile. */
+ * Our own address waits where no rule and no hook asks for it: a connecting
+ * end's for its upgrade (fs_sock_may_upgrade), an accepting end's (of a
+ * listener on a wildcard address) for a peer's rendezvous that names its
+ * peer (fs_sock_find).  One system call in fourteen of a client's connection
+ * per request (wrk), and the one nginx made more than without the library,
+ * for a connection that never upgrades.  fabsock stat finds it from /proc
+ * meanwhile. */
 static void fs_sock_establish(struct fs_conn *c, int fd, int dir)
 {
   bool disabled = false;
   const struct fs_policy *pol = fs_policy_get(&disabled);
-  bool lazy = dir == FS_DIR_CONNECT && !fs_policy_needs_local() && !fs_policy_may_hook();
+  bool lazy = !fs_policy_needs_local() && !fs_policy_may_hook();
   socklen_t ll = sizeof c->local, pl = sizeof c->peer;
   if ((!c->local_known && !lazy && getsockname(fd, (struct sockaddr *)&c->local, &ll) < 0) ||
       (!c->peer_known && getpeername(fd, (struct sockaddr *)&c->peer, &pl) < 0)) {
@@ -411,9 +414,11 @@ struct fs_sock_find_arg {
 static void fs_sock_find_one(int fd, struct fs_conn *c, void *arg)
 {
   struct fs_sock_find_arg *a = arg;
-  if (a->found || c->dir != FS_DIR_ACCEPT)
+  if (a->found || c->dir != FS_DIR_ACCEPT || !fs_addr_eq((struct sockaddr *)&c->peer, a->peer))
     return;
-  if (fs_addr_eq((struct sockaddr *)&c->local, a->local) && fs_addr_eq((struct sockaddr *)&c->peer, a->peer)) {
+  /* Its own address learned now if it was left for later (fs_sock_establish):
+   * the peer's port and address single it out, so one getsockname. */
+  if (fs_sock_local_late(c) && fs_addr_eq((struct sockaddr *)&c->local, a->local)) {
     fs_conn_get(c);
     a->found = c;
   }

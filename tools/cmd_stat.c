@@ -281,7 +281,7 @@ static struct fs_tool_proc *fs_tool_add_proc(struct fs_tool_stat *S)
 }
 
 /* p's connected rows that leave out their own address (lport 0: a
- * connecting end learns it when it upgrades), from /proc; re-rendered. */
+ * connection learns it when it upgrades), from /proc; re-rendered. */
 static void fs_tool_proc_locals(struct fs_tool_stat *S, const struct fs_tool_proc *p)
 {
   struct fs_stat_conn **want = malloc((p->nrows ? p->nrows : 1) * sizeof *want);

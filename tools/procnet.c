@@ -1,4 +1,4 @@
-/* A connecting end's own address, which its stat row leaves out until it
+/* A connection's own address, which its stat row leaves out until it
  * upgrades (lport 0: the library saves a getsockname per connection that
  * never does, engine/sock.c).  The kernel has it: the fd's inode
  * (/proc/PID/fd/FD -> "socket:[INO]") in that process's /proc/PID/net/tcp

@@ -21,7 +21,10 @@
 # no getpeername for a connect that epoll reported done, no getsockname for
 # a connection that never upgrades (its own address is learned when its
 # upgrade is due), and no more epoll_ctl per connection than the same wrk
-# unpreloaded.
+# unpreloaded.  In [server] and [both], the workers under strace meanwhile:
+# no getsockname per accepted connection either (nginx listens on a wildcard
+# address, as Debian's default site does; the worker's own address is
+# learned when a peer's rendezvous names the connection).
 # In [both], the same nginx in the foreground (`daemon off`, as in
 # containers and Type=simple units): its root master, alive, serves the
 # rendezvous name for connections its www-data workers accepted; wrk -c20
@@ -55,7 +58,7 @@ http {
   sendfile on;
   tcp_nopush on;
   access_log off;
-  server { listen 127.0.0.1:$port; root $NG/www; }
+  server { listen $port; root $NG/www; }
 }
 CONF
   rm -f "$NG/nginx.pid"
@@ -126,6 +129,32 @@ CONF
   elif [ "$MODE" = client ] || [ "$MODE" = both ]; then
     tap_skip "$name [$MODE]" "no strace"
     tap_skip "wrk, a connection per request: no more epoll_ctl per connection than plain [$MODE]" "no strace"
+  fi
+  # The accepting end's own address: one getsockname per connection, the one
+  # system call nginx made more than without the library (no rendezvous
+  # here: the client never upgrades).
+  name="nginx workers, a connection per request: no getsockname per accepted connection"
+  if { [ "$MODE" = server ] || [ "$MODE" = both ]; } && command -v strace >/dev/null; then
+    pre_for client
+    FABSOCK_UPGRADE_BYTES=1073741824 "${PRE[@]}" timeout 60 wrk -t1 -c4 -d3s -H 'Connection: close' \
+      "http://127.0.0.1:$port/f4k" >"$IT_TMP/wrka.$MODE" 2>&1 &
+    wpid=$!
+    sleep 0.5
+    wpids=$(pgrep -f "nginx: worker" -P "$nginx_pid" | sed 's/^/-p /' | tr '\n' ' ')
+    timeout -s INT 1 strace -f -c -e trace=accept4,getsockname -o "$IT_TMP/wrka.strace" $wpids >/dev/null 2>&1
+    wait "$wpid"
+    nacc=$(awk '$NF == "accept4" && $4 ~ /^[0-9]+$/ { print $4 }' "$IT_TMP/wrka.strace")
+    nsock=$(awk '$NF == "getsockname" && $4 ~ /^[0-9]+$/ { print $4 }' "$IT_TMP/wrka.strace")
+    nacc=${nacc:-0} nsock=${nsock:-0}
+    if [ "$nacc" -lt 20 ]; then
+      tap_not_ok "$name [$MODE]" "too few accepts under strace: $nacc; $(tail -n 2 "$IT_TMP/wrka.$MODE" | tr '\n' ' ')"
+    elif [ $((nsock * 10)) -lt "$nacc" ]; then
+      tap_ok "$name [$MODE]" "$nsock getsockname for $nacc accept4"
+    else
+      tap_not_ok "$name [$MODE]" "$nsock getsockname for $nacc accept4"
+    fi
+  elif [ "$MODE" = server ] || [ "$MODE" = both ]; then
+    tap_skip "$name [$MODE]" "no strace"
   fi
   # An idle worker holding an upgraded keep-alive connection sleeps in the
   # 20 ms safety-net slices and nothing else: it also read /proc/loadavg
