@@ -529,11 +529,15 @@ static void fs_rdv_creds_changed(void)
       fs_host->unwatch(it->ufd);
       fs_fdreg_close(it->ufd);
       it->ufd = fs_rdv_unix_socket();
-      if (it->ufd < 0 || fs_rdv_bind_name(it->ufd, it->name, it->namelen) < 0 ||
-          (!it->paused && fs_rdv_watch(it) < 0)) {
+      bool bound = it->ufd >= 0 && fs_rdv_bind_name(it->ufd, it->name, it->namelen) == 0;
+      if (bound)
+        fs_fdreg_set(it->ufd, true); /* ours, as every socket the agent keeps (fs_rdv_unrest) */
+      if (!bound || (!it->paused && fs_rdv_watch(it) < 0)) {
         fs_log(FS_LOG_WARN, "rendezvous name %s after a change of user: %s; connections its peers must "
                "find by it stay on TCP", it->name + 1, strerror(errno));
-        if (it->ufd >= 0)
+        if (bound)
+          fs_fdreg_close(it->ufd);
+        else if (it->ufd >= 0)
           FS_REAL(close)(it->ufd);
         it->ufd = -1;
         if (it->paused)

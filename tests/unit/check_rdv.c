@@ -20,6 +20,9 @@
 #include "fabric/shm/rdvio.h"
 #include "fabric/shm/shm.h"
 #include "engine/adopt.h"
+#include "engine/agent.h"
+#include "base/fdreg.h"
+#include "fabric/shm/rdv_int.h"
 #include "engine/sock.h"
 #include "engine/fdtab.h"
 #include "base/real.h"
@@ -530,6 +533,62 @@ START_TEST(t_name_of_another_uid)
 }
 END_TEST
 
+/* The fd of ours bound to the listener's rendezvous name, -1 if none. */
+static int rdv_bound_fd(void)
+{
+  struct sockaddr_un want = { .sun_family = AF_UNIX };
+  int n = fs_rdv_name(want.sun_path, sizeof want.sun_path, (struct sockaddr *)&laddr, false);
+  socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)n);
+  for (int fd = 0; fd < 65536; fd++) {
+    struct sockaddr_un un;
+    socklen_t l = sizeof un;
+    int listening = 0;
+    socklen_t ol = sizeof listening;
+    if (getsockname(fd, (struct sockaddr *)&un, &l) == 0 && un.sun_family == AF_UNIX && l == len &&
+        memcmp(un.sun_path, want.sun_path, (size_t)n) == 0 &&
+        getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &ol) == 0 && listening)
+      return fd;
+  }
+  return -1;
+}
+
+/* A server that drops its privileges for good (setuid) serves its names
+ * again from new sockets, the library's like every socket it keeps
+ * (counted in the fd budget; the application's closefrom skips them).  One
+ * paused at the time (FS_RDV_MAX_PEND rendezvous in flight) was bound and
+ * left unmarked until it was watched again.  Root only (a second uid). */
+START_TEST(t_paused_listener_rebound_after_setuid_is_ours)
+{
+  struct passwd *pw = getpwnam("nobody");
+  if (geteuid() != 0 || !pw) {
+    fprintf(stderr, "# SKIP t_paused_listener_rebound_after_setuid_is_ours: needs root and a user nobody\n");
+    return;
+  }
+  pid_t pid = fork();
+  if (pid == 0) {
+    alarm(20);
+    pair_setup();
+    /* Rendezvous connections that send nothing: in flight until their
+     * deadline, and the listener pauses at the cap. */
+    for (int i = 0; i <= FS_RDV_MAX_PEND; i++)
+      if (rdv_connect() < 0)
+        _exit(2);
+    for (int i = 0; i < 500 && __atomic_load_n(&fs_rdv_a.npaused, __ATOMIC_ACQUIRE) == 0; i++)
+      usleep(10000);
+    if (__atomic_load_n(&fs_rdv_a.npaused, __ATOMIC_ACQUIRE) == 0)
+      _exit(3);
+    if (setgid(pw->pw_gid) < 0 || setuid(pw->pw_uid) < 0)
+      _exit(4);
+    fs_agent_creds_changed(); /* what the interposed setuid() calls */
+    int fd = rdv_bound_fd();
+    if (fd < 0)
+      _exit(5);
+    _exit(fs_fdreg_is(fd) ? 0 : 6);
+  }
+  ck_child_exits_ok(pid);
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("rdv");
@@ -537,6 +596,7 @@ int main(void)
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, t_names);
   tcase_add_test(tc, t_name_of_another_uid);
+  tcase_add_test(tc, t_paused_listener_rebound_after_setuid_is_ours);
   tcase_add_test(tc, t_check_req);
   tcase_add_test(tc, t_diag);
   tcase_add_test(tc, t_hostile_requests);
