@@ -9,14 +9,18 @@
 #      on a third page, one fault more at every start);
 #   2. every constructor and destructor is on _init's page of code (the
 #      compiler's .text.startup/.text.exit), which the loader's call of
-#      _init faults in anyway.
+#      _init faults in anyway;
+#   3. it needs libc.so.6 alone: no __tls_get_addr (a thread-local not
+#      initial-exec), which brought ld-linux-x86-64.so.2 in as a NEEDED
+#      object for each preloaded exec to look up and version-check.
 # TAP.  FABSOCK_LIB: the library (default .libs/libfabsock.so in the build).
 set -u
 lib=${FABSOCK_LIB:-${top_builddir:-.}/.libs/libfabsock.so}
-echo "1..2"
+echo "1..3"
 if [ ! -f "$lib" ] || ! command -v readelf >/dev/null; then
   echo "ok 1 # SKIP no library at $lib or no readelf"
   echo "ok 2 # SKIP no library at $lib or no readelf"
+  echo "ok 3 # SKIP no library at $lib or no readelf"
   exit 0
 fi
 page=4096
@@ -53,4 +57,13 @@ elif [ -z "$bad" ]; then
   echo "ok 2 - $k constructors and destructors on _init's page"
 else
   echo "not ok 2 - off _init's page ($init): $bad"
+fi
+
+# 3. What the loader must find for it.
+needed=$(readelf -dW "$lib" | awk '$2 == "(NEEDED)" { gsub(/[][]/, "", $5); printf "%s ", $5 }')
+tls=$(nm -D --undefined-only "$lib" | awk '$2 ~ /^__tls_get_addr/ { print $2 }')
+if [ "$needed" = "libc.so.6 " ] && [ -z "$tls" ]; then
+  echo "ok 3 - needs libc.so.6 alone"
+else
+  echo "not ok 3 - needs ${needed:-nothing}${tls:+, imports $tls (a thread-local not initial-exec)}"
 fi
