@@ -4,7 +4,7 @@
 # preloaded), and gets: PGBIN, a cleanup trap, median, have_nginx /
 # have_ab / have_apache / have_pg, a 4 KiB file at $tmp/www/f4k,
 # $tmp/nginx.conf (Debian's shape: a daemon master and 2 workers as
-# www-data, sendfile on), and a PostgreSQL cluster at scale 10 with
+# www-data, sendfile on, listening on a wildcard address as its default site), and a PostgreSQL cluster at scale 10 with
 # pg_start WHO and pg_stop.
 PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
 cleanup() {
@@ -33,7 +33,7 @@ worker_processes 2;
 pid $tmp/nginx.pid;
 error_log $tmp/logs/error.log;
 events { worker_connections 768; }
-http { sendfile on; tcp_nopush on; access_log off; server { listen 127.0.0.1:$NGINX_PORT; root $tmp/www; } }
+http { sendfile on; tcp_nopush on; access_log off; server { listen $NGINX_PORT; root $tmp/www; } }
 CONF
 fi
 if [ $have_pg = 1 ]; then
