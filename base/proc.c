@@ -36,6 +36,35 @@ extern char *program_invocation_short_name;
  * the loader's relocations have written already. */
 uint32_t fs_proc_fork_work __attribute__((section(".data")));
 
+/* Beside it, for the same reason: the constructor's stores and every
+ * arm's load land on a page already written. */
+static void (*fs_proc_atfork_fn[3])(void) __attribute__((section(".data")));
+bool fs_proc_atfork_armed __attribute__((section(".data")));
+
+void fs_proc_atfork_set(void (*prepare)(void), void (*parent)(void), void (*child)(void))
+{
+  fs_proc_atfork_fn[0] = prepare;
+  fs_proc_atfork_fn[1] = parent;
+  __atomic_store_n(&fs_proc_atfork_fn[2], child, __ATOMIC_RELEASE);
+}
+
+/* Registered after the handlers other libraries registered at their load,
+ * ours run before theirs in the parent and after theirs in the child, as
+ * for any library that registers late.  glibc 2.36 (Debian 12) runs each
+ * handler with its atfork lock released, so this may even be reached from
+ * another library's handler (docs/design.md 1.6).  A failure (out of
+ * memory) leaves the process as a build without handlers: forks through
+ * fork() are ours anyway (preload/proc.c). */
+void fs_proc_atfork_arm_slow(void)
+{
+  if (!__atomic_load_n(&fs_proc_atfork_fn[2], __ATOMIC_ACQUIRE) ||
+      __atomic_exchange_n(&fs_proc_atfork_armed, true, __ATOMIC_ACQ_REL))
+    return;
+  int saved = errno;
+  (void)pthread_atfork(fs_proc_atfork_fn[0], fs_proc_atfork_fn[1], fs_proc_atfork_fn[2]);
+  errno = saved;
+}
+
 static char fs_proc_buf[64];
 static pthread_once_t fs_proc_once = PTHREAD_ONCE_INIT;
 

@@ -23,10 +23,12 @@
 #include "engine/cancel.h"
 #include "engine/batch.h"
 #include "engine/exit.h"
+#include "engine/fdtab.h"
 #include "engine/nproc.h"
 #include "engine/sock.h"
 #include "preload/export.h"
 #include "preload/proc.h"
+#include "base/proc.h"
 #include "base/real.h"
 #include "base/stat.h"
 
@@ -72,7 +74,8 @@ FS_EXPORT pid_t fork(void)
  * as done: after a failed one each upgraded end counts a holder it does
  * not have, as if a child still held it (taken as failed, a fork that was
  * done would leave two processes that each end the ring at their close).
- * Registered at load: a daemon(3) before any socket still forks. */
+ * Registered when the process first makes state a child must redo
+ * (base/proc.h): a daemon(3) before any socket has nothing to redo. */
 static void fs_fork_prepare(void)
 {
   if (fs_fork_wrapped)
@@ -102,9 +105,10 @@ static void fs_fork_child(void)
 
 __attribute__((constructor)) static void fs_preload_atfork(void)
 {
-  int saved = errno;
-  (void)pthread_atfork(fs_fork_prepare, fs_fork_parent, fs_fork_child);
-  errno = saved;
+  fs_proc_atfork_set(fs_fork_prepare, fs_fork_parent, fs_fork_child);
+  /* Another library's constructor may have made sockets already. */
+  if (fs_fdtab_any() || fs_proc_fork_work_has(~0u))
+    fs_proc_atfork_arm();
 }
 
 /* A target asleep in the library, where cancellation is held off, is told

@@ -12,6 +12,7 @@
 #include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "base/fdreg.h"
@@ -290,6 +291,46 @@ START_TEST(t_proc_threads)
 }
 END_TEST
 
+static int prepares;
+static void count_prepare(void)
+{
+  prepares++;
+}
+static void nothing(void)
+{
+}
+
+/* The process's first tracked socket registers the fork handlers (they
+ * are not registered at load, base/proc.h): its child has a table to redo
+ * even where no module set a fork work bit.  In a child, whose bits,
+ * registration and high water start clear here. */
+START_TEST(t_first_install_arms_atfork)
+{
+  pid_t pid = fork();
+  if (pid == 0) {
+    struct fs_conn *c = fs_conn_new(300, AF_INET);
+    if (!c)
+      _exit(1);
+    fs_proc_fork_work = 0;
+    fs_proc_atfork_armed = false;
+    fs_fdtab_hiwater = 0;
+    fs_proc_atfork_set(count_prepare, nothing, nothing);
+    pid_t g = fork();
+    if (g == 0)
+      _exit(0);
+    if (g < 0 || waitpid(g, NULL, 0) != g || prepares != 0)
+      _exit(2);
+    if (fs_fdtab_install(300, c) != 0)
+      _exit(3);
+    g = fork();
+    if (g == 0)
+      _exit(0);
+    _exit(g > 0 && waitpid(g, NULL, 0) == g && prepares == 1 ? 0 : 4);
+  }
+  ck_child_exits_ok(pid);
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("fdtab");
@@ -305,6 +346,7 @@ int main(void)
   tcase_add_test(tc, t_move_high);
   tcase_add_test(tc, t_reserve);
   tcase_add_test(tc, t_proc_threads);
+  tcase_add_test(tc, t_first_install_arms_atfork);
   suite_add_tcase(s, tc);
   return run_suite(s, true);
 }

@@ -1,7 +1,8 @@
 /* base/proc.c: fs_proc_self, the pid kept in a page a child finds zeroed,
  * right in the process and in a child however it was made: fork() (the
- * atfork handlers run) and the raw system call (as _Fork, none run); and
- * fs_proc_as_room, the application's share of RLIMIT_AS. */
+ * atfork handlers run) and the raw system call (as _Fork, none run);
+ * fs_proc_as_room, the application's share of RLIMIT_AS; and the fork
+ * handlers registered at the first fork work, not before. */
 #include <check.h>
 #include <errno.h>
 #include <stdio.h>
@@ -64,12 +65,60 @@ START_TEST(t_as_room)
 }
 END_TEST
 
+static int prepares;
+static void count_prepare(void)
+{
+  prepares++;
+}
+static void nothing(void)
+{
+}
+
+/* prepares after one fork(): its child exits at once. */
+static int prepares_after_fork(void)
+{
+  pid_t pid = fork();
+  if (pid == 0)
+    _exit(0);
+  int st;
+  if (pid < 0 || waitpid(pid, &st, 0) != pid)
+    return -1;
+  return prepares;
+}
+
+/* The handlers a preloaded process stores at load are registered once it
+ * first has fork work (or a tracked socket, check_fdtab): a process that
+ * never does pays no registration (a page fault at every start).  Once,
+ * however many bits follow.  In a child, whose bits and registration start
+ * clear here (this test process may have set bits before). */
+START_TEST(t_atfork_armed_at_first_work)
+{
+  pid_t pid = fork();
+  if (pid == 0) {
+    fs_proc_fork_work = 0;
+    fs_proc_atfork_armed = false;
+    fs_proc_atfork_arm(); /* nothing stored yet: nothing registered, not armed */
+    fs_proc_atfork_set(count_prepare, nothing, nothing);
+    if (prepares_after_fork() != 0)
+      _exit(1);
+    fs_proc_fork_work_add(FS_FORK_CANCEL);
+    if (prepares_after_fork() != 1)
+      _exit(2);
+    fs_proc_fork_work_add(FS_FORK_AGENT | FS_FORK_CANCEL);
+    fs_proc_atfork_arm();
+    _exit(prepares_after_fork() == 2 ? 0 : 3);
+  }
+  ck_child_exits_ok(pid);
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("proc");
   TCase *tc = tcase_create("self");
   tcase_add_test(tc, t_self_in_children);
   tcase_add_test(tc, t_as_room);
+  tcase_add_test(tc, t_atfork_armed_at_first_work);
   suite_add_tcase(s, tc);
   return run_suite(s, true);
 }
