@@ -145,8 +145,9 @@ static int fs_sock_local_now(struct fs_conn *c, int fd)
 
 /* Learned by the agent, off the application's path, when the upgrade it
  * queued is due (fs_sock_may_upgrade) or a peer's rendezvous names the
- * connection (fs_sock_find): a connection closed by then never pays for it.  The application may close fd and open another there
- * meanwhile: the address counts only if fd mapped to c before and after. */
+ * connection (fs_sock_find): a connection closed by then never pays for
+ * it.  The application may close fd and open another there meanwhile: the
+ * address counts only if fd mapped to c before and after. */
 static bool fs_sock_local_late(struct fs_conn *c)
 {
   if (__atomic_load_n(&c->local_known, __ATOMIC_ACQUIRE))
