@@ -10,7 +10,8 @@
 #   LIB  libfabsock.so (default: $FABSOCK_LIB, else <source>/build/.libs/libfabsock.so);
 #        several, comma-separated, are each a side (two builds in one run)
 #   N    starts per side (default 2000)
-# Prints p50/p99/mean us per side, then JSON on the last line.
+# Prints p50/p99/mean us per side and page faults per start (deterministic
+# where the times are not), then JSON on the last line.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 lib=${1:-${FABSOCK_LIB:-$here/../build/.libs/libfabsock.so}}

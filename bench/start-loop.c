@@ -12,8 +12,10 @@
  * program itself plain).  A side whose library the loader refused would
  * time the plain program: each library's first start runs PROGRAM with
  * LD_TRACE_LOADED_OBJECTS first, and a library missing from that list is
- * refused here (exit 2).  Prints p50, p99 and mean us per side, and with
- * --json one line of JSON.  bench/start-cost.sh runs it against an empty
+ * refused here (exit 2).  Prints p50, p99 and mean us per side and the
+ * child's page faults per start (wait4's ru_minflt: they do not move with
+ * this machine's noise, and at 5-20 us each in a VM they are most of what
+ * a library adds), and with --json one line of JSON.  bench/start-cost.sh runs it against an empty
  * library (bench/libstart-floor.so: what LD_PRELOAD costs by itself) and
  * libfabsock. */
 #define _GNU_SOURCE 1
@@ -24,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -55,18 +58,21 @@ static char **side_env(const char *lib)
   return env;
 }
 
-/* One start: ns from spawn to reap; 0 if it failed or exited non-zero. */
-static uint64_t one_start(char **argv, char **env, posix_spawn_file_actions_t *fa)
+/* One start: ns from spawn to reap, its page faults added to *faults; 0
+ * if it failed or exited non-zero. */
+static uint64_t one_start(char **argv, char **env, posix_spawn_file_actions_t *fa, uint64_t *faults)
 {
   pid_t pid;
   uint64_t t0 = bench_now_ns();
   if (posix_spawnp(&pid, argv[0], fa, NULL, argv, env) != 0)
     return 0;
   int st;
-  while (waitpid(pid, &st, 0) < 0)
+  struct rusage ru;
+  while (wait4(pid, &st, 0, &ru) < 0)
     if (errno != EINTR)
       return 0;
   uint64_t t1 = bench_now_ns();
+  *faults += (uint64_t)ru.ru_minflt + (uint64_t)ru.ru_majflt;
   return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? t1 - t0 : 0;
 }
 
@@ -180,9 +186,10 @@ int main(int argc, char **argv)
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
   posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  uint64_t faults[MAX_SIDES] = { 0 };
   for (long k = 0; k < n; k++)
     for (int s = 0; s < nsides; s++)
-      if (!(ns[s][k] = one_start(prog, env[s], &fa))) {
+      if (!(ns[s][k] = one_start(prog, env[s], &fa, &faults[s]))) {
         fprintf(stderr, "start-loop: %s failed or exited non-zero (side %s)\n", prog[0], sides[s]);
         return 1;
       }
@@ -191,10 +198,10 @@ int main(int argc, char **argv)
   for (int s = 0; s < nsides; s++)
     bench_lat_stats(ns[s], (size_t)n, &st[s]);
   printf("%ld starts of %s per side, interleaved; us from spawn to exit\n", n, prog[0]);
-  printf("%-50s %9s %9s %9s %12s\n", "side", "p50", "p99", "mean", "p50 - first");
+  printf("%-50s %9s %9s %9s %12s %8s\n", "side", "p50", "p99", "mean", "p50 - first", "faults");
   for (int s = 0; s < nsides; s++)
-    printf("%-50s %9.1f %9.1f %9.1f %+12.1f\n", sides[s], st[s].p50_us, st[s].p99_us, st[s].mean_us,
-           st[s].p50_us - st[0].p50_us);
+    printf("%-50s %9.1f %9.1f %9.1f %+12.1f %8.2f\n", sides[s], st[s].p50_us, st[s].p99_us, st[s].mean_us,
+           st[s].p50_us - st[0].p50_us, (double)faults[s] / (double)n);
   if (json) {
     printf("{\"program\": \"");
     json_str(prog[0]);
@@ -202,7 +209,8 @@ int main(int argc, char **argv)
     for (int s = 0; s < nsides; s++) {
       printf("%s{\"side\": \"", s ? ", " : "");
       json_str(sides[s]);
-      printf("\", \"p50_us\": %.1f, \"p99_us\": %.1f, \"mean_us\": %.1f}", st[s].p50_us, st[s].p99_us, st[s].mean_us);
+      printf("\", \"p50_us\": %.1f, \"p99_us\": %.1f, \"mean_us\": %.1f, \"faults\": %.2f}", st[s].p50_us, st[s].p99_us,
+             st[s].mean_us, (double)faults[s] / (double)n);
     }
     printf("]}\n");
   }
