@@ -111,6 +111,14 @@ __attribute__((constructor)) static void fs_preload_atfork(void)
     fs_proc_atfork_arm();
 }
 
+/* DT_FINI (-Wl,-fini, preload/Makefile.include): the loader calls it at
+ * every exit.  crti's _fini does nothing, and sits at the end of .text, a
+ * page of its own that every preloaded process faulted in at exit; this
+ * does nothing on _init's page (.text.startup, tests/t_libshape.sh). */
+__attribute__((section(".text.startup"), used)) void fs_preload_fini(void)
+{
+}
+
 /* A target asleep in the library, where cancellation is held off, is told
  * (engine/cancel.h). */
 FS_EXPORT int pthread_cancel(pthread_t t)

@@ -7,4 +7,7 @@
  * makes no system call of its own on its sockets.  errno is left alone. */
 void fs_preload_confined(void);
 
+/* The library's DT_FINI (-Wl,-fini): nothing, on _init's page. */
+void fs_preload_fini(void);
+
 #endif

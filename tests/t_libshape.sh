@@ -7,9 +7,10 @@
 #      two pages: the loader writes both anyway, and it zeroes the rest of
 #      the page where the file's data ends (a 6 KiB .data once put that end
 #      on a third page, one fault more at every start);
-#   2. every constructor and destructor is on _init's page of code (the
-#      compiler's .text.startup/.text.exit), which the loader's call of
-#      _init faults in anyway;
+#   2. every constructor and destructor, and DT_FINI, is on _init's page of
+#      code (the compiler's .text.startup/.text.exit), which the loader's
+#      call of _init faults in anyway (crti's _fini, at the end of .text,
+#      was a fault at every exit);
 #   3. it needs libc.so.6 alone: no __tls_get_addr (a thread-local not
 #      initial-exec), which brought ld-linux-x86-64.so.2 in as a NEEDED
 #      object for each preloaded exec to look up and version-check.
@@ -51,10 +52,15 @@ while read -r off addend; do
   k=$((k + 1))
   [ $(( 0x$addend / page )) = $(( init / page )) ] || bad+="$(nm "$lib" | awk -v a="$addend" '$1 ~ a"$" { print $3 }' | head -n 1)@0x$addend "
 done < <(readelf -rW "$lib" | awk '$3 == "R_X86_64_RELATIVE" { print $1, $4 }')
+fini=$(readelf -dW "$lib" | awk '$2 == "(FINI)" { print $3 }')
+if [ -n "$fini" ] && [ -n "$init" ]; then
+  k=$((k + 1))
+  [ $(( fini / page )) = $(( init / page )) ] || bad+="DT_FINI@$fini "
+fi
 if [ -z "$init" ] || [ "$k" = 0 ]; then
   echo "not ok 2 - no DT_INIT or no constructor found (init '$init', $k entries)"
 elif [ -z "$bad" ]; then
-  echo "ok 2 - $k constructors and destructors on _init's page"
+  echo "ok 2 - $k constructors, destructors and DT_FINI on _init's page"
 else
   echo "not ok 2 - off _init's page ($init): $bad"
 fi
