@@ -56,6 +56,7 @@ enum {
   FS_FORK_AGENT = 1u << 2,  /* engine/agent: started, or jobs or watches queued */
   FS_FORK_FABRIC = 1u << 3, /* a fabric's rendezvous or device state */
   FS_FORK_CANCEL = 1u << 4, /* engine/cancel: its lock, other threads' records */
+  FS_FORK_CONN = 1u << 5,   /* engine/conn's pool and engine/wake's leases: locks, eventfds */
 };
 extern uint32_t fs_proc_fork_work;
 

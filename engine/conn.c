@@ -2,6 +2,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "base/proc.h"
 #include "engine/conn.h"
 
 void (*fs_conn_release_hook)(struct fs_conn *c);
@@ -49,6 +50,7 @@ static struct fs_conn *fs_conn_take(void)
 
 struct fs_conn *fs_conn_new(int fd, int family)
 {
+  fs_proc_fork_work_add(FS_FORK_CONN);
   fs_lock(&fs_conn_pool_lock);
   struct fs_conn *c = fs_conn_take();
   fs_unlock(&fs_conn_pool_lock);
@@ -78,7 +80,9 @@ struct fs_conn *fs_conn_new(int fd, int family)
 
 void fs_conn_pool_fork_child(void)
 {
-  fs_lock_fork_reset(&fs_conn_pool_lock);
+  /* Never taken: not even read (its page was never the parent's). */
+  if (fs_proc_fork_work_has(FS_FORK_CONN))
+    fs_lock_fork_reset(&fs_conn_pool_lock);
 }
 
 void fs_conn_set_state(struct fs_conn *c, int state, int reason)

@@ -5,6 +5,8 @@
 #include <sys/eventfd.h>
 
 #include "base/fdreg.h"
+#include "base/lock.h"
+#include "base/proc.h"
 #include "fabric/chan.h"
 #include "engine/door.h"
 #include "engine/wake.h"
@@ -46,6 +48,7 @@ static uint32_t fs_wake_pool_n, fs_wake_pool_cap;
  * then sleeps in bounded slices).  fd: the connection's, for the budget. */
 static int fs_wake_pool_take(int fd)
 {
+  fs_proc_fork_work_add(FS_FORK_CONN); /* set by the connection already: a load */
   pthread_mutex_lock(&fs_wake_pool_lock);
   int efd = fs_wake_pool_n ? fs_wake_pool[--fs_wake_pool_n] : -1;
   pthread_mutex_unlock(&fs_wake_pool_lock);
@@ -186,8 +189,13 @@ bool fs_wake_conn_release(struct fs_conn *c)
 void fs_wake_fork_child(void)
 {
   /* The parent's eventfds: a wake of ours there would be a wake of theirs.
-   * No thread of the child has one (its connections forgot their leases). */
-  pthread_mutex_init(&fs_wake_pool_lock, NULL);
+   * No thread of the child has one (its connections forgot their leases).
+   * A process that never made a connection has no pool: nothing looked at.
+   * The lock reset by a store, not pthread_mutex_init: a call bound lazily
+   * anew in every child (a dozen page faults: base/lock.h). */
+  if (!fs_proc_fork_work_has(FS_FORK_CONN))
+    return;
+  fs_lock_fork_reset_mutex(&fs_wake_pool_lock);
   for (uint32_t i = 0; i < fs_wake_pool_n; i++)
     fs_fdreg_close(fs_wake_pool[i]);
   fs_wake_pool_n = 0;

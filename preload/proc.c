@@ -53,13 +53,16 @@ static __thread bool fs_fork_wrapped;
 FS_EXPORT pid_t fork(void)
 {
   fs_fork_before();
+  /* errno's address asked here: the same thread's after the fork, and a
+   * child that called __errno_location faulted in its page of libc code. */
+  int *err = &errno;
   fs_fork_wrapped = true;
   pid_t pid = FS_REAL(fork)();
   fs_fork_wrapped = false;
-  int saved = errno;
+  int saved = *err;
   fs_fork_after(pid);
-  if (errno != saved) /* a store to an unchanged errno is a page copy, in each process */
-    errno = saved;
+  if (*err != saved) /* a store to an unchanged errno is a page copy, in each process */
+    *err = saved;
   return pid;
 }
 
