@@ -194,8 +194,10 @@ static void fs_sock_establish(struct fs_conn *c, int fd, int dir)
   struct fs_policy_query q = { fs_proc_name(), dir, c->local_known ? (struct sockaddr *)&c->local : NULL,
                                (struct sockaddr *)&c->peer };
   fs_policy_match(pol, &q, &c->policy);
-  /* Upgrading at once: learned here, under the caller's lock. */
-  if (lazy && c->policy.upgrade_bytes == 0 && fs_sock_local_now(c, fd) < 0) {
+  /* A connecting end upgrading at once: learned here, under the caller's
+   * lock.  An accepting end waits for its peer's rendezvous whatever its
+   * threshold (it starts none). */
+  if (lazy && dir == FS_DIR_CONNECT && c->policy.upgrade_bytes == 0 && fs_sock_local_now(c, fd) < 0) {
     c->no_upgrade = true;
     fs_conn_set_state(c, FS_STATE_TCP, FS_REASON_ERROR);
     return;
