@@ -62,10 +62,10 @@ extern uint32_t fs_proc_fork_work;
 
 /* The fork handlers (preload/proc.c, for the forks libc makes itself:
  * daemon(3), forkpty(3)), registered with pthread_atfork once the process
- * first makes state a child must redo (a fork work bit, a tracked socket),
- * not at load: the registration's page of libc data cost every preloaded
- * start a page fault, about 20 us here, in processes that never open a
- * socket (docs/design.md 1.6).  fs_proc_atfork_set stores them (the
+ * first makes state a child must redo (a fork work bit; its first socket
+ * sets FS_FORK_CONN), not at load: the registration's page of libc data
+ * cost every preloaded start a page fault, about 20 us here, in processes
+ * that never open a socket (docs/design.md 1.6).  fs_proc_atfork_set stores them (the
  * constructor: no call into libc); arm registers them once, if stored. */
 void fs_proc_atfork_set(void (*prepare)(void), void (*parent)(void), void (*child)(void));
 void fs_proc_atfork_arm_slow(void);

@@ -15,8 +15,8 @@
  * refused here (exit 2).  Prints p50, p99 and mean us per side and the
  * child's page faults per start (wait4's ru_minflt: they do not move with
  * this machine's noise, and at 5-20 us each in a VM they are most of what
- * a library adds), and with --json one line of JSON.  bench/start-cost.sh runs it against an empty
- * library (bench/libstart-floor.so: what LD_PRELOAD costs by itself) and
+ * a library adds), and with --json one line of JSON.  bench/start-cost.sh
+ * runs it against an empty library (bench/libstart-floor.so: what LD_PRELOAD costs by itself) and
  * libfabsock. */
 #define _GNU_SOURCE 1
 #include <errno.h>

@@ -50,6 +50,8 @@ static struct fs_conn *fs_conn_take(void)
 
 struct fs_conn *fs_conn_new(int fd, int family)
 {
+  /* Every connection, and so every tracked socket and wake lease, comes
+   * from here: a process with any has this bit (and its fork handlers). */
   fs_proc_fork_work_add(FS_FORK_CONN);
   fs_lock(&fs_conn_pool_lock);
   struct fs_conn *c = fs_conn_take();

@@ -4,14 +4,11 @@
 #include <sys/resource.h>
 
 #include "engine/fdtab.h"
-#include "base/proc.h"
 #include "base/real.h"
 
 struct fs_conn *fs_fdtab_low[FS_FDTAB_LOW];
 struct fs_conn **fs_fdtab_high;
-/* In .data (base/proc.c's fs_proc_fork_work says why): the fork handlers'
- * constructor reads it at every start. */
-int fs_fdtab_hiwater __attribute__((section(".data")));
+int fs_fdtab_hiwater;
 
 #define FS_FDTAB_BYTES ((size_t)FS_FDTAB_SIZE * sizeof(void *))
 
@@ -56,8 +53,6 @@ int fs_fdtab_install(int fd, struct fs_conn *c)
   __atomic_fetch_add(&c->nfds, 1, __ATOMIC_RELAXED);
   struct fs_conn *old = __atomic_exchange_n(s, c, __ATOMIC_ACQ_REL);
   int hw = __atomic_load_n(&fs_fdtab_hiwater, __ATOMIC_RELAXED);
-  if (hw == 0)
-    fs_proc_atfork_arm(); /* the process's first tracked socket: a child redoes it */
   while (fd + 1 > hw &&
          !__atomic_compare_exchange_n(&fs_fdtab_hiwater, &hw, fd + 1, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
     ;

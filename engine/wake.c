@@ -48,7 +48,6 @@ static uint32_t fs_wake_pool_n, fs_wake_pool_cap;
  * then sleeps in bounded slices).  fd: the connection's, for the budget. */
 static int fs_wake_pool_take(int fd)
 {
-  fs_proc_fork_work_add(FS_FORK_CONN); /* set by the connection already: a load */
   pthread_mutex_lock(&fs_wake_pool_lock);
   int efd = fs_wake_pool_n ? fs_wake_pool[--fs_wake_pool_n] : -1;
   pthread_mutex_unlock(&fs_wake_pool_lock);

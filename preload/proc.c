@@ -23,7 +23,6 @@
 #include "engine/cancel.h"
 #include "engine/batch.h"
 #include "engine/exit.h"
-#include "engine/fdtab.h"
 #include "engine/nproc.h"
 #include "engine/sock.h"
 #include "preload/export.h"
@@ -110,7 +109,7 @@ __attribute__((constructor)) static void fs_preload_atfork(void)
 {
   fs_proc_atfork_set(fs_fork_prepare, fs_fork_parent, fs_fork_child);
   /* Another library's constructor may have made sockets already. */
-  if (fs_fdtab_any() || fs_proc_fork_work_has(~0u))
+  if (fs_proc_fork_work_has(~0u))
     fs_proc_atfork_arm();
 }
 

@@ -300,27 +300,24 @@ static void nothing(void)
 {
 }
 
-/* The process's first tracked socket registers the fork handlers (they
- * are not registered at load, base/proc.h): its child has a table to redo
- * even where no module set a fork work bit.  In a child, whose bits,
- * registration and high water start clear here. */
-START_TEST(t_first_install_arms_atfork)
+/* The process's first socket registers the fork handlers (they are not
+ * registered at load, base/proc.h): its connection (every tracked fd has
+ * one) sets its fork work bits (FS_FORK_CONN, and the stat table's).  In
+ * a child, whose bits and registration start clear here. */
+START_TEST(t_first_conn_arms_atfork)
 {
   pid_t pid = fork();
   if (pid == 0) {
-    struct fs_conn *c = fs_conn_new(300, AF_INET);
-    if (!c)
-      _exit(1);
     fs_proc_fork_work = 0;
     fs_proc_atfork_armed = false;
-    fs_fdtab_hiwater = 0;
     fs_proc_atfork_set(count_prepare, nothing, nothing);
     pid_t g = fork();
     if (g == 0)
       _exit(0);
     if (g < 0 || waitpid(g, NULL, 0) != g || prepares != 0)
       _exit(2);
-    if (fs_fdtab_install(300, c) != 0)
+    struct fs_conn *c = fs_conn_new(300, AF_INET);
+    if (!c || fs_fdtab_install(300, c) != 0)
       _exit(3);
     g = fork();
     if (g == 0)
@@ -346,7 +343,7 @@ int main(void)
   tcase_add_test(tc, t_move_high);
   tcase_add_test(tc, t_reserve);
   tcase_add_test(tc, t_proc_threads);
-  tcase_add_test(tc, t_first_install_arms_atfork);
+  tcase_add_test(tc, t_first_conn_arms_atfork);
   suite_add_tcase(s, tc);
   return run_suite(s, true);
 }

@@ -87,7 +87,7 @@ static int prepares_after_fork(void)
 }
 
 /* The handlers a preloaded process stores at load are registered once it
- * first has fork work (or a tracked socket, check_fdtab): a process that
+ * first has fork work (its first socket, check_fdtab): a process that
  * never does pays no registration (a page fault at every start).  Once,
  * however many bits follow.  In a child, whose bits and registration start
  * clear here (this test process may have set bits before). */
