@@ -4,9 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <linux/capability.h>
 #include <sys/resource.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "fabric/rdma/mr.h"
@@ -114,26 +112,6 @@ static bool fs_rdma_pool_shed(bool all)
   return n > 0;
 }
 
-/* Is registered memory unbounded for this process (no RLIMIT_MEMLOCK, or
- * CAP_IPC_LOCK, as root has outside most containers)?  Asked once. */
-bool fs_rdma_mr_unlimited(void)
-{
-  static int v; /* 0 unknown, 1 no, 2 yes */
-  int k = __atomic_load_n(&v, __ATOMIC_RELAXED);
-  if (!k) {
-    int saved = errno;
-    struct rlimit rl;
-    struct __user_cap_header_struct h = { _LINUX_CAPABILITY_VERSION_3, 0 };
-    struct __user_cap_data_struct d[2] = { { 0, 0, 0 }, { 0, 0, 0 } };
-    bool un = (getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur == RLIM_INFINITY) ||
-              (syscall(SYS_capget, &h, d) == 0 && (d[CAP_IPC_LOCK / 32].effective & (1u << (CAP_IPC_LOCK % 32))));
-    errno = saved;
-    k = un ? 2 : 1;
-    __atomic_store_n(&v, k, __ATOMIC_RELAXED);
-  }
-  return k == 2;
-}
-
 static bool fs_rdma_short(int rc)
 {
   return rc == -ENOMEM || rc == -EAGAIN || rc == -EPERM;
@@ -202,7 +180,7 @@ void fs_rdma_mr_put(struct fs_rdma_region *g)
     int nfull = 0;
     for (int i = 0; i < fs_rdma_npool; i++)
       nfull += fs_rdma_pool[i].full != NULL;
-    if (g->full && nfull >= FS_RDMA_POOL_FULL && !fs_rdma_mr_unlimited()) {
+    if (g->full && nfull >= FS_RDMA_POOL_FULL) {
       full = g->full; /* idle pinned memory the next connections may need */
       g->full = NULL;
     }

@@ -42,13 +42,6 @@ int fs_rdma_mr_get(struct ibv_pd *pd, uint32_t size, struct fs_rdma_region *g);
  * memlock limit the pool's idle widened regions give theirs back first. */
 int fs_rdma_mr_widen(struct fs_rdma_region *g);
 
-/* Is registered memory unbounded here (no RLIMIT_MEMLOCK, or CAP_IPC_LOCK)?
- * Then a region is widened at once (fabric/rdma/rdma.c): the peer then
- * never has to answer for its rings to grow, which an end that does not
- * touch its socket (a server busy elsewhere) would not do before it does,
- * while TCP would buffer what the sender writes meanwhile. */
-bool fs_rdma_mr_unlimited(void);
-
 /* Give a region back: kept for the next connection, or deregistered. */
 void fs_rdma_mr_put(struct fs_rdma_region *g);
 

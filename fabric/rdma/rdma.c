@@ -626,8 +626,6 @@ int fs_rdma_new(struct rdma_cm_id *id, uint32_t size, int side, int my_efd, stru
   step = "memory registration";
   if ((rc = fs_rdma_mr_get(r->pd, size, &r->g)) < 0)
     goto fail;
-  if (fs_rdma_mr_unlimited())
-    (void)fs_rdma_mr_widen(&r->g); /* its key goes with our first post; else it waits for an ask */
   step = "queue pair";
   if ((rc = fs_rdma_qp(r)) < 0)
     goto fail;
