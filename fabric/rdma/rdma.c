@@ -113,6 +113,9 @@ static int fs_rdma_reap(struct fs_rdma *r, uint32_t want)
   return 0;
 }
 
+static int fs_rdma_send_key(struct fs_rdma *r, bool full, uint32_t key);
+static void fs_rdma_lift(struct fs_rdma *r);
+
 /* Post a chain of n send work requests (slock held).  One in
  * FS_RDMA_SIGNAL is signalled; its wr_id counts the sends it retires. */
 int fs_rdma_post(struct fs_rdma *r, struct ibv_send_wr *wr, int n, bool signal)
@@ -260,6 +263,49 @@ int fs_rdma_post_imm(struct fs_rdma *r, uint32_t kind, uint64_t val)
   return fs_rdma_post(r, &wr, 1, false);
 }
 
+/* One of our keys, in two FLAGS immediates (slock held): 0 or -errno. */
+static int fs_rdma_send_key(struct fs_rdma *r, bool full, uint32_t key)
+{
+  struct ibv_send_wr wr[2];
+  struct ibv_sge sge[2];
+  for (int i = 0; i < 2; i++) {
+    fs_rdma_wr(&wr[i], &sge[i], r, 0, 0, 0);
+    fs_rdma_imm(&wr[i], FS_RDMA_IMM_FLAGS, fs_rdma_key_val(full, i == 1, key));
+  }
+  int rc = fs_rdma_post(r, wr, 2, false);
+  if (rc == 0 && full)
+    r->keys_sent |= FS_RDMA_K_FULL;
+  return rc;
+}
+
+/* Both whole-region keys there: the producer's window may open. */
+static void fs_rdma_lift(struct fs_rdma *r)
+{
+  if (r->g.full && (r->keys_sent & FS_RDMA_K_FULL) &&
+      (__atomic_load_n(&r->keys_known, __ATOMIC_ACQUIRE) & FS_RDMA_K_FULL) &&
+      __atomic_load_n(&r->ch.tx.win_lim, __ATOMIC_RELAXED))
+    __atomic_store_n(&r->ch.tx.win_lim, 0, __ATOMIC_RELEASE);
+}
+
+void fs_rdma_widen(struct fs_rdma *r)
+{
+  if (r->full_failed || __atomic_load_n(&r->dead, __ATOMIC_ACQUIRE) || r->foreign)
+    return;
+  if (!r->g.full) {
+    if (fs_rdma_mr_widen(&r->g) < 0) {
+      r->full_failed = true;
+      __atomic_store_n(&r->ch.cramped, 1, __ATOMIC_RELEASE);
+      fs_log(FS_LOG_INFO, "rdma channel %p: its rings stay at one page (no memory to register): "
+             "a sender that waits for room goes back to tcp", (void *)r);
+      return;
+    }
+  }
+  if (!(r->keys_sent & FS_RDMA_K_FULL) && (r->keys_sent & FS_RDMA_K_TX))
+    (void)fs_rdma_send_key(r, true, r->g.full->rkey);
+  /* else: the first post of the queue pair sends it */
+  fs_rdma_lift(r);
+}
+
 void fs_rdma_send_credit(struct fs_rdma *r, uint64_t head)
 {
   if (fs_rdma_post_imm(r, FS_RDMA_IMM_CREDIT, head) == 0)
@@ -349,6 +395,28 @@ void fs_rdma_repost(struct fs_rdma *r, uint32_t n)
     }
     n -= k;
   }
+}
+
+/* Half a key of the peer's (the poller).  Its whole region's makes ours
+ * due, if not sent: the peer waits for it to open its window. */
+static void fs_rdma_take_key(struct fs_rdma *r, uint32_t v)
+{
+  bool full;
+  uint32_t key;
+  int rc = fs_rdma_key_take(r->key_lo, v, &full, &key);
+  if (rc < 0) {
+    fs_rdma_die(r, "malformed key message", 0);
+    return;
+  }
+  if (rc == 0)
+    return;
+  if (full)
+    r->rkey_full = key;
+  else
+    r->rkey_tx = key;
+  __atomic_or_fetch(&r->keys_known, full ? FS_RDMA_K_FULL : FS_RDMA_K_TX, __ATOMIC_RELEASE);
+  if (full)
+    r->widen_due = true;
 }
 
 static void fs_rdma_take(struct fs_rdma *r, uint32_t imm)

@@ -112,15 +112,9 @@ int fs_rdma_post_imm(struct fs_rdma *r, uint32_t kind, uint64_t val);
 void fs_rdma_send_credit(struct fs_rdma *r, uint64_t head);
 void fs_rdma_send_flags(struct fs_rdma *r);
 void fs_rdma_repost(struct fs_rdma *r, uint32_t n);
-/* widen.c: the rings grow.  The region's whole registration and its key
- * sent, if the producer's window asks or the peer's key came (slock held). */
+/* The region's whole registration and its key sent, if the producer's
+ * window asks or the peer's key came (slock held). */
 void fs_rdma_widen(struct fs_rdma *r);
-/* One of our keys, in two FLAGS immediates (slock held): 0 or -errno. */
-int fs_rdma_send_key(struct fs_rdma *r, bool full, uint32_t key);
-/* Both whole-region keys there: open the producer's window (slock held). */
-void fs_rdma_lift(struct fs_rdma *r);
-/* Half a key of the peer's (the poller). */
-void fs_rdma_take_key(struct fs_rdma *r, uint32_t v);
 int fs_rdma_qp(struct fs_rdma *r);
 int fs_rdma_reap_now(struct fs_rdma *r);
 bool fs_rdma_take_all(struct fs_rdma *r);
