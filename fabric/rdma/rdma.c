@@ -113,9 +113,6 @@ static int fs_rdma_reap(struct fs_rdma *r, uint32_t want)
   return 0;
 }
 
-static int fs_rdma_send_key(struct fs_rdma *r, bool full, uint32_t key);
-static void fs_rdma_lift(struct fs_rdma *r);
-
 /* Post a chain of n send work requests (slock held).  One in
  * FS_RDMA_SIGNAL is signalled; its wr_id counts the sends it retires. */
 int fs_rdma_post(struct fs_rdma *r, struct ibv_send_wr *wr, int n, bool signal)
@@ -126,14 +123,6 @@ int fs_rdma_post(struct fs_rdma *r, struct ibv_send_wr *wr, int n, bool signal)
     return -EAGAIN; /* the resume says it all again */
   if (__builtin_expect(r->test_wedge, 0))
     return 0; /* FABSOCK_TEST_RDMA_WEDGE: taken, never sent, never completed */
-  if (__builtin_expect(!(r->keys_sent & FS_RDMA_K_TX), 0)) {
-    r->keys_sent |= FS_RDMA_K_TX; /* first on a queue pair: before what may need it */
-    int rc = fs_rdma_send_key(r, false, r->g.tx->rkey);
-    if (rc == 0 && r->g.full && (rc = fs_rdma_send_key(r, true, r->g.full->rkey)) == 0)
-      fs_rdma_lift(r);
-    if (rc < 0)
-      return rc;
-  }
   if (fs_rdma_reap(r, (uint32_t)n) < 0)
     return -EIO;
   for (int i = 0; i < n; i++) {
@@ -160,42 +149,18 @@ int fs_rdma_post(struct fs_rdma *r, struct ibv_send_wr *wr, int n, bool signal)
   return 0;
 }
 
-/* The keys for bytes [off, off + len) of a region (rx ring, then tx): a
- * first page's where they lie in it, else the whole region's.  A key not
- * there (ours not registered, the peer's not come) cannot be needed by an
- * honest peer or by us (fabric/rdma/rdma.h); the page key then makes the
- * NIC refuse the access, and the channel fails as on any bad access. */
-static uint32_t fs_rdma_lkey(const struct fs_rdma *r, uint64_t off, uint32_t len)
-{
-  const struct fs_rdma_region *g = &r->g;
-  bool tx = off >= g->size;
-  if (off - (tx ? g->size : 0) + len <= g->narrow || !g->full)
-    return tx ? g->tx->lkey : g->rx->lkey;
-  return g->full->lkey;
-}
-
-static uint32_t fs_rdma_rkey(const struct fs_rdma *r, uint64_t off, uint32_t len)
-{
-  bool tx = off >= r->g.size;
-  uint32_t known = __atomic_load_n(&r->keys_known, __ATOMIC_ACQUIRE);
-  if ((off - (tx ? r->g.size : 0) + len > r->g.narrow || (tx && !(known & FS_RDMA_K_TX))) &&
-      (known & FS_RDMA_K_FULL))
-    return r->rkey_full;
-  return tx ? r->rkey_tx : r->rkey;
-}
-
 void fs_rdma_wr(struct ibv_send_wr *wr, struct ibv_sge *sge, struct fs_rdma *r, uint32_t src, uint64_t dst,
                 uint32_t len)
 {
   memset(wr, 0, sizeof *wr);
-  sge->addr = (uintptr_t)r->g.buf + src;
+  sge->addr = (uintptr_t)r->buf + src;
   sge->length = len;
-  sge->lkey = fs_rdma_lkey(r, src, len);
+  sge->lkey = r->mr->lkey;
   wr->sg_list = len ? sge : NULL;
   wr->num_sge = len ? 1 : 0;
   wr->opcode = IBV_WR_RDMA_WRITE;
   wr->wr.rdma.remote_addr = r->raddr + dst;
-  wr->wr.rdma.rkey = fs_rdma_rkey(r, dst, len);
+  wr->wr.rdma.rkey = r->rkey;
   if (len && len <= r->max_inline)
     wr->send_flags = IBV_SEND_INLINE;
 }
@@ -208,30 +173,17 @@ void fs_rdma_imm(struct ibv_send_wr *wr, uint32_t kind, uint64_t val)
 
 /* Write tx bytes [from, to) to the peer's ring (at most one wrap: two work
  * requests), the DATA immediate with `to` on the last (slock held).  An
- * empty range posts the immediate alone.  A SKIP in the range (a window's
- * end: fabric/ring.h) goes as its header alone: what it steps over was
- * never written, and lies outside the registered first page. */
+ * empty range posts the immediate alone. */
 void fs_rdma_post_range(struct fs_rdma *r, uint64_t from, uint64_t to, bool signal)
 {
-  uint32_t size = r->g.size, off = (uint32_t)(from & (size - 1)), len = (uint32_t)(to - from);
-  uint32_t first = len < size - off ? len : size - off, gap = 0;
-  if (len > first) { /* a wrap: behind a SKIP, unless the window is open (then rarely) */
-    uint64_t sk = __atomic_load_n(&r->ch.tx.skip_at, __ATOMIC_RELAXED);
-    uint32_t keep = first;
-    if (sk >= from && sk + FS_RING_HDR <= from + first)
-      keep = (uint32_t)(sk + FS_RING_HDR - from);
-    else if (__atomic_load_n(&r->ch.tx.win_lim, __ATOMIC_RELAXED) && off < r->g.narrow && first > r->g.narrow - off)
-      keep = r->g.narrow - off; /* a SKIP written after `to` was read hid this one's place: the
-                                   page's rest holds it, and what follows it is stepped over */
-    gap = first - keep;
-    first = keep;
-  }
+  uint32_t off = (uint32_t)(from & (r->size - 1)), len = (uint32_t)(to - from);
+  uint32_t first = len < r->size - off ? len : r->size - off;
   struct ibv_send_wr wr[2];
   struct ibv_sge sge[2];
   int n = 1;
-  fs_rdma_wr(&wr[0], &sge[0], r, size + off, off, first);
-  if (len > first + gap)
-    fs_rdma_wr(&wr[n++], &sge[1], r, size, 0, len - first - gap);
+  fs_rdma_wr(&wr[0], &sge[0], r, r->size + off, off, first);
+  if (len > first)
+    fs_rdma_wr(&wr[n++], &sge[1], r, r->size, 0, len - first);
   fs_rdma_imm(&wr[n - 1], FS_RDMA_IMM_DATA, to);
   (void)fs_rdma_post(r, wr, n, signal);
 }
@@ -240,9 +192,6 @@ void fs_rdma_push(struct fs_rdma *r)
 {
   if (__atomic_load_n(&r->resume, __ATOMIC_RELAXED) != FS_RDMA_RS_NONE)
     return; /* held until the peer's RESUME says where its ring stands (heal.c) */
-  if (__builtin_expect(__atomic_load_n(&r->ch.tx.win_ask, __ATOMIC_ACQUIRE), 0) &&
-      !(r->keys_sent & FS_RDMA_K_FULL) && !r->full_failed)
-    fs_rdma_widen(r);
   uint64_t from = r->pub_tail, tail = fs_ring_load(&r->ctl[1].tail);
   if (tail == from)
     return;
@@ -263,49 +212,6 @@ int fs_rdma_post_imm(struct fs_rdma *r, uint32_t kind, uint64_t val)
   return fs_rdma_post(r, &wr, 1, false);
 }
 
-/* One of our keys, in two FLAGS immediates (slock held): 0 or -errno. */
-static int fs_rdma_send_key(struct fs_rdma *r, bool full, uint32_t key)
-{
-  struct ibv_send_wr wr[2];
-  struct ibv_sge sge[2];
-  for (int i = 0; i < 2; i++) {
-    fs_rdma_wr(&wr[i], &sge[i], r, 0, 0, 0);
-    fs_rdma_imm(&wr[i], FS_RDMA_IMM_FLAGS, fs_rdma_key_val(full, i == 1, key));
-  }
-  int rc = fs_rdma_post(r, wr, 2, false);
-  if (rc == 0 && full)
-    r->keys_sent |= FS_RDMA_K_FULL;
-  return rc;
-}
-
-/* Both whole-region keys there: the producer's window may open. */
-static void fs_rdma_lift(struct fs_rdma *r)
-{
-  if (r->g.full && (r->keys_sent & FS_RDMA_K_FULL) &&
-      (__atomic_load_n(&r->keys_known, __ATOMIC_ACQUIRE) & FS_RDMA_K_FULL) &&
-      __atomic_load_n(&r->ch.tx.win_lim, __ATOMIC_RELAXED))
-    __atomic_store_n(&r->ch.tx.win_lim, 0, __ATOMIC_RELEASE);
-}
-
-void fs_rdma_widen(struct fs_rdma *r)
-{
-  if (r->full_failed || __atomic_load_n(&r->dead, __ATOMIC_ACQUIRE) || r->foreign)
-    return;
-  if (!r->g.full) {
-    if (fs_rdma_mr_widen(&r->g) < 0) {
-      r->full_failed = true;
-      __atomic_store_n(&r->ch.cramped, 1, __ATOMIC_RELEASE);
-      fs_log(FS_LOG_INFO, "rdma channel %p: its rings stay at one page (no memory to register): "
-             "a sender that waits for room goes back to tcp", (void *)r);
-      return;
-    }
-  }
-  if (!(r->keys_sent & FS_RDMA_K_FULL) && (r->keys_sent & FS_RDMA_K_TX))
-    (void)fs_rdma_send_key(r, true, r->g.full->rkey);
-  /* else: the first post of the queue pair sends it */
-  fs_rdma_lift(r);
-}
-
 void fs_rdma_send_credit(struct fs_rdma *r, uint64_t head)
 {
   if (fs_rdma_post_imm(r, FS_RDMA_IMM_CREDIT, head) == 0)
@@ -322,18 +228,16 @@ static void fs_rdma_publish(struct fs_chan *ch)
 
 /* Credits go back once an eighth of the ring is free: the producer waits
  * only with the ring (nearly) full, and then the reader, working through
- * the rest, crosses the next eighth.  A quarter of the page while the
- * producer keeps to its first page (its window). */
+ * the rest, crosses the next eighth. */
 static void fs_rdma_credit(struct fs_chan *ch)
 {
   struct fs_rdma *r = (struct fs_rdma *)ch;
   uint64_t head = __atomic_load_n(&r->ctl[0].head, __ATOMIC_ACQUIRE);
-  uint32_t step = __atomic_load_n(&r->rx_wide, __ATOMIC_RELAXED) ? r->g.size / 8 : r->g.narrow / 4;
-  if (head - __atomic_load_n(&r->cred_head, __ATOMIC_RELAXED) < step)
+  if (head - __atomic_load_n(&r->cred_head, __ATOMIC_RELAXED) < r->size / 8)
     return;
   fs_lock(&r->slock);
   head = __atomic_load_n(&r->ctl[0].head, __ATOMIC_ACQUIRE);
-  if (head - r->cred_head >= step)
+  if (head - r->cred_head >= r->size / 8)
     fs_rdma_send_credit(r, head);
   fs_unlock(&r->slock);
 }
@@ -357,8 +261,8 @@ void fs_rdma_send_flags(struct fs_rdma *r)
     if (fs_ring_load(&r->ctl[0].tail) != head) { /* the record at head, maybe half read */
       struct ibv_send_wr wr;
       struct ibv_sge sge;
-      uint32_t off = (uint32_t)(head & (r->g.size - 1));
-      fs_rdma_wr(&wr, &sge, r, off, (uint64_t)r->g.size + off, FS_RING_HDR);
+      uint32_t off = (uint32_t)(head & (r->size - 1));
+      fs_rdma_wr(&wr, &sge, r, off, (uint64_t)r->size + off, FS_RING_HDR);
       (void)fs_rdma_post(r, &wr, 1, false);
     }
     fs_rdma_send_credit(r, head);
@@ -397,40 +301,16 @@ void fs_rdma_repost(struct fs_rdma *r, uint32_t n)
   }
 }
 
-/* Half a key of the peer's (the poller).  Its whole region's makes ours
- * due, if not sent: the peer waits for it to open its window. */
-static void fs_rdma_take_key(struct fs_rdma *r, uint32_t v)
-{
-  bool full;
-  uint32_t key;
-  int rc = fs_rdma_key_take(r->key_lo, v, &full, &key);
-  if (rc < 0) {
-    fs_rdma_die(r, "malformed key message", 0);
-    return;
-  }
-  if (rc == 0)
-    return;
-  if (full)
-    r->rkey_full = key;
-  else
-    r->rkey_tx = key;
-  __atomic_or_fetch(&r->keys_known, full ? FS_RDMA_K_FULL : FS_RDMA_K_TX, __ATOMIC_RELEASE);
-  if (full)
-    r->widen_due = true;
-}
-
 static void fs_rdma_take(struct fs_rdma *r, uint32_t imm)
 {
   uint32_t kind = imm >> 30, v = imm & FS_RDMA_IMM_MASK;
   switch (kind) {
   case FS_RDMA_IMM_DATA: {
     uint64_t t = fs_rdma_unwrap(r->ctl[0].tail, v);
-    if (t - __atomic_load_n(&r->ctl[0].head, __ATOMIC_ACQUIRE) > r->g.size) {
+    if (t - __atomic_load_n(&r->ctl[0].head, __ATOMIC_ACQUIRE) > r->size) {
       fs_rdma_die(r, "peer wrote past the ring", 0);
       return;
     }
-    if (__builtin_expect(!r->rx_wide, 0) && (t & (r->g.size - 1)) > r->g.narrow)
-      __atomic_store_n(&r->rx_wide, true, __ATOMIC_RELAXED);
     if (t == r->ctl[0].tail)
       r->credit_again = true; /* a repeat (fs_rdma_watch): our credit may be what it lost */
     __atomic_store_n(&r->ctl[0].tail, t, __ATOMIC_RELEASE);
@@ -446,10 +326,6 @@ static void fs_rdma_take(struct fs_rdma *r, uint32_t imm)
     break;
   }
   case FS_RDMA_IMM_FLAGS:
-    if (v & FS_RDMA_FLAG_KEY) {
-      fs_rdma_take_key(r, v);
-      break;
-    }
     if (v & FS_RDMA_FLAG_ATTACHED)
       __atomic_store_n(&r->ep[1].attached, 1, __ATOMIC_RELEASE);
     if (v & FS_RDMA_FLAG_RX_REVERT)
@@ -547,12 +423,6 @@ static void fs_rdma_progress(struct fs_chan *ch)
     uint64_t seen = r->n_cqe;
     bool wake = fs_rdma_take_all(r);
     fs_rdma_watch(r, r->n_cqe != seen);
-    if (__builtin_expect(r->widen_due, 0)) {
-      r->widen_due = false;
-      fs_lock(&r->slock);
-      fs_rdma_widen(r); /* ours registered and sent if not yet; the window may open */
-      fs_unlock(&r->slock);
-    }
     if (__builtin_expect(r->credit_again, 0)) {
       r->credit_again = false;
       fs_lock(&r->slock);
@@ -666,6 +536,7 @@ int fs_rdma_new(struct rdma_cm_id *id, uint32_t size, int side, int my_efd, stru
   memset(r, 0, sizeof *r);
   fs_lock_init(&r->slock);
   r->id = id;
+  r->size = size;
   r->sq_free = FS_RDMA_SQ;
   int rc = 0;
   const char *step = "pd";
@@ -692,7 +563,7 @@ int fs_rdma_new(struct rdma_cm_id *id, uint32_t size, int side, int my_efd, stru
   if (fl < 0 || FS_REAL(fcntl)(r->cc->fd, F_SETFL, fl | O_NONBLOCK) < 0)
     goto fail;
   step = "memory registration";
-  if ((rc = fs_rdma_mr_get(r->pd, size, &r->g)) < 0)
+  if ((rc = fs_rdma_mr_get(r->pd, r->size, &r->mr, &r->buf)) < 0)
     goto fail;
   step = "queue pair";
   if ((rc = fs_rdma_qp(r)) < 0)
@@ -710,11 +581,8 @@ int fs_rdma_new(struct rdma_cm_id *id, uint32_t size, int side, int my_efd, stru
   struct fs_chan *ch = &r->ch;
   ch->ops = &fs_rdma_ops;
   ch->side = side;
-  ch->rx = (struct fs_ring){ .ctl = &r->ctl[0], .data = r->g.buf, .size = size };
-  /* Records stay in the registered first page until both ends register
-   * their whole regions (fs_rdma_widen): the window's limit. */
-  uint32_t win = r->g.narrow < size ? r->g.narrow - FS_RDMA_WIN_SLACK : 0;
-  ch->tx = (struct fs_ring){ .ctl = &r->ctl[1], .data = r->g.buf + size, .size = size, .win = win, .win_lim = win };
+  ch->rx = (struct fs_ring){ .ctl = &r->ctl[0], .data = r->buf, .size = size };
+  ch->tx = (struct fs_ring){ .ctl = &r->ctl[1], .data = r->buf + size, .size = size };
   ch->me = &r->ep[0];
   ch->peer = &r->ep[1];
   ch->my_efd = my_efd;
@@ -741,8 +609,8 @@ void fs_rdma_set_peer(struct fs_rdma *r, uint64_t addr, uint32_t rkey)
 
 void fs_rdma_local(const struct fs_rdma *r, uint64_t *addr, uint32_t *rkey)
 {
-  *addr = (uintptr_t)r->g.buf;
-  *rkey = r->g.rx->rkey;
+  *addr = (uintptr_t)r->buf;
+  *rkey = r->mr->rkey;
 }
 
 void fs_rdma_peer_gone(struct fs_rdma *r)
@@ -820,6 +688,7 @@ void fs_rdma_destroy(struct fs_rdma *r)
     FS_VERBS(ibv_destroy_comp_channel)(r->cc);
     fs_fdreg_make_end();
   }
-  fs_rdma_mr_put(&r->g);
+  if (r->mr)
+    fs_rdma_mr_put(r->pd, r->size, r->mr, r->buf);
   free(r);
 }

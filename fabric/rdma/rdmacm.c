@@ -150,7 +150,7 @@ static void fs_cm_drop(struct fs_cm_item *it)
 
 void fs_cm_reject_id(struct rdma_cm_id *id, int reason)
 {
-  struct fs_rdmacm_rej rej = { htonl(FS_RDMACM_MAGIC_REJ), FS_RDMACM_VERSION, (uint8_t)reason, 0 };
+  struct fs_rdmacm_rej rej = { htonl(FS_RDMACM_MAGIC_REJ), 1, (uint8_t)reason, 0 };
   FS_VERBS(rdma_reject)(id, &rej, sizeof rej);
 }
 
@@ -164,7 +164,7 @@ struct rdma_conn_param fs_cm_param(struct fs_rdmacm_wire *w, uint32_t magic, uin
                                    const struct sockaddr *server, const uint8_t *bind)
 {
   memset(w, 0, sizeof *w);
-  w->m = (struct fs_rdmacm_msg){ htonl(magic), FS_RDMACM_VERSION, ring_log2, htons(port), htobe64(addr), htonl(rkey), 0 };
+  w->m = (struct fs_rdmacm_msg){ htonl(magic), 1, ring_log2, htons(port), htobe64(addr), htonl(rkey), 0 };
   if (key)
     fs_rdmacm_seal(w, key, client, server, bind, fs_cm_wall_ms());
   return (struct rdma_conn_param){ .private_data = w, .private_data_len = key ? sizeof *w : sizeof w->m,
@@ -267,8 +267,8 @@ static void fs_cm_cli_established(struct fs_cm_item *it, const uint8_t *pd, size
     return;
   }
   memcpy(&m, pd, sizeof m);
-  if (ntohl(m.magic) != FS_RDMACM_MAGIC_ACC || m.version != FS_RDMACM_VERSION || m.ring_log2 != fs_cm_log2(it->ring) || !m.rkey) {
-    fs_cm_cli_fail(it, m.version != FS_RDMACM_VERSION ? FS_REASON_VERSION : FS_REASON_PROTOCOL);
+  if (ntohl(m.magic) != FS_RDMACM_MAGIC_ACC || m.version != 1 || m.ring_log2 != fs_cm_log2(it->ring) || !m.rkey) {
+    fs_cm_cli_fail(it, m.version != 1 ? FS_REASON_VERSION : FS_REASON_PROTOCOL);
     return;
   }
   struct fs_link *c = it->c;

@@ -4,13 +4,12 @@
  * Beside every eligible TCP listen, an rdma_cm listener on the same address
  * and port.  A connecting end that wants rdma resolves a route from its TCP
  * local address to its TCP peer and connects with this private data
- * (wire format v2, multi-byte fields in network order; 24 bytes, or 48 with
+ * (wire format v1, multi-byte fields in network order; 24 bytes, or 48 with
  * the authenticator; it fits the 56 bytes RoCE leaves a connect request):
  *
- *   u32 magic ("FSRC" request, "FSRA" accept) | u8 version 2 | u8 ring log2
+ *   u32 magic ("FSRC" request, "FSRA" accept) | u8 version 1 | u8 ring log2
  *   (16..24) | u16 TCP port (request: the client's; accept: the server's) |
- *   u64 address of the sender's region | u32 the rkey of its rx ring's first
- *   page (fabric/rdma/mr.h) | u32 flags
+ *   u64 address of the sender's region | u32 its rkey | u32 flags
  *   [flags bit 0 (FS_RDMACM_F_MAC), no other bit defined:
  *    u64 sender's wall clock, ms since 1970 | 16 bytes of MAC]
  *
@@ -40,7 +39,7 @@
  * an "FSRA" naming the same region, or refuses (no such channel: the peer
  * is gone).
  *
- * A refusal carries   u32 magic "FSRJ" | u8 version 2 | u8 reason | u16 0
+ * A refusal carries   u32 magic "FSRJ" | u8 version 1 | u8 reason | u16 0
  * (reason: enum fs_reason).  The accepting end matches the request to the
  * one TCP connection it accepted from (client address, client port) on
  * (its address, the listening port); a request for a connection not yet
@@ -57,9 +56,6 @@
 
 #include "fabric/fabric.h"
 
-/* 2: the channel's immediates carry ring keys (fabric/rdma/rdma.h, wire
- * format v2); an end of version 1 is refused (reason "version": TCP). */
-#define FS_RDMACM_VERSION 2
 #define FS_RDMACM_MAGIC_REQ 0x46535243u /* "FSRC" */
 #define FS_RDMACM_MAGIC_ACC 0x46535241u /* "FSRA" */
 #define FS_RDMACM_MAGIC_REJ 0x4653524au /* "FSRJ" */

@@ -113,7 +113,7 @@ static void fs_cm_resume_established(struct fs_cm_item *it, const uint8_t *pd, s
   bool ok = len >= sizeof m;
   if (ok) {
     memcpy(&m, pd, sizeof m);
-    ok = ntohl(m.magic) == FS_RDMACM_MAGIC_ACC && m.version == FS_RDMACM_VERSION && m.ring_log2 == fs_cm_log2(it->ring) &&
+    ok = ntohl(m.magic) == FS_RDMACM_MAGIC_ACC && m.version == 1 && m.ring_log2 == fs_cm_log2(it->ring) &&
          be64toh(m.addr) == addr && ntohl(m.rkey) == rkey;
   }
   if (ok && it->has_key)

@@ -21,7 +21,7 @@ int fs_rdmacm_check_req(const void *data, size_t len, struct fs_rdmacm_msg *out,
   memcpy(&m, data, sizeof m);
   if (ntohl(m.magic) != FS_RDMACM_MAGIC_REQ && ntohl(m.magic) != FS_RDMACM_MAGIC_RES)
     return FS_REASON_PROTOCOL;
-  if (m.version != FS_RDMACM_VERSION)
+  if (m.version != 1)
     return FS_REASON_VERSION;
   uint32_t flags = ntohl(m.flags);
   if (m.ring_log2 < FS_RDMACM_RING_LOG2_MIN || m.ring_log2 > FS_RDMACM_RING_LOG2_MAX ||
