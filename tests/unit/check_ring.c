@@ -248,62 +248,6 @@ START_TEST(t_window_stream)
 }
 END_TEST
 
-/* The fabric's window limit (rdma: only the rings' first page registered):
- * the window never widens past it, however much goes through, and every
- * record, control records and SKIPs included, stays below it + 40 bytes;
- * the producer asks instead (win_ask).  Once the limit lifts, the window
- * opens to the whole ring at the producer's next record. */
-START_TEST(t_window_limit)
-{
-  const uint32_t page = RSZ / 4, lim = page - 256; /* the page registered, as rdma's */
-  r.win = r.win_lim = lim;
-  srand(44);
-  uint8_t out[300], in[300];
-  uint64_t sent = 0, rcvd = 0;
-  for (int iter = 0; iter < 4000; iter++) {
-    size_t n = 1 + (size_t)rand() % sizeof out;
-    for (size_t i = 0; i < n; i++)
-      out[i] = (uint8_t)(sent + i);
-    sent += put(out, n);
-    ck_assert_uint_eq(r.win, lim);
-    ck_assert_uint_le(ctl.tail & (RSZ - 1), lim);
-    ssize_t g = get(in, sizeof in, false);
-    int bad = 0;
-    for (ssize_t i = 0; i < g; i++)
-      bad |= in[i] != (uint8_t)(rcvd + (uint64_t)i);
-    ck_assert_int_eq(bad, 0);
-    rcvd += (uint64_t)g;
-  }
-  ck_assert_uint_gt(sent, (uint64_t)FS_RING_WIN_GROW * lim);
-  ck_assert_uint_eq(r.win_ask, 1);
-  ck_assert_int_eq(fs_ring_put_ctl(&r, FS_REC_REVERT, sent), 0);
-  ck_assert_int_eq(fs_ring_put_ctl(&r, FS_REC_EOF, 0), 0);
-  ck_assert_uint_le(ctl.tail & (RSZ - 1), lim + 40);
-  int dirty = 0; /* nothing written at or past the page */
-  for (size_t i = page; i < RSZ; i++)
-    dirty |= data[i] != 0xee;
-  ck_assert_int_eq(dirty, 0);
-  /* a write the window cuts short asks at once */
-  setup();
-  r.win = r.win_lim = lim;
-  static uint8_t big[2 * RSZ / 4];
-  ck_assert_uint_lt(put(big, sizeof big), sizeof big);
-  ck_assert_uint_eq(r.win_ask, 1);
-  ck_assert_uint_eq(r.win, lim);
-  /* lifted: the next record opens the window to the whole ring */
-  setup();
-  r.win = r.win_lim = lim;
-  r.win_moved = (uint64_t)FS_RING_WIN_GROW * lim;
-  ck_assert_uint_eq(put(out, 8), 8);
-  ck_assert_uint_eq(r.win_ask, 1);
-  ck_assert_uint_eq(r.win, lim);
-  __atomic_store_n(&r.win_lim, 0, __ATOMIC_RELEASE);
-  ck_assert_uint_eq(put(out, 8), 8);
-  ck_assert_uint_eq(r.win, 0);
-  ck_assert_uint_eq(fs_ring_limit(&r), RSZ);
-}
-END_TEST
-
 /* A SKIP is invisible to the consumer: peek, pop, readable, data_ahead,
  * eof_queued and get step over it; the producer writes one only with the
  * record behind it, and only where that leaves more room, so a drained ring
@@ -530,7 +474,6 @@ int main(void)
   tcase_add_test(tc, t_space_cached_head);
   tcase_add_test(tc, t_hostile_producer);
   tcase_add_test(tc, t_window_stream);
-  tcase_add_test(tc, t_window_limit);
   tcase_add_test(tc, t_skip_transparent);
   tcase_add_test(tc, t_hostile_skip);
   tcase_add_test(tc, t_trim_shared);
