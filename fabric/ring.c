@@ -124,6 +124,13 @@ size_t fs_ring_space_for(struct fs_ring *r, size_t want)
   return fs_ring_place(r, want, &skip);
 }
 
+/* The producer asks the fabric to lift its window's limit (once). */
+static inline void fs_ring_ask(struct fs_ring *r)
+{
+  if (!__atomic_load_n(&r->win_ask, __ATOMIC_RELAXED))
+    __atomic_store_n(&r->win_ask, 1, __ATOMIC_RELEASE);
+}
+
 /* The bytes of the DATA record a producer may append now: len, cut to the
  * room there is and to what a record's length field holds; *at: where its
  * header goes (behind a SKIP written here, if one is due). */
@@ -135,9 +142,8 @@ static size_t fs_ring_data_room(struct fs_ring *r, size_t len, uint64_t *at)
     len = room;
     /* Cut short with the window at the fabric's limit: the stream wants
      * more room than the window has, whatever went through so far. */
-    if (__builtin_expect(__atomic_load_n(&r->win_lim, __ATOMIC_RELAXED) != 0, 0) && fs_ring_win(r) &&
-        !__atomic_load_n(&r->win_ask, __ATOMIC_RELAXED))
-      __atomic_store_n(&r->win_ask, 1, __ATOMIC_RELEASE);
+    if (__builtin_expect(__atomic_load_n(&r->win_lim, __ATOMIC_RELAXED) != 0, 0) && fs_ring_win(r))
+      fs_ring_ask(r);
   }
   if (len > 0xffffffu - 8)
     len = 0xffffffu - 8;
@@ -158,8 +164,7 @@ static void fs_ring_widen(struct fs_ring *r, uint32_t win)
   uint32_t next = win * 2 < r->size ? win * 2 : 0;
   uint32_t lim = __atomic_load_n(&r->win_lim, __ATOMIC_ACQUIRE);
   if (lim && (next == 0 || next > lim)) {
-    if (!__atomic_load_n(&r->win_ask, __ATOMIC_RELAXED))
-      __atomic_store_n(&r->win_ask, 1, __ATOMIC_RELEASE);
+    fs_ring_ask(r);
     return;
   }
   if (__atomic_load_n(&r->win_ask, __ATOMIC_RELAXED))

@@ -238,8 +238,8 @@ void fs_rdma_push(struct fs_rdma *r)
   if (__atomic_load_n(&r->resume, __ATOMIC_RELAXED) != FS_RDMA_RS_NONE)
     return; /* held until the peer's RESUME says where its ring stands (heal.c) */
   if (__builtin_expect(__atomic_load_n(&r->ch.tx.win_ask, __ATOMIC_ACQUIRE), 0) &&
-      !(r->keys_sent & FS_RDMA_K_FULL) && !r->full_failed)
-    fs_rdma_widen(r);
+      !__atomic_load_n(&r->ask_ns, __ATOMIC_RELAXED))
+    fs_rdma_ask(r);
   uint64_t from = r->pub_tail, tail = fs_ring_load(&r->ctl[1].tail);
   if (tail == from)
     return;
@@ -479,6 +479,8 @@ static void fs_rdma_progress(struct fs_chan *ch)
     uint64_t seen = r->n_cqe;
     bool wake = fs_rdma_take_all(r);
     fs_rdma_watch(r, r->n_cqe != seen);
+    if (__builtin_expect(__atomic_load_n(&r->ask_ns, __ATOMIC_RELAXED) > 1, 0))
+      fs_rdma_ask_check(r);
     if (__builtin_expect(r->widen_due, 0)) {
       r->widen_due = false;
       fs_lock(&r->slock);
@@ -627,7 +629,8 @@ int fs_rdma_new(struct rdma_cm_id *id, uint32_t size, int side, int my_efd, stru
   if ((rc = fs_rdma_mr_get(r->pd, size, &r->g)) < 0)
     goto fail;
   if (fs_rdma_mr_unlimited())
-    (void)fs_rdma_mr_widen(&r->g); /* its key goes with our first post; else it waits for an ask */
+    (void)fs_rdma_mr_widen(&r->g); /* else it waits for an ask (or came widened from the pool) */
+  r->whole = r->g.full != NULL; /* our handshake says so (FS_RDMACM_F_WHOLE) */
   step = "queue pair";
   if ((rc = fs_rdma_qp(r)) < 0)
     goto fail;
@@ -667,16 +670,25 @@ fail:
   return rc;
 }
 
-void fs_rdma_set_peer(struct fs_rdma *r, uint64_t addr, uint32_t rkey)
+void fs_rdma_set_peer(struct fs_rdma *r, uint64_t addr, uint32_t rkey, bool whole)
 {
   r->raddr = addr;
   r->rkey = rkey;
+  if (!whole)
+    return;
+  r->rkey_tx = r->rkey_full = rkey;
+  __atomic_store_n(&r->keys_known, FS_RDMA_K_TX | FS_RDMA_K_FULL, __ATOMIC_RELEASE);
+  if (r->whole) { /* both whole: no window, no key to send (ours was in the handshake) */
+    r->keys_sent = FS_RDMA_K_TX | FS_RDMA_K_FULL;
+    r->ch.tx.win = r->ch.tx.win_lim = 0;
+  }
 }
 
-void fs_rdma_local(const struct fs_rdma *r, uint64_t *addr, uint32_t *rkey)
+bool fs_rdma_local(const struct fs_rdma *r, uint64_t *addr, uint32_t *rkey)
 {
   *addr = (uintptr_t)r->g.buf;
-  *rkey = r->g.rx->rkey;
+  *rkey = r->whole ? r->g.full->rkey : r->g.rx->rkey;
+  return r->whole;
 }
 
 void fs_rdma_peer_gone(struct fs_rdma *r)

@@ -76,6 +76,9 @@
  * page less room for the control records (SKIP, SWITCH, REVERT, EOF: at
  * most 40 bytes) a window lets past its end. */
 #define FS_RDMA_WIN_SLACK 256u
+/* How long a window that asked to grow waits for the peer's answer before
+ * a sender that would wait goes back to TCP (fabric/rdma/widen.c). */
+#define FS_RDMA_ASK_MS 50
 
 /* Pure, for tests: the FLAGS value carrying half (high or low) of a key. */
 static inline uint32_t fs_rdma_key_val(bool full, bool high, uint32_t key)
@@ -121,11 +124,15 @@ struct fs_rdma *fs_rdma_of(struct fs_chan *ch); /* NULL unless ch is rdma */
  * the connection's wake eventfd (not owned).  0 or -errno. */
 int fs_rdma_new(struct rdma_cm_id *id, uint32_t size, int side, int my_efd, struct fs_rdma **out);
 
-/* What the peer's handshake said: its region's address and key. */
-void fs_rdma_set_peer(struct fs_rdma *r, uint64_t addr, uint32_t rkey);
+/* What the peer's handshake said: its region's address and key, and
+ * whether the key covers the whole region (FS_RDMACM_F_WHOLE).  Before the
+ * channel carries bytes. */
+void fs_rdma_set_peer(struct fs_rdma *r, uint64_t addr, uint32_t rkey, bool whole);
 
-/* Our region's address and key, for our handshake message. */
-void fs_rdma_local(const struct fs_rdma *r, uint64_t *addr, uint32_t *rkey);
+/* Our region's address and key, for our handshake message: true where the
+ * key covers the whole region (registered whole from the start), else it is
+ * the rx ring's first page's.  The same for the channel's life. */
+bool fs_rdma_local(const struct fs_rdma *r, uint64_t *addr, uint32_t *rkey);
 
 /* Mark the peer gone (disconnect, device removal): waiters wake. */
 void fs_rdma_peer_gone(struct fs_rdma *r);

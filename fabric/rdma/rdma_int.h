@@ -50,10 +50,14 @@ struct fs_rdma {
   uint32_t keys_known;              /* FS_RDMA_K_*: which of those came; atomic */
   uint32_t key_lo[2];               /* the poller's: low halves so far (fs_rdma_key_take) */
   uint32_t keys_sent;               /* FS_RDMA_K_*: ours sent on this queue pair (slock) */
+  bool whole;                       /* our region was whole from the start: our handshake's key
+                                       covers it (fs_rdma_local) */
   bool full_failed;                 /* our whole region could not be registered (memlock): the
                                        window stays (slock) */
   bool widen_due;                   /* the peer's whole-region key came before ours was sent:
                                        the poller registers and sends it */
+  uint64_t ask_ns;                  /* when our window asked to grow (fs_rdma_ask); 1 once it
+                                       opened or the wait ran out; 0 before; atomic */
   bool rx_wide;                     /* the peer has written past our rx page: credits by the
                                        eighth of the ring, not of the page */
   fs_lock_t slock;                  /* posting and send-queue accounting */
@@ -119,6 +123,12 @@ void fs_rdma_widen(struct fs_rdma *r);
 int fs_rdma_send_key(struct fs_rdma *r, bool full, uint32_t key);
 /* Both whole-region keys there: open the producer's window (slock held). */
 void fs_rdma_lift(struct fs_rdma *r);
+/* Our window asks to grow (slock held): the whole region registered and
+ * its key sent (fs_rdma_widen), and the time noted for fs_rdma_ask_check. */
+void fs_rdma_ask(struct fs_rdma *r);
+/* The poller: the window still shut FS_RDMA_ASK_MS after it asked makes
+ * the channel cramped (fabric/chan.h). */
+void fs_rdma_ask_check(struct fs_rdma *r);
 /* Half a key of the peer's (the poller). */
 void fs_rdma_take_key(struct fs_rdma *r, uint32_t v);
 int fs_rdma_qp(struct fs_rdma *r);

@@ -10,7 +10,11 @@
  *   u32 magic ("FSRC" request, "FSRA" accept) | u8 version 2 | u8 ring log2
  *   (16..24) | u16 TCP port (request: the client's; accept: the server's) |
  *   u64 address of the sender's region | u32 the rkey of its rx ring's first
- *   page (fabric/rdma/mr.h) | u32 flags
+ *   page (fabric/rdma/mr.h), or of its whole region (flag WHOLE) | u32 flags
+ *   (bit 1, FS_RDMACM_F_WHOLE: the key covers the sender's whole region, rx
+ *   ring then tx ring, registered whole from the start: the peer needs no
+ *   key immediate from it, and where both ends say so neither producer keeps
+ *   a window)
  *   [flags bit 0 (FS_RDMACM_F_MAC), no other bit defined:
  *    u64 sender's wall clock, ms since 1970 | 16 bytes of MAC]
  *
@@ -68,6 +72,7 @@
 #define FS_RDMACM_RING_LOG2_MIN 16
 #define FS_RDMACM_RING_LOG2_MAX 24
 #define FS_RDMACM_F_MAC 1u
+#define FS_RDMACM_F_WHOLE 2u
 #define FS_RDMACM_MAC_LEN 16
 #define FS_RDMACM_AUTH_WINDOW_MS 30000
 #define FS_RDMACM_SEEN 256  /* MACs remembered against replay */

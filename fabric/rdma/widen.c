@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "fabric/rdma/mr.h"
 #include "fabric/rdma/rdma.h"
@@ -30,8 +31,17 @@ void fs_rdma_lift(struct fs_rdma *r)
 {
   if (r->g.full && (r->keys_sent & FS_RDMA_K_FULL) &&
       (__atomic_load_n(&r->keys_known, __ATOMIC_ACQUIRE) & FS_RDMA_K_FULL) &&
-      __atomic_load_n(&r->ch.tx.win_lim, __ATOMIC_RELAXED))
+      __atomic_load_n(&r->ch.tx.win_lim, __ATOMIC_RELAXED)) {
     __atomic_store_n(&r->ch.tx.win_lim, 0, __ATOMIC_RELEASE);
+    /* The whole ring at once, asked or not: a window left to double from
+     * its page, 16 pages' worth at a time, left two echoing ends each
+     * waiting in send for the other to read (t_rdma_fabsock).  A producer
+     * widening meanwhile may store its doubled window over this; the ask
+     * makes its next record open it all the same (fabric/ring.c). */
+    __atomic_store_n(&r->ch.tx.win_ask, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&r->ch.tx.win, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&r->ch.cramped, 0, __ATOMIC_RELEASE); /* a late answer: the ring grows after all */
+  }
 }
 
 void fs_rdma_widen(struct fs_rdma *r)
@@ -51,6 +61,33 @@ void fs_rdma_widen(struct fs_rdma *r)
     (void)fs_rdma_send_key(r, true, r->g.full->rkey);
   /* else: the first post of the queue pair sends it */
   fs_rdma_lift(r);
+}
+
+void fs_rdma_ask(struct fs_rdma *r)
+{
+  __atomic_store_n(&r->ask_ns, fs_clock_ns() | 2, __ATOMIC_RELAXED); /* > 1: the wait runs */
+  fs_rdma_widen(r);
+}
+
+/* Only the peer's process, looking at the connection, takes our key in and
+ * answers with its own; one that does not (a server busy elsewhere, a peer
+ * waiting on another descriptor) leaves our window at its page, where
+ * TCP's buffers would take what we write meanwhile.  So a window still shut
+ * FS_RDMA_ASK_MS after it asked makes the channel cramped: a sender that
+ * would wait goes back to TCP (engine/sockio.c).  An answer before that
+ * costs nothing; one after it opens the window all the same (fs_rdma_lift). */
+void fs_rdma_ask_check(struct fs_rdma *r)
+{
+  uint64_t at = __atomic_load_n(&r->ask_ns, __ATOMIC_RELAXED);
+  if (!__atomic_load_n(&r->ch.tx.win_lim, __ATOMIC_ACQUIRE)) {
+    __atomic_store_n(&r->ask_ns, 1, __ATOMIC_RELAXED); /* open */
+  } else if (fs_clock_ns() - at >= (uint64_t)FS_RDMA_ASK_MS * 1000000u) {
+    __atomic_store_n(&r->ask_ns, 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&r->ch.cramped, 1, __ATOMIC_RELEASE);
+    fs_log(FS_LOG_INFO, "rdma channel %p: the peer has not answered our rings' growth in %d ms "
+           "(its process is not reading): a sender that waits for room goes back to tcp",
+           (void *)r, FS_RDMA_ASK_MS);
+  }
 }
 
 /* Half a key of the peer's (the poller).  Its whole region's makes ours

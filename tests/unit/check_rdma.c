@@ -18,7 +18,9 @@
 
 #include "fabric/rdma/rdma.h"
 #include "fabric/rdma/rdmacm.h"
+#include "fabric/rdma/rdma_int.h"
 #include "fabric/rdma/verbs.h"
+#include "base/clock.h"
 #include "base/reason.h"
 #include "tests/unit/check_run.h"
 
@@ -43,6 +45,11 @@ START_TEST(t_req_good)
   uint8_t big[56] = { 0 };
   memcpy(big, &m, sizeof m);
   ck_assert_int_eq(fs_rdmacm_check_req(big, sizeof big, &out, &mac), 0);
+  /* a key covering the whole region: taken, and said */
+  m.flags = htonl(FS_RDMACM_F_WHOLE);
+  ck_assert_int_eq(fs_rdmacm_check_req(&m, sizeof m, &out, &mac), 0);
+  ck_assert_uint_eq(out.flags, FS_RDMACM_F_WHOLE);
+  ck_assert(!mac);
 }
 END_TEST
 
@@ -69,7 +76,7 @@ START_TEST(t_req_hostile)
   ck_assert_int_eq(fs_rdmacm_check_req(&m, sizeof m, &out, &mac), FS_REASON_PROTOCOL);
   m = good(), m.flags = htonl(1); /* a MAC announced, not there */
   ck_assert_int_eq(fs_rdmacm_check_req(&m, sizeof m, &out, &mac), FS_REASON_PROTOCOL);
-  m = good(), m.flags = htonl(2); /* no such flag */
+  m = good(), m.flags = htonl(4); /* no such flag */
   ck_assert_int_eq(fs_rdmacm_check_req(&m, sizeof m, &out, &mac), FS_REASON_PROTOCOL);
   /* random garbage: always a reason, never a crash */
   srand(7);
@@ -145,6 +152,33 @@ START_TEST(t_key_imm)
   ck_assert_int_eq(fs_rdma_key_take(lo, fs_rdma_key_val(false, false, 7), &full, &key), 0);
   ck_assert_int_eq(fs_rdma_key_take(lo, fs_rdma_key_val(false, true, 7), &full, &key), 1);
   ck_assert_uint_eq(key, 7);
+}
+END_TEST
+
+/* A window that asked to grow and stays shut FS_RDMA_ASK_MS (the peer's
+ * process not looking) makes the channel cramped, so that a sender goes back
+ * to TCP where it would wait; one that opened in time does not, and either
+ * way the check stops. */
+START_TEST(t_ask_wait)
+{
+  static struct fs_rdma r; /* the fields the check reads, no device */
+  r.ch.tx.win_lim = 4096 - FS_RDMA_WIN_SLACK;
+  r.foreign = true; /* keeps fs_rdma_widen off: nothing to register */
+  fs_rdma_ask(&r);
+  ck_assert_uint_gt(r.ask_ns, 1);
+  fs_rdma_ask_check(&r);
+  ck_assert_uint_eq(r.ch.cramped, 0);
+  r.ask_ns = fs_clock_ns() - (uint64_t)FS_RDMA_ASK_MS * 1000000u - 1;
+  fs_rdma_ask_check(&r);
+  ck_assert_uint_eq(r.ch.cramped, 1);
+  ck_assert_uint_eq(r.ask_ns, 1);
+  /* opened in time: no cramp */
+  r.ch.cramped = 0;
+  r.ask_ns = fs_clock_ns() - (uint64_t)FS_RDMA_ASK_MS * 1000000u - 1;
+  r.ch.tx.win_lim = 0;
+  fs_rdma_ask_check(&r);
+  ck_assert_uint_eq(r.ch.cramped, 0);
+  ck_assert_uint_eq(r.ask_ns, 1);
 }
 END_TEST
 
@@ -314,6 +348,7 @@ int main(void)
   tcase_add_test(tc, t_req_hostile);
   tcase_add_test(tc, t_unwrap);
   tcase_add_test(tc, t_key_imm);
+  tcase_add_test(tc, t_ask_wait);
   tcase_add_test(tc, t_auth);
   tcase_add_test(tc, t_auth_replay);
   tcase_add_test(tc, t_resume_req);
