@@ -462,6 +462,33 @@ lat_pair sp-nofab 11114 plain
 t_check $lp_ok "peer host without libfabsock: sockperf 64 B p50/p99 us preloaded client $lp_fab, plain client $lp_plain"
 
 }
+# held_many NAME PORT KIB NOFILE SECONDS ARGS...: one process of user nobody with a memlock
+# limit of KIB (and a descriptor limit of NOFILE, 0: as it is) runs `vmtool many-client ARGS` to
+# an echo server on b, holds its connections while fabsock stat lists them ($T_WORK/NAME-stat,
+# the client's output in $T_WORK/NAME.out), then lets it finish.  Sets hm_ok (its exit status),
+# hm_tally ("rdma/none x4, ...") and hm_fds (the server's descriptors while they were held).
+held_many() {
+  local name=$1 port=$2 kib=$3 nofile=$4 secs=$5 pid
+  shift 5
+  b_do serve "$name-echo" "$port" fab "$PYTHON" "$VMTOOL" echo-server --bind "$PEER" --port "$port"
+  rm -f "$T_WORK/$name.ready"
+  : > "$T_WORK/$name.hold"; chmod 777 "$T_WORK"; chmod 666 "$T_WORK/$name.hold"
+  (if [ "$nofile" != 0 ]; then ulimit -n "$nofile" 2> /dev/null; fi
+   exec timeout "$secs" setpriv --reuid=nobody --regid=nogroup --clear-groups \
+    bash -c 'ulimit -l '"$kib"' && exec env '"$FAB ${FABSOCK_T2_FABENV:-}"' "$@"' "$name" "$PYTHON" "$VMTOOL" \
+    many-client "$PEER:$port" "$@" --ready-file "$T_WORK/$name.ready" --hold-file "$T_WORK/$name.hold" \
+    > "$T_WORK/$name.out" 2>&1) &
+  pid=$!
+  wait_file "$T_WORK/$name.ready" $((secs - 20)) $pid
+  fabsock_stat "$T_WORK/$name-stat" --peer "$PEER:$port"
+  b_do fds "$name-echo"; hm_fds=$bres
+  rm -f "$T_WORK/$name.hold"
+  wait $pid
+  hm_ok=$?
+  b_do stop "$name-echo"
+  hm_tally=$(awk '{ print $5 "/" $6 }' "$T_WORK/$name-stat" | sort | uniq -c | awk '{ printf "%s%s x%d", s, $2, $1; s = ", " }')
+}
+
 s_memlock() {
 # ---- non-root at the default memlock limit --------------------------------------------------------
 # 24 connections from a user with an 8 MiB memlock limit: every one works; each is on rdma or
@@ -493,21 +520,8 @@ t_check $ml_ok "non-root, memlock 8 MiB: 24 connections to b all intact ($ml)"
 # echo is read: a ring of one page would leave both ends waiting), one after the other: every
 # byte intact; the first on rdma, widened; each of the others on rdma or back on TCP with reason
 # resources (its rings could not grow), at least one; the log names the limit to raise.
-b_do serve ml1-echo 7117 fab "$PYTHON" "$VMTOOL" echo-server --bind "$PEER" --port 7117
-rm -f "$T_WORK/ml1.ready"
-: > "$T_WORK/ml1.hold"; chmod 666 "$T_WORK/ml1.hold"
-timeout 200 setpriv --reuid=nobody --regid=nogroup --clear-groups \
-  bash -c 'ulimit -l 1024 && exec env '"$FAB ${FABSOCK_T2_FABENV:-}"' "$@"' ml1 "$PYTHON" "$VMTOOL" many-client \
-  "$PEER:7117" --conns 4 --big 262144 --ready-file "$T_WORK/ml1.ready" --hold-file "$T_WORK/ml1.hold" \
-  > "$T_WORK/ml1.out" 2>&1 &
-ml1_pid=$!
-wait_file "$T_WORK/ml1.ready" 180 $ml1_pid
-fabsock_stat "$T_WORK/ml1-stat" --peer "$PEER:7117"
-rm -f "$T_WORK/ml1.hold"
-wait $ml1_pid
-ml1_ok=$?
-b_do stop ml1-echo
-ml1=$(awk '{ print $5 "/" $6 }' "$T_WORK/ml1-stat" | sort | uniq -c | awk '{ printf "%s%s x%d", s, $2, $1; s = ", " }')
+held_many ml1 7117 1024 0 200 --conns 4 --big 262144
+ml1_ok=$hm_ok ml1=$hm_tally
 awk '!($5 == "rdma" || ($5 == "tcp" && $6 == "resources")) { bad = 1 } $5 == "rdma" { on++ } $6 == "resources" { back++ }
      END { exit bad || NR != 4 || !on || !back }' "$T_WORK/ml1-stat" || ml1_ok=1
 grep -q 'widening.*RLIMIT_MEMLOCK is 1024 KiB' "$T_WORK/ml1.out" || ml1_ok=1
@@ -518,22 +532,8 @@ t_check $ml1_ok "non-root, memlock 1 MiB, 4 busy connections in one process: all
 # Every connection intact and on rdma.  (FABSOCK_T2_MANY=1000 FABSOCK_T2_MANY_KIB=8192: the
 # default limit itself; the descriptor limit is raised to what the connections need.)
 mc_n=${FABSOCK_T2_MANY:-200} mc_kib=${FABSOCK_T2_MANY_KIB:-2048}
-b_do serve mc-echo 7127 fab "$PYTHON" "$VMTOOL" echo-server --bind "$PEER" --port 7127
-rm -f "$T_WORK/mc.hold" "$T_WORK/mc.ready"
-: > "$T_WORK/mc.hold"; chmod 666 "$T_WORK/mc.hold"
-(ulimit -n $((mc_n * 4 + 256)) 2> /dev/null
- exec timeout $((mc_n + 300)) setpriv --reuid=nobody --regid=nogroup --clear-groups \
-  bash -c 'ulimit -l '$mc_kib' && exec env '"$FAB ${FABSOCK_T2_FABENV:-}"' "$@"' mc "$PYTHON" "$VMTOOL" many-client \
-  "$PEER:7127" --conns $mc_n --ready-file "$T_WORK/mc.ready" --hold-file "$T_WORK/mc.hold" > "$T_WORK/mc.out" 2>&1) &
-mc_pid=$!
-wait_file "$T_WORK/mc.ready" $((mc_n + 280)) $mc_pid
-fabsock_stat "$T_WORK/mc-stat" --peer "$PEER:7127"
-b_do fds mc-echo; mc_fds=$bres
-rm -f "$T_WORK/mc.hold"
-wait $mc_pid
-mc_ok=$?
-b_do stop mc-echo
-mc=$(awk '{ print $5 "/" $6 }' "$T_WORK/mc-stat" | sort | uniq -c | awk '{ printf "%s%s x%d", s, $2, $1; s = ", " }')
+held_many mc 7127 "$mc_kib" $((mc_n * 4 + 256)) $((mc_n + 300)) --conns "$mc_n"
+mc_ok=$hm_ok mc=$hm_tally mc_fds=$hm_fds
 awk -v n=$mc_n '$5 != "rdma" { bad = 1 } END { exit bad || NR != n }' "$T_WORK/mc-stat" || mc_ok=1
 t_check $mc_ok "non-root, memlock $mc_kib KiB, $mc_n connections in one process: all intact and on rdma ($mc; $(grep -m1 '^{' "$T_WORK/mc.out" || tail -n 1 "$T_WORK/mc.out"))"
 t_diag "the server's descriptors with them open: $mc_fds"
