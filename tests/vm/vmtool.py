@@ -106,6 +106,17 @@ def echo_server(args):
         threading.Thread(target=serve, args=(conn,), daemon=True).start()
 
 
+def ready_hold(ready, hold, seconds):
+    """Say ready (create the file READY), then wait while the file HOLD exists, at most SECONDS.
+    Returns the seconds it waited."""
+    with open(ready, "w"):
+        pass
+    t = time.monotonic()
+    while hold and os.path.exists(hold) and time.monotonic() < t + seconds:
+        time.sleep(0.05)
+    return round(time.monotonic() - t, 3)
+
+
 def echo_client(args):
     target = args.pop(0)
     nbytes = opt(args, "--bytes", 1 << 20, int)
@@ -147,13 +158,7 @@ def echo_client(args):
         at = nbytes if "--ready-at-end" in args else nbytes // 2
 
         def hold_here():
-            with open(ready, "w"):
-                pass
-            t_hold = time.monotonic()
-            deadline = t_hold + hold_timeout
-            while hold and os.path.exists(hold) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            res["held_s"] = round(time.monotonic() - t_hold, 3)
+            res["held_s"] = ready_hold(ready, hold, hold_timeout)
 
         while off < nbytes:
             if gate and off >= gate_at:
@@ -242,11 +247,7 @@ def many_client(args):
             round_trip(s, n + i, big or nbytes, 65536)
         res["rounds"] = 2
         if ready:
-            with open(ready, "w"):
-                pass
-            deadline = time.monotonic() + 120
-            while hold and os.path.exists(hold) and time.monotonic() < deadline:
-                time.sleep(0.05)
+            ready_hold(ready, hold, 120)
         for s in socks:
             s.close()
         res["ok"] = True
@@ -289,11 +290,7 @@ def burst_client(args):
     half = nbytes // 2
     s.sendall(data[:half])
     if ready:
-        with open(ready, "w"):
-            pass
-        deadline = time.monotonic() + 60
-        while hold and os.path.exists(hold) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        ready_hold(ready, hold, 60)
     for off in range(half, nbytes, chunk):
         s.sendall(data[off:off + chunk])
     if end == "close":
