@@ -23,8 +23,10 @@
       --bytes, in 64 KiB pieces, each sent whole before its echo is read), then create the ready
       file and wait until the hold file is gone, and close them all.  Prints {ok, conns, ...};
       exit 0 when every echo matched.
-  vmtool.py sink-server [--bind ADDR] --port N --out F
-      Take one connection, read it to EOF, write {"bytes": N, "sha": ...} to F and exit.
+  vmtool.py sink-server [--bind ADDR] --port N --out F [--wait-file W]
+      Take one connection, read it to EOF, write {"bytes": N, "sha": ...} to F and exit.  With
+      --wait-file, it creates W once it has the connection and reads nothing while W exists (up
+      to 120 s): a peer that does not read, as a server busy elsewhere.
   vmtool.py burst-client HOST:PORT --bytes N --end close|exit|_exit [--chunk N] [--seed S]
                          [--ready-file F --hold-file F]
       Send half the bytes, create the ready file and wait until the hold file is gone (the test
@@ -260,7 +262,14 @@ def many_client(args):
 
 def sink_server(args):
     out = opt(args, "--out")
+    wait = opt(args, "--wait-file")
     conn, _ = listener(args, 1).accept()
+    if wait:
+        with open(wait, "w"):
+            pass
+        deadline = time.monotonic() + 120
+        while os.path.exists(wait) and time.monotonic() < deadline:
+            time.sleep(0.05)
     h, n = hashlib.sha256(), 0
     while True:
         b = conn.recv(1 << 16)
