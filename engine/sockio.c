@@ -557,6 +557,11 @@ static ssize_t fs_sockio_rx_step(struct fs_conn *c, int fd, struct fs_io *io, si
       return -ECONNRESET;
     }
     if (fs_chan_peer_closed(ch)) {
+      /* A polled fabric learns of the close out of band (rdma: the
+       * disconnect, taken by the agent): its last records may have come
+       * since this step's look. */
+      if (ch->ops->polled && (fs_chan_progress(ch), !fs_ring_empty(&ch->rx)))
+        continue;
       fs_cutover_broken(c, ch, fd);
       if (c->reset_rx && !peek) { /* the peer died with our bytes unread: its reset */
         c->reset_rx = false;

@@ -105,10 +105,12 @@ conn_diag() {
 }
 b_diag() { conn_diag "$T_WORK/b-$1"; }
 # b_serve_nobody NAME PORT KIB CMD...: b_serve NAME PORT fab CMD as user nobody with a memlock
-# limit of KIB; @W@ in CMD stands for this host's work directory (nobody may write there).
+# limit of KIB (0: as root, no limit); @W@ in CMD stands for this host's work directory (nobody
+# may write there).
 b_serve_nobody() {
   local name=$1 port=$2 kib=$3; shift 3
   chmod 777 "$T_WORK"
+  if [ "$kib" = 0 ]; then b_serve "$name" "$port" fab "${@//@W@/$T_WORK}"; return; fi
   b_serve "$name" "$port" fab prlimit --memlock=$((kib * 1024)) setpriv --reuid=nobody --regid=nogroup \
     --clear-groups "${@//@W@/$T_WORK}"
 }
@@ -549,34 +551,50 @@ awk -v n=$mc_n '$5 != "rdma" { bad = 1 } END { exit bad || NR != n }' "$T_WORK/m
 t_check $mc_ok "non-root, memlock $mc_kib KiB, $mc_n connections in one process: all intact and on rdma ($mc; $(grep -m1 '^{' "$T_WORK/mc.out" || tail -n 1 "$T_WORK/mc.out"))"
 t_diag "the server's descriptors with them open: $mc_fds"
 
-# A peer whose process does not read (a server busy elsewhere), non-root at 8 MiB: only its
-# process, looking at the connection, would take the key that lets our writes past its ring's
-# first page in.  TCP's buffers take 48 KiB meanwhile; so must the connection: the client
-# writes it all and closes while the server still waits (its rdma window went back to TCP, 50 ms
-# after it asked, docs/design.md), and the server then reads every byte.
-b_do serve_nobody nl-sink 7137 8192 "$PYTHON" "$VMTOOL" sink-server --bind "$PEER" --port 7137 \
-  --out @W@/nl.out --wait-file @W@/nl.wait
-: > "$T_WORK/nl.hold"
-timeout 120 env $FAB ${FABSOCK_T2_FABENV:-} FABSOCK_LOG=info "$PYTHON" "$VMTOOL" burst-client "$PEER:7137" \
-  --bytes 49152 --chunk 4096 --end close --ready-file "$T_WORK/nl.ready" --hold-file "$T_WORK/nl.hold" \
-  > "$T_WORK/nl" 2>&1 &
-nl_pid=$!
-wait_file "$T_WORK/nl.ready" 60 $nl_pid
-stat_until "$T_WORK/nl-stat" rdma 15 --peer "$PEER:7137"
-nl_fab=$(fabrics "$T_WORK/nl-stat")
-rm -f "$T_WORK/nl.hold"
-w=0
-while kill -0 $nl_pid 2> /dev/null && [ $w -lt 40 ]; do sleep 0.5; w=$((w + 1)); done
-kill -0 $nl_pid 2> /dev/null && nl_done="still writing while the server waited" || nl_done="done while the server waited"
-b_do rm nl.wait
-wait $nl_pid
-nl_st=$?
-for _ in $(seq 40); do b_do cat nl.out; case $bres in "(no"*) sleep 0.5 ;; *) break ;; esac; done
-b_do stop nl-sink
-nl_sent=$(grep -m1 '^{' "$T_WORK/nl")
-[ $nl_st = 0 ] && [ "$nl_fab" = rdma ] && [ "$nl_done" = "done while the server waited" ] &&
-  [ "$(sed 's/ //g' <<< "$bres")" = "$(sed 's/ //g' <<< "$nl_sent")" ]
-t_check $? "a non-root peer that does not read: 48 KiB written on rdma ($nl_fab) $nl_done, as over TCP; then all read intact (sent $nl_sent, read $bres; $(grep -m1 -o 'has not answered[^:]*' "$T_WORK/nl" || echo 'no wait in the log'))"
+}
+# ---- a peer that does not read ----------------------------------------------------------------------
+# nolook NAME PORT KIB: a server on b (user nobody with a memlock limit of KIB, or root: 0) that
+# takes the connection and reads nothing until a has written 48 KiB and quit (a server busy
+# elsewhere), then reads it all.  TCP's buffers take 48 KiB meanwhile; so must the connection,
+# and every byte must arrive, those written on rdma included.  Sets nl_ok and nl_what.
+nolook() {
+  local name=$1 port=$2 kib=$3 pid st w done sent read fab
+  b_do serve_nobody "$name" "$port" "$kib" "$PYTHON" "$VMTOOL" sink-server --bind "$PEER" --port "$port" \
+    --out "@W@/$name.out" --wait-file "@W@/$name.wait"
+  : > "$T_WORK/$name.hold"
+  timeout 120 env $FAB ${FABSOCK_T2_FABENV:-} FABSOCK_LOG=info "$PYTHON" "$VMTOOL" burst-client "$PEER:$port" \
+    --bytes 49152 --chunk 4096 --end close --ready-file "$T_WORK/$name.ready" --hold-file "$T_WORK/$name.hold" \
+    > "$T_WORK/$name" 2>&1 &
+  pid=$!
+  wait_file "$T_WORK/$name.ready" 60 $pid
+  stat_until "$T_WORK/$name-stat" rdma 15 --peer "$PEER:$port"
+  fab=$(fabrics "$T_WORK/$name-stat")
+  rm -f "$T_WORK/$name.hold"
+  w=0
+  while kill -0 $pid 2> /dev/null && [ $w -lt 40 ]; do sleep 0.5; w=$((w + 1)); done
+  kill -0 $pid 2> /dev/null && done="still writing while the server waited" || done="done while the server waited"
+  b_do rm "$name.wait"
+  wait $pid
+  st=$?
+  for _ in $(seq 40); do b_do cat "$name.out"; case $bres in "(no"*) sleep 0.5 ;; *) break ;; esac; done
+  read=$bres
+  b_do stop "$name"
+  sent=$(grep -m1 '^{' "$T_WORK/$name")
+  [ $st = 0 ] && [ "$fab" = rdma ] && [ "$done" = "done while the server waited" ] &&
+    [ "$(sed 's/ //g' <<< "$read")" = "$(sed 's/ //g' <<< "$sent")" ]
+  nl_ok=$?
+  nl_what="48 KiB written on rdma ($fab) $done, as over TCP; then all read intact (sent $sent, read $read)"
+}
+s_nolook() {
+# Root's rings are whole from the start: the bytes sit in b's ring, the client quits, and b's
+# process, looking only then, learns of the close (rdma_cm's disconnect) before its queue's news
+# that the client had switched; it read TCP alone and lost the ring's bytes.
+nolook nl-root 7147 0
+t_check $nl_ok "a peer that reads only after the writer quit: $nl_what"
+# Non-root at 8 MiB: only b's process, looking at the connection, would take the key that lets
+# our writes past its ring's first page in; our window goes back to TCP 50 ms after it asked.
+nolook nl 7137 8192
+t_check $nl_ok "a non-root peer that does not read: $nl_what; $(grep -m1 -o 'has not answered[^:]*' "$T_WORK/nl" || echo 'no wait in the log')"
 
 }
 s_nordma() {
@@ -602,7 +620,7 @@ fi
 }
 # FABSOCK_T2_ONLY="echo kill ...": only those sections (and the link check); default all.
 # The link goes down and up in linkdown, and b loses its device in nordma: they come last.
-for sec in link verbs across echo kill nofab memlock linkdown nordma summary; do
+for sec in link verbs across echo kill nofab memlock nolook linkdown nordma summary; do
   case " link summary ${FABSOCK_T2_ONLY:-$sec} " in *" $sec "*) ;; *) continue ;; esac
   case $sec in link | verbs | across | summary) ;; *) have_fabsock || continue ;; esac
   "s_$sec"
