@@ -51,6 +51,13 @@ static inline __attribute__((always_inline)) struct fs_chan *fs_cutover_chan_kno
    * lost a race with close or fork): it never left TCP, and neither do we. */
   if (__builtin_expect(fs_chan_peer_closed(ch), 0) && !__atomic_load_n(&ch->peer->attached, __ATOMIC_ACQUIRE) &&
       c->tx_flow == FS_FLOW_TCP && c->rx_flow == FS_FLOW_TCP) {
+    /* A polled fabric learns of the close out of band (rdma: the
+     * disconnect) and of the attach in its queue: what came before the
+     * close is taken in first.  Else a peer that attached, wrote on the
+     * fabric and quit before this process looked lost those bytes. */
+    fs_chan_progress(ch);
+    if (__atomic_load_n(&ch->peer->attached, __ATOMIC_ACQUIRE))
+      return ch;
     fs_cutover_tcp_for_good(c, FS_REASON_REJECTED);
     return NULL;
   }

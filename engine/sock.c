@@ -665,6 +665,22 @@ static bool fs_sock_trylock_for(fs_lock_t *m, int ms)
   return true;
 }
 
+/* The downgrade itself, both direction locks held. */
+static void fs_sock_revert_locked(struct fs_conn *c, struct fs_chan *ch, int reason)
+{
+  fs_cutover_tx_revert(c, ch);
+  if (c->rx_flow != FS_FLOW_EOF) {
+    __atomic_store_n(&ch->me->rx_revert, 1, __ATOMIC_RELEASE);
+    c->rx_flow = FS_FLOW_TCP;
+  }
+  c->reverted = true;
+  c->no_upgrade = true;
+  __atomic_store_n(&ch->me->reverted, (uint32_t)reason, __ATOMIC_RELEASE);
+  fs_conn_set_state(c, FS_STATE_TCP, reason);
+  if (c->stat)
+    c->stat->fabric = FS_FABRIC_TCP;
+}
+
 /* Bring c back to plain TCP for good, before its fd leaves this process
  * image (exec) or this process (SCM_RIGHTS).  Our tx: a REVERT record ends
  * our fabric bytes and TCP carries the rest.  Our rx: we stop reading the
@@ -707,21 +723,22 @@ static void fs_sock_downgrade_as(struct fs_conn *c, int fd, int reason, bool wai
     fs_lock(&c->rxlock);
     fs_lock(&c->txlock);
   }
-  fs_cutover_tx_revert(c, ch);
-  if (c->rx_flow != FS_FLOW_EOF) {
-    __atomic_store_n(&ch->me->rx_revert, 1, __ATOMIC_RELEASE);
-    c->rx_flow = FS_FLOW_TCP;
-  }
-  c->reverted = true;
-  c->no_upgrade = true;
-  __atomic_store_n(&ch->me->reverted, (uint32_t)reason, __ATOMIC_RELEASE);
-  fs_conn_set_state(c, FS_STATE_TCP, reason);
-  if (c->stat)
-    c->stat->fabric = FS_FABRIC_TCP;
+  fs_sock_revert_locked(c, ch, reason);
   fs_unlock(&c->txlock);
   fs_unlock(&c->rxlock);
   ch->ops->wake_peer(ch);
   fs_log(FS_LOG_INFO, "fd %d back to tcp (%s)", fd, fs_reason_name(reason));
+}
+
+bool fs_sock_revert_in_send(struct fs_conn *c, int fd, struct fs_chan *ch, int reason)
+{
+  if (c->reverted || !fs_lock_try(&c->rxlock)) /* lock order rx, tx: try only */
+    return c->reverted;
+  fs_sock_revert_locked(c, ch, reason);
+  fs_unlock(&c->rxlock);
+  ch->ops->wake_peer(ch);
+  fs_log(FS_LOG_INFO, "fd %d back to tcp (%s: its ring cannot grow)", fd, fs_reason_name(reason));
+  return true;
 }
 
 void fs_sock_downgrade(struct fs_conn *c, int fd, int reason)

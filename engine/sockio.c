@@ -321,7 +321,23 @@ static ssize_t fs_sockio_fabric_send(struct fs_conn *c, int fd, struct fs_chan *
         fs_chan_kick_data(ch);
       continue;
     }
-    size_t need = total - sent < 4096 ? total - sent : 4096;
+    /* Room for 4 KiB (or the rest) at least, but never more than half of
+     * what the ring may hold now: a window (rdma's first page) or a small
+     * SO_SNDBUF never offers 4 KiB, and the wait would end only at its bound. */
+    size_t need = total - sent < 4096 ? total - sent : 4096, most = fs_ring_limit(&ch->tx) / 2;
+    if (need > most)
+      need = most ? most : 1;
+    /* A ring that cannot grow (rdma past the memlock limit): TCP's buffers
+     * take what a program writes before it reads, where the ring's window
+     * would leave both ends waiting for each other.  (With a thread in
+     * recv, the connection stays and this waits as any other.) */
+    if (__builtin_expect(fs_chan_cramped(ch), 0)) {
+      c->fab_tx += sent; /* the REVERT record counts this call's bytes too */
+      bool back = fs_sock_revert_in_send(c, fd, ch, FS_REASON_RESOURCES);
+      c->fab_tx -= sent; /* (added below) */
+      if (back)
+        break;
+    }
     if (nonblock) {
       if (fs_chan_arm_tx(ch, need))
         continue;
@@ -447,6 +463,8 @@ static ssize_t fs_sock_send_up(struct fs_conn *c, int fd, struct fs_io *io)
       int w = fs_sockio_wait_resend(c, fd, ch, sflags);
       return w < 0 ? w : fs_sock_send(c, fd, io);
     }
+    if (r == -EAGAIN && c->reverted && c->tx_flow == FS_FLOW_TCP)
+      r = fs_sockio_tcp_locked(c, &c->txlock, fd, io); /* cramped: back on TCP (below) */
   } else {
     r = fs_sockio_tcp_locked(c, &c->txlock, fd, io);
     if (r > 0) {
@@ -539,6 +557,11 @@ static ssize_t fs_sockio_rx_step(struct fs_conn *c, int fd, struct fs_io *io, si
       return -ECONNRESET;
     }
     if (fs_chan_peer_closed(ch)) {
+      /* A polled fabric learns of the close out of band (rdma: the
+       * disconnect, taken by the agent): its last records may have come
+       * since this step's look. */
+      if (ch->ops->polled && (fs_chan_progress(ch), !fs_ring_empty(&ch->rx)))
+        continue;
       fs_cutover_broken(c, ch, fd);
       if (c->reset_rx && !peek) { /* the peer died with our bytes unread: its reset */
         c->reset_rx = false;

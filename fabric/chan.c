@@ -31,6 +31,8 @@ void fs_chan_shared_credit(struct fs_chan *ch)
 bool fs_chan_tx_ready(struct fs_chan *ch)
 {
   fs_chan_progress(ch);
+  if (fs_chan_cramped(ch))
+    return true; /* a send goes back to TCP where it would wait (engine/sockio.c) */
   /* As the kernel's TCP (sk_stream_is_writeable): writable while at least a
    * third of the buffer is free, not at the first free byte.  A program that
    * writes a block in blocking mode whenever poll says writable (socat) must

@@ -105,6 +105,11 @@ struct fs_chan {
   uint32_t broken;           /* the fabric failed under the stream (a queue pair
                                 error, not the peer's close); the peer's end is
                                 also marked closed; atomic */
+  uint32_t cramped;          /* the tx ring cannot have more room than its window
+                                (rdma: no memory to register the whole ring): a
+                                sender that would wait for room goes back to TCP,
+                                whose buffers take what a program may write before
+                                it reads; atomic */
 };
 
 /* The data path's small steps are inline: under an emulated CPU (the
@@ -163,6 +168,11 @@ bool fs_chan_tx_ready(struct fs_chan *ch);
 static inline bool fs_chan_peer_closed(const struct fs_chan *ch)
 {
   return __atomic_load_n(&ch->peer->closed, __ATOMIC_ACQUIRE) != 0;
+}
+
+static inline bool fs_chan_cramped(const struct fs_chan *ch)
+{
+  return __atomic_load_n(&ch->cramped, __ATOMIC_RELAXED) != 0;
 }
 
 /* The fabric failed under the stream: what was on it may be lost. */

@@ -124,6 +124,13 @@ size_t fs_ring_space_for(struct fs_ring *r, size_t want)
   return fs_ring_place(r, want, &skip);
 }
 
+/* The producer asks the fabric to lift its window's limit (once). */
+static inline void fs_ring_ask(struct fs_ring *r)
+{
+  if (!__atomic_load_n(&r->win_ask, __ATOMIC_RELAXED))
+    __atomic_store_n(&r->win_ask, 1, __ATOMIC_RELEASE);
+}
+
 /* The bytes of the DATA record a producer may append now: len, cut to the
  * room there is and to what a record's length field holds; *at: where its
  * header goes (behind a SKIP written here, if one is due). */
@@ -131,17 +138,39 @@ static size_t fs_ring_data_room(struct fs_ring *r, size_t len, uint64_t *at)
 {
   uint64_t skip;
   size_t room = fs_ring_place(r, len, &skip);
-  if (len > room)
+  if (len > room) {
     len = room;
+    /* Cut short with the window at the fabric's limit: the stream wants
+     * more room than the window has, whatever went through so far. */
+    if (__builtin_expect(__atomic_load_n(&r->win_lim, __ATOMIC_RELAXED) != 0, 0) && fs_ring_win(r))
+      fs_ring_ask(r);
+  }
   if (len > 0xffffffu - 8)
     len = 0xffffffu - 8;
   *at = __atomic_load_n(&r->ctl->tail, __ATOMIC_RELAXED);
   if (len && skip) { /* published with the record, by the same store of tail */
     uint32_t hdr[2] = { FS_REC_SKIP, 0 };
     fs_ring_write_at(r, *at, hdr, sizeof hdr);
+    __atomic_store_n(&r->skip_at, *at, __ATOMIC_RELAXED); /* published by the tail's release */
     *at += skip;
   }
   return len;
+}
+
+/* The window doubles, within the fabric's limit: one asked to widen past it
+ * waits (win_ask, moved bytes kept), then opens to the whole ring. */
+static void fs_ring_widen(struct fs_ring *r, uint32_t win)
+{
+  uint32_t next = win * 2 < r->size ? win * 2 : 0;
+  uint32_t lim = __atomic_load_n(&r->win_lim, __ATOMIC_ACQUIRE);
+  if (lim && (next == 0 || next > lim)) {
+    fs_ring_ask(r);
+    return;
+  }
+  if (__atomic_load_n(&r->win_ask, __ATOMIC_RELAXED))
+    next = 0; /* the limit lifted: the fabric made the whole ring ready */
+  __atomic_store_n(&r->win, next, __ATOMIC_RELAXED);
+  r->win_moved = 0;
 }
 
 /* The record's header, then the tail (release): its n bytes are written.
@@ -152,10 +181,9 @@ static void fs_ring_publish_data(struct fs_ring *r, uint64_t tail, size_t n)
   fs_ring_write_at(r, tail, hdr, sizeof hdr);
   __atomic_store_n(&r->ctl->tail, tail + FS_RING_HDR + FS_ALIGN8(n), __ATOMIC_RELEASE);
   uint32_t win = fs_ring_win(r);
-  if (win && (r->win_moved += n) >= (uint64_t)FS_RING_WIN_GROW * win) {
-    __atomic_store_n(&r->win, win * 2 < r->size ? win * 2 : 0, __ATOMIC_RELAXED);
-    r->win_moved = 0;
-  }
+  if (win && ((r->win_moved += n) >= (uint64_t)FS_RING_WIN_GROW * win ||
+              (__atomic_load_n(&r->win_ask, __ATOMIC_RELAXED) && !__atomic_load_n(&r->win_lim, __ATOMIC_RELAXED))))
+    fs_ring_widen(r, win);
 }
 
 size_t fs_ring_put_data(struct fs_ring *r, const struct iovec *iov, int iovcnt, size_t skip, size_t len)

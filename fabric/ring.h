@@ -87,6 +87,18 @@ struct fs_ring {
    * consumer only steps over SKIP.  Atomic (readiness reads it). */
   uint32_t win;
   uint64_t win_moved;                          /* producer: DATA bytes since win was set */
+  /* The fabric's: 0, or the widest window it can take now (rdma: the
+   * part of the rings it registered).  A window due to widen past it stays
+   * and sets win_ask instead, as does a write the window cuts short; once
+   * the fabric lifts the limit (0), the window opens to the whole ring at
+   * the producer's next record.  Atomic. */
+  uint32_t win_lim;
+  uint32_t win_ask;                            /* atomic */
+  /* Producer: the position of the last SKIP it wrote (never 0: a SKIP is
+   * never at a ring's start), for a fabric that copies the ring (rdma
+   * writes [tail, the next lap) as the SKIP's header alone).  Stored
+   * before the tail that publishes it.  Atomic. */
+  uint64_t skip_at;
   /* Producer: head at the last trim that left unread bytes (trim_held):
    * until head moves, a trim has nothing more to give back. */
   uint64_t trim_head;
@@ -94,7 +106,7 @@ struct fs_ring {
 };
 
 /* A ring larger than this starts with this window (fabric's choice: shm;
- * rdma's registered rings come from a pool, their pages already touched).
+ * rdma starts with its registered first page, and win_lim).
  * 1 MiB: what the reply rule asks at most (fabric/shm/shm.h), so a reply
  * still goes in one call. */
 #define FS_RING_WIN0 (1u << 20)

@@ -28,9 +28,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   struct fs_rdmacm_msg m;
   bool mac = false;
   if (fs_rdmacm_check_req(buf, size, &m, &mac) == 0) {
-    if (size < sizeof m || m.version != 1 || m.ring_log2 < FS_RDMACM_RING_LOG2_MIN ||
+    if (size < sizeof m || m.version != FS_RDMACM_VERSION || m.ring_log2 < FS_RDMACM_RING_LOG2_MIN ||
         m.ring_log2 > FS_RDMACM_RING_LOG2_MAX || m.port == 0 || m.rkey == 0 ||
-        (m.flags & ~FS_RDMACM_F_MAC) != 0 || mac != (m.flags == FS_RDMACM_F_MAC) ||
+        (m.flags & ~(FS_RDMACM_F_MAC | FS_RDMACM_F_WHOLE)) != 0 || mac != ((m.flags & FS_RDMACM_F_MAC) != 0) ||
         (mac && size < sizeof(struct fs_rdmacm_wire)))
       abort();
   }

@@ -256,6 +256,9 @@ int fs_rdma_swap_qp(struct fs_rdma *r, struct rdma_cm_id *id)
   struct rdma_cm_id *old = r->id;
   fs_rdma_destroy_qp(r);
   r->id = id;
+  /* Ours go again first on the new pair (the old one may have lost them),
+   * but for a handshake's whole key, which the peer has. */
+  r->keys_sent = r->whole ? FS_RDMA_K_TX | FS_RDMA_K_FULL : 0;
   r->sq_free = FS_RDMA_SQ;
   r->unsig = 0;
   r->rq_used = 0;

@@ -123,6 +123,14 @@ int fs_rdma_post(struct fs_rdma *r, struct ibv_send_wr *wr, int n, bool signal)
     return -EAGAIN; /* the resume says it all again */
   if (__builtin_expect(r->test_wedge, 0))
     return 0; /* FABSOCK_TEST_RDMA_WEDGE: taken, never sent, never completed */
+  if (__builtin_expect(!(r->keys_sent & FS_RDMA_K_TX), 0)) {
+    r->keys_sent |= FS_RDMA_K_TX; /* first on a queue pair: before what may need it */
+    int rc = fs_rdma_send_key(r, false, r->g.tx->rkey);
+    if (rc == 0 && r->g.full && (rc = fs_rdma_send_key(r, true, r->g.full->rkey)) == 0)
+      fs_rdma_lift(r);
+    if (rc < 0)
+      return rc;
+  }
   if (fs_rdma_reap(r, (uint32_t)n) < 0)
     return -EIO;
   for (int i = 0; i < n; i++) {
@@ -149,18 +157,42 @@ int fs_rdma_post(struct fs_rdma *r, struct ibv_send_wr *wr, int n, bool signal)
   return 0;
 }
 
+/* The keys for bytes [off, off + len) of a region (rx ring, then tx): a
+ * first page's where they lie in it, else the whole region's.  A key not
+ * there (ours not registered, the peer's not come) cannot be needed by an
+ * honest peer or by us (fabric/rdma/rdma.h); the page key then makes the
+ * NIC refuse the access, and the channel fails as on any bad access. */
+static uint32_t fs_rdma_lkey(const struct fs_rdma *r, uint64_t off, uint32_t len)
+{
+  const struct fs_rdma_region *g = &r->g;
+  bool tx = off >= g->size;
+  if (off - (tx ? g->size : 0) + len <= g->narrow || !g->full)
+    return tx ? g->tx->lkey : g->rx->lkey;
+  return g->full->lkey;
+}
+
+static uint32_t fs_rdma_rkey(const struct fs_rdma *r, uint64_t off, uint32_t len)
+{
+  bool tx = off >= r->g.size;
+  uint32_t known = __atomic_load_n(&r->keys_known, __ATOMIC_ACQUIRE);
+  if ((off - (tx ? r->g.size : 0) + len > r->g.narrow || (tx && !(known & FS_RDMA_K_TX))) &&
+      (known & FS_RDMA_K_FULL))
+    return r->rkey_full;
+  return tx ? r->rkey_tx : r->rkey;
+}
+
 void fs_rdma_wr(struct ibv_send_wr *wr, struct ibv_sge *sge, struct fs_rdma *r, uint32_t src, uint64_t dst,
                 uint32_t len)
 {
   memset(wr, 0, sizeof *wr);
-  sge->addr = (uintptr_t)r->buf + src;
+  sge->addr = (uintptr_t)r->g.buf + src;
   sge->length = len;
-  sge->lkey = r->mr->lkey;
+  sge->lkey = fs_rdma_lkey(r, src, len);
   wr->sg_list = len ? sge : NULL;
   wr->num_sge = len ? 1 : 0;
   wr->opcode = IBV_WR_RDMA_WRITE;
   wr->wr.rdma.remote_addr = r->raddr + dst;
-  wr->wr.rdma.rkey = r->rkey;
+  wr->wr.rdma.rkey = fs_rdma_rkey(r, dst, len);
   if (len && len <= r->max_inline)
     wr->send_flags = IBV_SEND_INLINE;
 }
@@ -173,17 +205,30 @@ void fs_rdma_imm(struct ibv_send_wr *wr, uint32_t kind, uint64_t val)
 
 /* Write tx bytes [from, to) to the peer's ring (at most one wrap: two work
  * requests), the DATA immediate with `to` on the last (slock held).  An
- * empty range posts the immediate alone. */
+ * empty range posts the immediate alone.  A SKIP in the range (a window's
+ * end: fabric/ring.h) goes as its header alone: what it steps over was
+ * never written, and lies outside the registered first page. */
 void fs_rdma_post_range(struct fs_rdma *r, uint64_t from, uint64_t to, bool signal)
 {
-  uint32_t off = (uint32_t)(from & (r->size - 1)), len = (uint32_t)(to - from);
-  uint32_t first = len < r->size - off ? len : r->size - off;
+  uint32_t size = r->g.size, off = (uint32_t)(from & (size - 1)), len = (uint32_t)(to - from);
+  uint32_t first = len < size - off ? len : size - off, gap = 0;
+  if (len > first) { /* a wrap: behind a SKIP, unless the window is open (then rarely) */
+    uint64_t sk = __atomic_load_n(&r->ch.tx.skip_at, __ATOMIC_RELAXED);
+    uint32_t keep = first;
+    if (sk >= from && sk + FS_RING_HDR <= from + first)
+      keep = (uint32_t)(sk + FS_RING_HDR - from);
+    else if (__atomic_load_n(&r->ch.tx.win_lim, __ATOMIC_RELAXED) && off < r->g.narrow && first > r->g.narrow - off)
+      keep = r->g.narrow - off; /* a SKIP written after `to` was read hid this one's place: the
+                                   page's rest holds it, and what follows it is stepped over */
+    gap = first - keep;
+    first = keep;
+  }
   struct ibv_send_wr wr[2];
   struct ibv_sge sge[2];
   int n = 1;
-  fs_rdma_wr(&wr[0], &sge[0], r, r->size + off, off, first);
-  if (len > first)
-    fs_rdma_wr(&wr[n++], &sge[1], r, r->size, 0, len - first);
+  fs_rdma_wr(&wr[0], &sge[0], r, size + off, off, first);
+  if (len > first + gap)
+    fs_rdma_wr(&wr[n++], &sge[1], r, size, 0, len - first - gap);
   fs_rdma_imm(&wr[n - 1], FS_RDMA_IMM_DATA, to);
   (void)fs_rdma_post(r, wr, n, signal);
 }
@@ -192,6 +237,9 @@ void fs_rdma_push(struct fs_rdma *r)
 {
   if (__atomic_load_n(&r->resume, __ATOMIC_RELAXED) != FS_RDMA_RS_NONE)
     return; /* held until the peer's RESUME says where its ring stands (heal.c) */
+  if (__builtin_expect(__atomic_load_n(&r->ch.tx.win_ask, __ATOMIC_ACQUIRE), 0) &&
+      !__atomic_load_n(&r->ask_ns, __ATOMIC_RELAXED))
+    fs_rdma_ask(r);
   uint64_t from = r->pub_tail, tail = fs_ring_load(&r->ctl[1].tail);
   if (tail == from)
     return;
@@ -228,16 +276,18 @@ static void fs_rdma_publish(struct fs_chan *ch)
 
 /* Credits go back once an eighth of the ring is free: the producer waits
  * only with the ring (nearly) full, and then the reader, working through
- * the rest, crosses the next eighth. */
+ * the rest, crosses the next eighth.  A quarter of the page while the
+ * producer keeps to its first page (its window). */
 static void fs_rdma_credit(struct fs_chan *ch)
 {
   struct fs_rdma *r = (struct fs_rdma *)ch;
   uint64_t head = __atomic_load_n(&r->ctl[0].head, __ATOMIC_ACQUIRE);
-  if (head - __atomic_load_n(&r->cred_head, __ATOMIC_RELAXED) < r->size / 8)
+  uint32_t step = __atomic_load_n(&r->rx_wide, __ATOMIC_RELAXED) ? r->g.size / 8 : r->g.narrow / 4;
+  if (head - __atomic_load_n(&r->cred_head, __ATOMIC_RELAXED) < step)
     return;
   fs_lock(&r->slock);
   head = __atomic_load_n(&r->ctl[0].head, __ATOMIC_ACQUIRE);
-  if (head - r->cred_head >= r->size / 8)
+  if (head - r->cred_head >= step)
     fs_rdma_send_credit(r, head);
   fs_unlock(&r->slock);
 }
@@ -261,8 +311,8 @@ void fs_rdma_send_flags(struct fs_rdma *r)
     if (fs_ring_load(&r->ctl[0].tail) != head) { /* the record at head, maybe half read */
       struct ibv_send_wr wr;
       struct ibv_sge sge;
-      uint32_t off = (uint32_t)(head & (r->size - 1));
-      fs_rdma_wr(&wr, &sge, r, off, (uint64_t)r->size + off, FS_RING_HDR);
+      uint32_t off = (uint32_t)(head & (r->g.size - 1));
+      fs_rdma_wr(&wr, &sge, r, off, (uint64_t)r->g.size + off, FS_RING_HDR);
       (void)fs_rdma_post(r, &wr, 1, false);
     }
     fs_rdma_send_credit(r, head);
@@ -307,10 +357,12 @@ static void fs_rdma_take(struct fs_rdma *r, uint32_t imm)
   switch (kind) {
   case FS_RDMA_IMM_DATA: {
     uint64_t t = fs_rdma_unwrap(r->ctl[0].tail, v);
-    if (t - __atomic_load_n(&r->ctl[0].head, __ATOMIC_ACQUIRE) > r->size) {
+    if (t - __atomic_load_n(&r->ctl[0].head, __ATOMIC_ACQUIRE) > r->g.size) {
       fs_rdma_die(r, "peer wrote past the ring", 0);
       return;
     }
+    if (__builtin_expect(!r->rx_wide, 0) && (t & (r->g.size - 1)) > r->g.narrow)
+      __atomic_store_n(&r->rx_wide, true, __ATOMIC_RELAXED);
     if (t == r->ctl[0].tail)
       r->credit_again = true; /* a repeat (fs_rdma_watch): our credit may be what it lost */
     __atomic_store_n(&r->ctl[0].tail, t, __ATOMIC_RELEASE);
@@ -326,6 +378,10 @@ static void fs_rdma_take(struct fs_rdma *r, uint32_t imm)
     break;
   }
   case FS_RDMA_IMM_FLAGS:
+    if (v & FS_RDMA_FLAG_KEY) {
+      fs_rdma_take_key(r, v);
+      break;
+    }
     if (v & FS_RDMA_FLAG_ATTACHED)
       __atomic_store_n(&r->ep[1].attached, 1, __ATOMIC_RELEASE);
     if (v & FS_RDMA_FLAG_RX_REVERT)
@@ -423,6 +479,14 @@ static void fs_rdma_progress(struct fs_chan *ch)
     uint64_t seen = r->n_cqe;
     bool wake = fs_rdma_take_all(r);
     fs_rdma_watch(r, r->n_cqe != seen);
+    if (__builtin_expect(__atomic_load_n(&r->ask_ns, __ATOMIC_RELAXED) > 1, 0))
+      fs_rdma_ask_check(r);
+    if (__builtin_expect(r->widen_due, 0)) {
+      r->widen_due = false;
+      fs_lock(&r->slock);
+      fs_rdma_widen(r); /* ours registered and sent if not yet; the window may open */
+      fs_unlock(&r->slock);
+    }
     if (__builtin_expect(r->credit_again, 0)) {
       r->credit_again = false;
       fs_lock(&r->slock);
@@ -536,7 +600,6 @@ int fs_rdma_new(struct rdma_cm_id *id, uint32_t size, int side, int my_efd, stru
   memset(r, 0, sizeof *r);
   fs_lock_init(&r->slock);
   r->id = id;
-  r->size = size;
   r->sq_free = FS_RDMA_SQ;
   int rc = 0;
   const char *step = "pd";
@@ -563,8 +626,11 @@ int fs_rdma_new(struct rdma_cm_id *id, uint32_t size, int side, int my_efd, stru
   if (fl < 0 || FS_REAL(fcntl)(r->cc->fd, F_SETFL, fl | O_NONBLOCK) < 0)
     goto fail;
   step = "memory registration";
-  if ((rc = fs_rdma_mr_get(r->pd, r->size, &r->mr, &r->buf)) < 0)
+  if ((rc = fs_rdma_mr_get(r->pd, size, &r->g)) < 0)
     goto fail;
+  if (fs_rdma_mr_unlimited())
+    (void)fs_rdma_mr_widen(&r->g); /* else it waits for an ask (or came widened from the pool) */
+  r->whole = r->g.full != NULL; /* our handshake says so (FS_RDMACM_F_WHOLE) */
   step = "queue pair";
   if ((rc = fs_rdma_qp(r)) < 0)
     goto fail;
@@ -581,8 +647,11 @@ int fs_rdma_new(struct rdma_cm_id *id, uint32_t size, int side, int my_efd, stru
   struct fs_chan *ch = &r->ch;
   ch->ops = &fs_rdma_ops;
   ch->side = side;
-  ch->rx = (struct fs_ring){ .ctl = &r->ctl[0], .data = r->buf, .size = size };
-  ch->tx = (struct fs_ring){ .ctl = &r->ctl[1], .data = r->buf + size, .size = size };
+  ch->rx = (struct fs_ring){ .ctl = &r->ctl[0], .data = r->g.buf, .size = size };
+  /* Records stay in the registered first page until both ends register
+   * their whole regions (fs_rdma_widen): the window's limit. */
+  uint32_t win = r->g.narrow < size ? r->g.narrow - FS_RDMA_WIN_SLACK : 0;
+  ch->tx = (struct fs_ring){ .ctl = &r->ctl[1], .data = r->g.buf + size, .size = size, .win = win, .win_lim = win };
   ch->me = &r->ep[0];
   ch->peer = &r->ep[1];
   ch->my_efd = my_efd;
@@ -601,16 +670,25 @@ fail:
   return rc;
 }
 
-void fs_rdma_set_peer(struct fs_rdma *r, uint64_t addr, uint32_t rkey)
+void fs_rdma_set_peer(struct fs_rdma *r, uint64_t addr, uint32_t rkey, bool whole)
 {
   r->raddr = addr;
   r->rkey = rkey;
+  if (!whole)
+    return;
+  r->rkey_tx = r->rkey_full = rkey;
+  __atomic_store_n(&r->keys_known, FS_RDMA_K_TX | FS_RDMA_K_FULL, __ATOMIC_RELEASE);
+  if (r->whole) { /* both whole: no window, no key to send (ours was in the handshake) */
+    r->keys_sent = FS_RDMA_K_TX | FS_RDMA_K_FULL;
+    r->ch.tx.win = r->ch.tx.win_lim = 0;
+  }
 }
 
-void fs_rdma_local(const struct fs_rdma *r, uint64_t *addr, uint32_t *rkey)
+bool fs_rdma_local(const struct fs_rdma *r, uint64_t *addr, uint32_t *rkey)
 {
-  *addr = (uintptr_t)r->buf;
-  *rkey = r->mr->rkey;
+  *addr = (uintptr_t)r->g.buf;
+  *rkey = r->whole ? r->g.full->rkey : r->g.rx->rkey;
+  return r->whole;
 }
 
 void fs_rdma_peer_gone(struct fs_rdma *r)
@@ -688,7 +766,6 @@ void fs_rdma_destroy(struct fs_rdma *r)
     FS_VERBS(ibv_destroy_comp_channel)(r->cc);
     fs_fdreg_make_end();
   }
-  if (r->mr)
-    fs_rdma_mr_put(r->pd, r->size, r->mr, r->buf);
+  fs_rdma_mr_put(&r->g);
   free(r);
 }

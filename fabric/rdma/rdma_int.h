@@ -10,6 +10,7 @@
 
 #include "base/lock.h"
 #include "fabric/chan.h"
+#include "fabric/rdma/mr.h"
 #include "fabric/rdma/rdma.h"
 #include "fabric/rdma/verbs.h"
 
@@ -39,14 +40,26 @@ struct fs_rdma {
   struct ibv_pd *pd;
   struct ibv_comp_channel *cc;
   struct ibv_cq *rcq, *scq;
-  struct ibv_mr *mr;
-  uint8_t *buf;
-  uint32_t size;
+  struct fs_rdma_region g;           /* our rings (g.buf, g.size) and their registrations */
   uint32_t max_inline;
   uint32_t qpn;                     /* the queue pair's number: completions of a replaced one
                                        are told apart by it */
   uint64_t raddr;
-  uint32_t rkey;
+  uint32_t rkey;                    /* the peer's rx page: its handshake's (names the channel in a resume) */
+  uint32_t rkey_tx, rkey_full;      /* the peer's tx page and whole region, as its immediates said */
+  uint32_t keys_known;              /* FS_RDMA_K_*: which of those came; atomic */
+  uint32_t key_lo[2];               /* the poller's: low halves so far (fs_rdma_key_take) */
+  uint32_t keys_sent;               /* FS_RDMA_K_*: ours sent on this queue pair (slock) */
+  bool whole;                       /* our region was whole from the start: our handshake's key
+                                       covers it (fs_rdma_local) */
+  bool full_failed;                 /* our whole region could not be registered (memlock): the
+                                       window stays (slock) */
+  bool widen_due;                   /* the peer's whole-region key came before ours was sent:
+                                       the poller registers and sends it */
+  uint64_t ask_ns;                  /* when our window asked to grow (fs_rdma_ask); 1 once it
+                                       opened or the wait ran out; 0 before; atomic */
+  bool rx_wide;                     /* the peer has written past our rx page: credits by the
+                                       eighth of the ring, not of the page */
   fs_lock_t slock;                  /* posting and send-queue accounting */
   uint32_t polling;                 /* a thread takes in receive completions; atomic
                                        (a flag, not a mutex: nobody waits for it, and
@@ -74,6 +87,9 @@ struct fs_rdma {
   uint64_t n_post, n_wr, n_cqe, n_arm, n_reap_wait, n_resume;
 };
 
+#define FS_RDMA_K_TX 1u
+#define FS_RDMA_K_FULL 2u
+
 /* No queue pair to post on (ASKED or SWAPPED): the resume replaces it. */
 static inline bool fs_rdma_pairless(struct fs_rdma *r)
 {
@@ -100,6 +116,21 @@ int fs_rdma_post_imm(struct fs_rdma *r, uint32_t kind, uint64_t val);
 void fs_rdma_send_credit(struct fs_rdma *r, uint64_t head);
 void fs_rdma_send_flags(struct fs_rdma *r);
 void fs_rdma_repost(struct fs_rdma *r, uint32_t n);
+/* widen.c: the rings grow.  The region's whole registration and its key
+ * sent, if the producer's window asks or the peer's key came (slock held). */
+void fs_rdma_widen(struct fs_rdma *r);
+/* One of our keys, in two FLAGS immediates (slock held): 0 or -errno. */
+int fs_rdma_send_key(struct fs_rdma *r, bool full, uint32_t key);
+/* Both whole-region keys there: open the producer's window (slock held). */
+void fs_rdma_lift(struct fs_rdma *r);
+/* Our window asks to grow (slock held): the whole region registered and
+ * its key sent (fs_rdma_widen), and the time noted for fs_rdma_ask_check. */
+void fs_rdma_ask(struct fs_rdma *r);
+/* The poller: the window still shut FS_RDMA_ASK_MS after it asked makes
+ * the channel cramped (fabric/chan.h). */
+void fs_rdma_ask_check(struct fs_rdma *r);
+/* Half a key of the peer's (the poller). */
+void fs_rdma_take_key(struct fs_rdma *r, uint32_t v);
 int fs_rdma_qp(struct fs_rdma *r);
 int fs_rdma_reap_now(struct fs_rdma *r);
 bool fs_rdma_take_all(struct fs_rdma *r);

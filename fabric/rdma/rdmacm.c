@@ -150,7 +150,7 @@ static void fs_cm_drop(struct fs_cm_item *it)
 
 void fs_cm_reject_id(struct rdma_cm_id *id, int reason)
 {
-  struct fs_rdmacm_rej rej = { htonl(FS_RDMACM_MAGIC_REJ), 1, (uint8_t)reason, 0 };
+  struct fs_rdmacm_rej rej = { htonl(FS_RDMACM_MAGIC_REJ), FS_RDMACM_VERSION, (uint8_t)reason, 0 };
   FS_VERBS(rdma_reject)(id, &rej, sizeof rej);
 }
 
@@ -160,11 +160,12 @@ void fs_cm_reject(struct fs_cm_item *it, int reason)
 }
 
 struct rdma_conn_param fs_cm_param(struct fs_rdmacm_wire *w, uint32_t magic, uint8_t ring_log2, uint16_t port,
-                                   uint64_t addr, uint32_t rkey, const uint8_t *key, const struct sockaddr *client,
-                                   const struct sockaddr *server, const uint8_t *bind)
+                                   uint64_t addr, uint32_t rkey, bool whole, const uint8_t *key,
+                                   const struct sockaddr *client, const struct sockaddr *server, const uint8_t *bind)
 {
   memset(w, 0, sizeof *w);
-  w->m = (struct fs_rdmacm_msg){ htonl(magic), 1, ring_log2, htons(port), htobe64(addr), htonl(rkey), 0 };
+  w->m = (struct fs_rdmacm_msg){ htonl(magic), FS_RDMACM_VERSION, ring_log2, htons(port), htobe64(addr), htonl(rkey),
+                                 htonl(whole ? FS_RDMACM_F_WHOLE : 0) };
   if (key)
     fs_rdmacm_seal(w, key, client, server, bind, fs_cm_wall_ms());
   return (struct rdma_conn_param){ .private_data = w, .private_data_len = key ? sizeof *w : sizeof w->m,
@@ -249,11 +250,11 @@ static void fs_cm_cli_route(struct fs_cm_item *it)
   }
   uint64_t addr;
   uint32_t rkey;
-  fs_rdma_local(it->r, &addr, &rkey);
+  bool whole = fs_rdma_local(it->r, &addr, &rkey);
   struct fs_link *c = it->c;
   struct rdma_conn_param p =
       fs_cm_param(&it->raw, FS_RDMACM_MAGIC_REQ, fs_cm_log2(it->ring), fs_addr_port((struct sockaddr *)&c->local), addr,
-                  rkey, c->policy.has_key ? c->policy.key : NULL, (struct sockaddr *)&c->local,
+                  rkey, whole, c->policy.has_key ? c->policy.key : NULL, (struct sockaddr *)&c->local,
                   (struct sockaddr *)&c->peer, NULL);
   if (FS_VERBS(rdma_connect)(it->id, &p) != 0)
     fs_cm_cli_fail(it, FS_REASON_NO_PEER);
@@ -267,8 +268,8 @@ static void fs_cm_cli_established(struct fs_cm_item *it, const uint8_t *pd, size
     return;
   }
   memcpy(&m, pd, sizeof m);
-  if (ntohl(m.magic) != FS_RDMACM_MAGIC_ACC || m.version != 1 || m.ring_log2 != fs_cm_log2(it->ring) || !m.rkey) {
-    fs_cm_cli_fail(it, m.version != 1 ? FS_REASON_VERSION : FS_REASON_PROTOCOL);
+  if (ntohl(m.magic) != FS_RDMACM_MAGIC_ACC || m.version != FS_RDMACM_VERSION || m.ring_log2 != fs_cm_log2(it->ring) || !m.rkey) {
+    fs_cm_cli_fail(it, m.version != FS_RDMACM_VERSION ? FS_REASON_VERSION : FS_REASON_PROTOCOL);
     return;
   }
   struct fs_link *c = it->c;
@@ -278,7 +279,7 @@ static void fs_cm_cli_established(struct fs_cm_item *it, const uint8_t *pd, size
     fs_cm_cli_fail(it, FS_REASON_AUTH); /* the disconnect leaves the peer on tcp too */
     return;
   }
-  fs_rdma_set_peer(it->r, be64toh(m.addr), ntohl(m.rkey));
+  fs_rdma_set_peer(it->r, be64toh(m.addr), ntohl(m.rkey), (ntohl(m.flags) & FS_RDMACM_F_WHOLE) != 0);
   if (fs_host->attach(it->c, fs_rdma_chan(it->r)) != 0) {
     fs_cm_drop(it); /* closed meanwhile; the peer sees the disconnect */
     return;
@@ -389,13 +390,13 @@ static bool fs_cm_srv_try(struct fs_cm_item *it)
     fs_cm_drop(it);
     return true;
   }
-  fs_rdma_set_peer(it->r, it->req.addr, it->req.rkey);
+  fs_rdma_set_peer(it->r, it->req.addr, it->req.rkey, (it->req.flags & FS_RDMACM_F_WHOLE) != 0);
   uint64_t addr;
   uint32_t rkey;
-  fs_rdma_local(it->r, &addr, &rkey);
+  bool whole = fs_rdma_local(it->r, &addr, &rkey);
   struct fs_rdmacm_wire w;
   struct rdma_conn_param p =
-      fs_cm_param(&w, FS_RDMACM_MAGIC_ACC, it->req.ring_log2, fs_addr_port((struct sockaddr *)&it->tl), addr, rkey,
+      fs_cm_param(&w, FS_RDMACM_MAGIC_ACC, it->req.ring_log2, fs_addr_port((struct sockaddr *)&it->tl), addr, rkey, whole,
                   c->policy.has_key ? c->policy.key : NULL, (struct sockaddr *)&c->peer, (struct sockaddr *)&c->local,
                   it->raw.a.mac);
   it->c = c;

@@ -4,12 +4,17 @@
  * Beside every eligible TCP listen, an rdma_cm listener on the same address
  * and port.  A connecting end that wants rdma resolves a route from its TCP
  * local address to its TCP peer and connects with this private data
- * (wire format v1, multi-byte fields in network order; 24 bytes, or 48 with
+ * (wire format v2, multi-byte fields in network order; 24 bytes, or 48 with
  * the authenticator; it fits the 56 bytes RoCE leaves a connect request):
  *
- *   u32 magic ("FSRC" request, "FSRA" accept) | u8 version 1 | u8 ring log2
+ *   u32 magic ("FSRC" request, "FSRA" accept) | u8 version 2 | u8 ring log2
  *   (16..24) | u16 TCP port (request: the client's; accept: the server's) |
- *   u64 address of the sender's region | u32 its rkey | u32 flags
+ *   u64 address of the sender's region | u32 the rkey of its rx ring's first
+ *   page (fabric/rdma/mr.h), or of its whole region (flag WHOLE) | u32 flags
+ *   (bit 1, FS_RDMACM_F_WHOLE: the key covers the sender's whole region, rx
+ *   ring then tx ring, registered whole from the start: the peer needs no
+ *   key immediate from it, and where both ends say so neither producer keeps
+ *   a window)
  *   [flags bit 0 (FS_RDMACM_F_MAC), no other bit defined:
  *    u64 sender's wall clock, ms since 1970 | 16 bytes of MAC]
  *
@@ -39,7 +44,7 @@
  * an "FSRA" naming the same region, or refuses (no such channel: the peer
  * is gone).
  *
- * A refusal carries   u32 magic "FSRJ" | u8 version 1 | u8 reason | u16 0
+ * A refusal carries   u32 magic "FSRJ" | u8 version 2 | u8 reason | u16 0
  * (reason: enum fs_reason).  The accepting end matches the request to the
  * one TCP connection it accepted from (client address, client port) on
  * (its address, the listening port); a request for a connection not yet
@@ -56,6 +61,9 @@
 
 #include "fabric/fabric.h"
 
+/* 2: the channel's immediates carry ring keys (fabric/rdma/rdma.h, wire
+ * format v2); an end of version 1 is refused (reason "version": TCP). */
+#define FS_RDMACM_VERSION 2
 #define FS_RDMACM_MAGIC_REQ 0x46535243u /* "FSRC" */
 #define FS_RDMACM_MAGIC_ACC 0x46535241u /* "FSRA" */
 #define FS_RDMACM_MAGIC_REJ 0x4653524au /* "FSRJ" */
@@ -64,6 +72,7 @@
 #define FS_RDMACM_RING_LOG2_MIN 16
 #define FS_RDMACM_RING_LOG2_MAX 24
 #define FS_RDMACM_F_MAC 1u
+#define FS_RDMACM_F_WHOLE 2u
 #define FS_RDMACM_MAC_LEN 16
 #define FS_RDMACM_AUTH_WINDOW_MS 30000
 #define FS_RDMACM_SEEN 256  /* MACs remembered against replay */

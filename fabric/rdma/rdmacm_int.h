@@ -83,8 +83,8 @@ int fs_cm_rej_reason(int status, const uint8_t *pd, size_t len);
  * resume the accepting end's), sealed when key is not NULL over the
  * connection (client, server) and bind; the parameters that send it. */
 struct rdma_conn_param fs_cm_param(struct fs_rdmacm_wire *w, uint32_t magic, uint8_t ring_log2, uint16_t port,
-                                   uint64_t addr, uint32_t rkey, const uint8_t *key, const struct sockaddr *client,
-                                   const struct sockaddr *server, const uint8_t *bind);
+                                   uint64_t addr, uint32_t rkey, bool whole, const uint8_t *key,
+                                   const struct sockaddr *client, const struct sockaddr *server, const uint8_t *bind);
 
 /* rdmacm_resume.c */
 /* A listener's connect request that is a resume (magic FSRR). */

@@ -98,7 +98,7 @@ static void fs_cm_resume_route(struct fs_cm_item *it)
   fs_rdma_remote(r, &addr, &rkey);
   struct rdma_conn_param p =
       fs_cm_param(&it->raw, FS_RDMACM_MAGIC_RES, fs_cm_log2(it->ring), fs_addr_port((struct sockaddr *)&it->tl), addr,
-                  rkey, it->has_key ? it->key : NULL, (struct sockaddr *)&it->tl, (struct sockaddr *)&it->tp, NULL);
+                  rkey, false, it->has_key ? it->key : NULL, (struct sockaddr *)&it->tl, (struct sockaddr *)&it->tp, NULL);
   if (FS_VERBS(rdma_connect)(it->rid, &p) != 0)
     fs_cm_resume_retry(it, "connect");
 }
@@ -113,7 +113,7 @@ static void fs_cm_resume_established(struct fs_cm_item *it, const uint8_t *pd, s
   bool ok = len >= sizeof m;
   if (ok) {
     memcpy(&m, pd, sizeof m);
-    ok = ntohl(m.magic) == FS_RDMACM_MAGIC_ACC && m.version == 1 && m.ring_log2 == fs_cm_log2(it->ring) &&
+    ok = ntohl(m.magic) == FS_RDMACM_MAGIC_ACC && m.version == FS_RDMACM_VERSION && m.ring_log2 == fs_cm_log2(it->ring) &&
          be64toh(m.addr) == addr && ntohl(m.rkey) == rkey;
   }
   if (ok && it->has_key)
@@ -181,10 +181,10 @@ void fs_cm_resume_request(struct rdma_cm_id *id, const uint8_t *pd, size_t len)
   memcpy(&it->raw, pd, has_mac ? sizeof it->raw : sizeof it->raw.m);
   uint64_t addr;
   uint32_t rkey;
-  fs_rdma_local(r, &addr, &rkey);
+  bool whole = fs_rdma_local(r, &addr, &rkey);
   struct fs_rdmacm_wire w;
   struct rdma_conn_param p =
-      fs_cm_param(&w, FS_RDMACM_MAGIC_ACC, m.ring_log2, fs_addr_port((struct sockaddr *)&tl), addr, rkey,
+      fs_cm_param(&w, FS_RDMACM_MAGIC_ACC, m.ring_log2, fs_addr_port((struct sockaddr *)&tl), addr, rkey, whole,
                   it->has_key ? it->key : NULL, (struct sockaddr *)&tp, (struct sockaddr *)&tl, it->raw.a.mac);
   fs_log(FS_LOG_INFO, "rdma channel %p: the peer resumes it on a new queue pair", (void *)r);
   if (FS_VERBS(rdma_accept)(id, &p) != 0)

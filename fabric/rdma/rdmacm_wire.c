@@ -21,11 +21,11 @@ int fs_rdmacm_check_req(const void *data, size_t len, struct fs_rdmacm_msg *out,
   memcpy(&m, data, sizeof m);
   if (ntohl(m.magic) != FS_RDMACM_MAGIC_REQ && ntohl(m.magic) != FS_RDMACM_MAGIC_RES)
     return FS_REASON_PROTOCOL;
-  if (m.version != 1)
+  if (m.version != FS_RDMACM_VERSION)
     return FS_REASON_VERSION;
   uint32_t flags = ntohl(m.flags);
   if (m.ring_log2 < FS_RDMACM_RING_LOG2_MIN || m.ring_log2 > FS_RDMACM_RING_LOG2_MAX ||
-      (flags & ~FS_RDMACM_F_MAC) != 0 || ((flags & FS_RDMACM_F_MAC) && len < sizeof(struct fs_rdmacm_wire)) ||
+      (flags & ~(FS_RDMACM_F_MAC | FS_RDMACM_F_WHOLE)) != 0 || ((flags & FS_RDMACM_F_MAC) && len < sizeof(struct fs_rdmacm_wire)) ||
       m.port == 0 || m.rkey == 0)
     return FS_REASON_PROTOCOL;
   out->magic = ntohl(m.magic);

@@ -18,13 +18,15 @@
 
 #include "fabric/rdma/rdma.h"
 #include "fabric/rdma/rdmacm.h"
+#include "fabric/rdma/rdma_int.h"
 #include "fabric/rdma/verbs.h"
+#include "base/clock.h"
 #include "base/reason.h"
 #include "tests/unit/check_run.h"
 
 static struct fs_rdmacm_msg good(void)
 {
-  struct fs_rdmacm_msg m = { htonl(FS_RDMACM_MAGIC_REQ), 1, 18, htons(40000), htobe64(0x7f0012345000ull), htonl(0x1234), 0 };
+  struct fs_rdmacm_msg m = { htonl(FS_RDMACM_MAGIC_REQ), FS_RDMACM_VERSION, 18, htons(40000), htobe64(0x7f0012345000ull), htonl(0x1234), 0 };
   return m;
 }
 
@@ -43,6 +45,11 @@ START_TEST(t_req_good)
   uint8_t big[56] = { 0 };
   memcpy(big, &m, sizeof m);
   ck_assert_int_eq(fs_rdmacm_check_req(big, sizeof big, &out, &mac), 0);
+  /* a key covering the whole region: taken, and said */
+  m.flags = htonl(FS_RDMACM_F_WHOLE);
+  ck_assert_int_eq(fs_rdmacm_check_req(&m, sizeof m, &out, &mac), 0);
+  ck_assert_uint_eq(out.flags, FS_RDMACM_F_WHOLE);
+  ck_assert(!mac);
 }
 END_TEST
 
@@ -55,7 +62,7 @@ START_TEST(t_req_hostile)
   ck_assert_int_eq(fs_rdmacm_check_req(&m, sizeof m - 1, &out, &mac), FS_REASON_PROTOCOL);
   m = good(), m.magic = htonl(FS_RDMACM_MAGIC_ACC);
   ck_assert_int_eq(fs_rdmacm_check_req(&m, sizeof m, &out, &mac), FS_REASON_PROTOCOL);
-  m = good(), m.version = 2;
+  m = good(), m.version = 1; /* the version before */
   ck_assert_int_eq(fs_rdmacm_check_req(&m, sizeof m, &out, &mac), FS_REASON_VERSION);
   m = good(), m.ring_log2 = 15;
   ck_assert_int_eq(fs_rdmacm_check_req(&m, sizeof m, &out, &mac), FS_REASON_PROTOCOL);
@@ -69,7 +76,7 @@ START_TEST(t_req_hostile)
   ck_assert_int_eq(fs_rdmacm_check_req(&m, sizeof m, &out, &mac), FS_REASON_PROTOCOL);
   m = good(), m.flags = htonl(1); /* a MAC announced, not there */
   ck_assert_int_eq(fs_rdmacm_check_req(&m, sizeof m, &out, &mac), FS_REASON_PROTOCOL);
-  m = good(), m.flags = htonl(2); /* no such flag */
+  m = good(), m.flags = htonl(4); /* no such flag */
   ck_assert_int_eq(fs_rdmacm_check_req(&m, sizeof m, &out, &mac), FS_REASON_PROTOCOL);
   /* random garbage: always a reason, never a crash */
   srand(7);
@@ -115,6 +122,65 @@ static struct sockaddr_in v4(const char *ip, int port)
 
 static const uint8_t key1[32] = { 1, 2, 3 }, key2[32] = { 1, 2, 4 };
 #define T0 1795000000000ull /* a wall clock in ms */
+
+/* Ring keys in FLAGS immediates (wire format v2): low half first, the high
+ * one completes it; both keys apart; never mistaken for endpoint flags;
+ * malformed values refused. */
+START_TEST(t_key_imm)
+{
+  uint32_t lo[2] = { 0, 0 }, key = 0;
+  bool full = true;
+  const uint32_t k1 = 0xdeadbeefu, k2 = 0x00010002u;
+  for (int i = 0; i < 2; i++) {
+    uint32_t v = fs_rdma_key_val(i, false, i ? k2 : k1);
+    ck_assert_uint_eq(v >> 30, 0); /* fits a 30-bit value */
+    ck_assert(v & FS_RDMA_FLAG_KEY);
+    ck_assert_int_eq(fs_rdma_key_take(lo, v, &full, &key), 0);
+  }
+  ck_assert_int_eq(fs_rdma_key_take(lo, fs_rdma_key_val(false, true, k1), &full, &key), 1);
+  ck_assert(!full);
+  ck_assert_uint_eq(key, k1);
+  ck_assert_int_eq(fs_rdma_key_take(lo, fs_rdma_key_val(true, true, k2), &full, &key), 1);
+  ck_assert(full);
+  ck_assert_uint_eq(key, k2);
+  /* a high half with no low one before it (each completes once) */
+  ck_assert_int_eq(fs_rdma_key_take(lo, fs_rdma_key_val(true, true, k2), &full, &key), -1);
+  /* unknown bits, or no key bit (endpoint flags) */
+  ck_assert_int_eq(fs_rdma_key_take(lo, fs_rdma_key_val(false, false, 1) | 1u << 20, &full, &key), -1);
+  ck_assert_int_eq(fs_rdma_key_take(lo, FS_RDMA_FLAG_CLOSED, &full, &key), -1);
+  /* sent again: replaces */
+  ck_assert_int_eq(fs_rdma_key_take(lo, fs_rdma_key_val(false, false, 7), &full, &key), 0);
+  ck_assert_int_eq(fs_rdma_key_take(lo, fs_rdma_key_val(false, true, 7), &full, &key), 1);
+  ck_assert_uint_eq(key, 7);
+}
+END_TEST
+
+/* A window that asked to grow and stays shut FS_RDMA_ASK_MS (the peer's
+ * process not looking) makes the channel cramped, so that a sender goes back
+ * to TCP where it would wait; one that opened in time does not, and either
+ * way the check stops. */
+START_TEST(t_ask_wait)
+{
+  static struct fs_rdma r; /* the fields the check reads, no device */
+  r.ch.tx.win_lim = 4096 - FS_RDMA_WIN_SLACK;
+  r.foreign = true; /* keeps fs_rdma_widen off: nothing to register */
+  fs_rdma_ask(&r);
+  ck_assert_uint_gt(r.ask_ns, 1);
+  fs_rdma_ask_check(&r);
+  ck_assert_uint_eq(r.ch.cramped, 0);
+  r.ask_ns = fs_clock_ns() - (uint64_t)FS_RDMA_ASK_MS * 1000000u - 1;
+  fs_rdma_ask_check(&r);
+  ck_assert_uint_eq(r.ch.cramped, 1);
+  ck_assert_uint_eq(r.ask_ns, 1);
+  /* opened in time: no cramp */
+  r.ch.cramped = 0;
+  r.ask_ns = fs_clock_ns() - (uint64_t)FS_RDMA_ASK_MS * 1000000u - 1;
+  r.ch.tx.win_lim = 0;
+  fs_rdma_ask_check(&r);
+  ck_assert_uint_eq(r.ch.cramped, 0);
+  ck_assert_uint_eq(r.ask_ns, 1);
+}
+END_TEST
 
 START_TEST(t_auth)
 {
@@ -185,7 +251,7 @@ START_TEST(t_resume_req)
   ck_assert(!mac);
   m.rkey = 0; /* no region: hostile */
   ck_assert_int_eq(fs_rdmacm_check_req(&m, sizeof m, &out, &mac), FS_REASON_PROTOCOL);
-  m = good(), m.magic = htonl(FS_RDMACM_MAGIC_RES), m.version = 2;
+  m = good(), m.magic = htonl(FS_RDMACM_MAGIC_RES), m.version = 1; /* the version before */
   ck_assert_int_eq(fs_rdmacm_check_req(&m, sizeof m, &out, &mac), FS_REASON_VERSION);
 
   struct sockaddr_in cli = v4("10.0.2.15", 40000), srv = v4("10.0.2.16", 5201);
@@ -281,6 +347,8 @@ int main(void)
   tcase_add_test(tc, t_req_good);
   tcase_add_test(tc, t_req_hostile);
   tcase_add_test(tc, t_unwrap);
+  tcase_add_test(tc, t_key_imm);
+  tcase_add_test(tc, t_ask_wait);
   tcase_add_test(tc, t_auth);
   tcase_add_test(tc, t_auth_replay);
   tcase_add_test(tc, t_resume_req);

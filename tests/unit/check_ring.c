@@ -67,29 +67,39 @@ START_TEST(t_partial_and_peek)
 }
 END_TEST
 
-START_TEST(t_wrap_stream)
+/* Random-sized records (1..max bytes) put and got `iters` times: every
+ * byte arrives once, in order, across the wrap point.  each(): a check
+ * after every put.  Returns the bytes sent, *rcvd those got. */
+static uint64_t stream(int iters, size_t max, void (*each)(void), uint64_t *rcvd)
 {
-  /* Random-sized records through a small ring many times over: every byte
-   * arrives once, in order, across the wrap point. */
-  srand(42);
   uint8_t out[700], in[700];
-  uint64_t sent = 0, rcvd = 0;
-  for (int iter = 0; iter < 20000; iter++) {
-    size_t n = 1 + (size_t)rand() % sizeof out;
+  uint64_t sent = 0;
+  *rcvd = 0;
+  ck_assert_uint_le(max, sizeof out);
+  for (int iter = 0; iter < iters; iter++) {
+    size_t n = 1 + (size_t)rand() % max;
     for (size_t i = 0; i < n; i++)
       out[i] = (uint8_t)(sent + i);
-    size_t w = put(out, n);
-    sent += w;
-    size_t m = 1 + (size_t)rand() % sizeof in;
-    ssize_t g = get(in, m, false);
+    sent += put(out, n); /* maybe part of out: the pattern follows what was sent */
+    if (each)
+      each();
+    ssize_t g = get(in, 1 + (size_t)rand() % max, false);
     ck_assert_int_ge(g, 0);
     int bad = 0;
     for (ssize_t i = 0; i < g; i++)
-      bad |= in[i] != (uint8_t)(rcvd + (uint64_t)i);
+      bad |= in[i] != (uint8_t)(*rcvd + (uint64_t)i);
     ck_assert_int_eq(bad, 0);
-    rcvd += (uint64_t)g;
-    /* put may write only part of out: reset the pattern to what was sent */
+    *rcvd += (uint64_t)g;
   }
+  return sent;
+}
+
+START_TEST(t_wrap_stream)
+{
+  /* Many times over a small ring */
+  srand(42);
+  uint64_t rcvd;
+  (void)stream(20000, 700, NULL, &rcvd);
   ck_assert_uint_ge(rcvd, 1000000);
 }
 END_TEST
@@ -245,6 +255,57 @@ START_TEST(t_window_stream)
   ck_assert(grew && whole);
   ck_assert_uint_eq(fs_ring_limit(&r), RSZ);
   ck_assert_uint_ge(rcvd, 1000000);
+}
+END_TEST
+
+/* The fabric's window limit (rdma: only the rings' first page registered):
+ * the window never widens past it, however much goes through, and every
+ * record, control records and SKIPs included, stays below it + 40 bytes;
+ * the producer asks instead (win_ask).  Once the limit lifts, the window
+ * opens to the whole ring at the producer's next record. */
+static const uint32_t lim_page = RSZ / 4, lim = RSZ / 4 - 256; /* the page registered, as rdma's */
+
+static void within_limit(void)
+{
+  ck_assert_uint_eq(r.win, lim);
+  ck_assert_uint_le(ctl.tail & (RSZ - 1), lim);
+}
+
+START_TEST(t_window_limit)
+{
+  const uint32_t page = lim_page;
+  r.win = r.win_lim = lim;
+  srand(44);
+  uint64_t rcvd;
+  uint64_t sent = stream(4000, 300, within_limit, &rcvd);
+  uint8_t out[8] = { 0 };
+  ck_assert_uint_gt(sent, (uint64_t)FS_RING_WIN_GROW * lim);
+  ck_assert_uint_eq(r.win_ask, 1);
+  ck_assert_int_eq(fs_ring_put_ctl(&r, FS_REC_REVERT, sent), 0);
+  ck_assert_int_eq(fs_ring_put_ctl(&r, FS_REC_EOF, 0), 0);
+  ck_assert_uint_le(ctl.tail & (RSZ - 1), lim + 40);
+  int dirty = 0; /* nothing written at or past the page */
+  for (size_t i = page; i < RSZ; i++)
+    dirty |= data[i] != 0xee;
+  ck_assert_int_eq(dirty, 0);
+  /* a write the window cuts short asks at once */
+  setup();
+  r.win = r.win_lim = lim;
+  static uint8_t big[2 * RSZ / 4];
+  ck_assert_uint_lt(put(big, sizeof big), sizeof big);
+  ck_assert_uint_eq(r.win_ask, 1);
+  ck_assert_uint_eq(r.win, lim);
+  /* lifted: the next record opens the window to the whole ring */
+  setup();
+  r.win = r.win_lim = lim;
+  r.win_moved = (uint64_t)FS_RING_WIN_GROW * lim;
+  ck_assert_uint_eq(put(out, 8), 8);
+  ck_assert_uint_eq(r.win_ask, 1);
+  ck_assert_uint_eq(r.win, lim);
+  __atomic_store_n(&r.win_lim, 0, __ATOMIC_RELEASE);
+  ck_assert_uint_eq(put(out, 8), 8);
+  ck_assert_uint_eq(r.win, 0);
+  ck_assert_uint_eq(fs_ring_limit(&r), RSZ);
 }
 END_TEST
 
@@ -474,6 +535,7 @@ int main(void)
   tcase_add_test(tc, t_space_cached_head);
   tcase_add_test(tc, t_hostile_producer);
   tcase_add_test(tc, t_window_stream);
+  tcase_add_test(tc, t_window_limit);
   tcase_add_test(tc, t_skip_transparent);
   tcase_add_test(tc, t_hostile_skip);
   tcase_add_test(tc, t_trim_shared);

@@ -265,6 +265,50 @@ START_TEST(t_trunc_discards_from_the_ring)
 }
 END_TEST
 
+/* A polled fabric (rdma) learns of the peer's close out of band (the
+ * disconnect) and of its attach in its queue, which progress takes in.  A
+ * peer that attached, switched, wrote on the fabric and quit before this
+ * process looked: the first look saw "closed, never attached" and read TCP
+ * alone, and the ring's bytes were lost (t2_hosts, nolook). */
+static struct fs_chan *late_peer_of;
+
+static void attach_at_progress(struct fs_chan *ch)
+{
+  (void)ch;
+  __atomic_store_n(&late_peer_of->peer->attached, 1, __ATOMIC_RELEASE);
+}
+
+START_TEST(t_close_seen_before_the_attach)
+{
+  struct pair p;
+  pair_new(&p);
+  p.c->tx_flow = p.c->rx_flow = FS_FLOW_TCP;
+  unsigned char buf[150];
+  for (size_t i = 0; i < 100; i++)
+    buf[i] = pattern(i);
+  ck_assert_int_eq(write(p.sv[1], buf, 100), 100);
+  ck_assert_int_eq(fs_ring_put_ctl(&p.b->tx, FS_REC_SWITCH, 100), 0);
+  peer_put(&p, 100, 50);
+  close(p.sv[1]);
+  __atomic_store_n(&p.a->peer->attached, 0, __ATOMIC_RELEASE); /* not taken in yet */
+  __atomic_store_n(&p.a->peer->closed, 1, __ATOMIC_RELEASE);   /* the disconnect was */
+  static struct fs_chan_ops fake;
+  fake = *p.a->ops;
+  fake.progress = attach_at_progress;
+  fake.polled = true;
+  p.a->ops = &fake;
+  late_peer_of = p.a;
+  size_t n = 0;
+  ssize_t r;
+  while ((r = recv_flags(&p, buf + n, sizeof buf - n, MSG_DONTWAIT)) > 0)
+    n += (size_t)r;
+  ck_assert_int_eq(r, 0);
+  ck_assert_uint_eq(n, 150);
+  for (size_t i = 0; i < n; i++)
+    ck_assert_uint_eq(buf[i], pattern(i));
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("sockio");
@@ -275,6 +319,7 @@ int main(void)
   tcase_add_test(tc, t_late_resend_leaves_a_reused_fd_alone);
   tcase_add_test(tc, t_close_before_the_resend);
   tcase_add_test(tc, t_trunc_discards_from_the_ring);
+  tcase_add_test(tc, t_close_seen_before_the_attach);
   suite_add_tcase(s, tc);
   return run_suite(s, true);
 }

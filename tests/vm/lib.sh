@@ -63,8 +63,11 @@ stop() {
   for p in "$@"; do kill -9 "$p" 2> /dev/null; wait "$p" 2> /dev/null; done
   return 0
 }
+# FABSOCK_T_KEEP=DIR (debugging): each test's work directory (its programs' output) is copied
+# there at the end, as DIR/HOST.PID.
 t_cleanup() {
   [ ${#bg_pids[@]} = 0 ] || stop "${bg_pids[@]}"
+  [ -z "${FABSOCK_T_KEEP:-}" ] || cp -r "$T_WORK" "$FABSOCK_T_KEEP/${FABSOCK_VM_HOST:-host}.$$" 2> /dev/null
   rm -rf "$T_WORK"
 }
 trap t_cleanup EXIT

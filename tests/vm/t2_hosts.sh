@@ -11,7 +11,9 @@
 # down 3 s mid-transfer (it must end as on TCP: a broken or wedged queue pair resumes) and rdma
 # again after it; a peer without libfabsock and a peer host without RDMA (TCP, intact; connect
 # time and sockperf latency beside a plain client's); a non-root user at the default memlock
-# limit, and one process past a 1 MiB limit (TCP, reason resources, the limit named in its log).
+# limit; one process of 4 busy connections past a 1 MiB limit (one widened on rdma, the others
+# back on TCP with reason resources, the limit named in its log); 200 connections of one
+# process in 2 MiB (8 KiB each: 1,000 in the default 8 MiB), all on rdma.
 # Timing figures are diagnostics, never verdicts; the summary table at the end (and
 # FABSOCK_T2_JSON=FILE) is what bench/vm/two-hosts.sh reports.
 #
@@ -81,6 +83,12 @@ b_stat() {
   awk '{ print $5 "/" $6 }' "$T_WORK/b-stat" | sort | uniq -c | awk '{ printf "%s%s x%d", s, $2, $1; s = ", " }'
 }
 b_nordma() { rdma link delete rxe0 && echo "rxe0 deleted"; }
+# b_fds NAME: server NAME's open descriptors by kind ("socket x12, anon_inode:[eventfd] x3, ...").
+b_fds() {
+  local p; eval "p=\$bpid_${1//-/_}"
+  for f in /proc/"$p"/fd/*; do readlink "$f"; done 2> /dev/null | sed 's/:\[[0-9]*\]$//' | sort | uniq -c |
+    awk '{ printf "%s%s x%d", s, $2, $1; s = ", " }'
+}
 # conn_diag LOG: one line on this host's connections with the peer (fabsock stat rows), its RC
 # queue pairs (rdma_cm's view: number, state) and LOG's last library lines: what a hang looked like.
 conn_diag() {
@@ -96,6 +104,18 @@ conn_diag() {
   echo "stat: ${s:-none}; qp: ${q:-none}; rxe: ${h:-none}; log: ${l:-none}"
 }
 b_diag() { conn_diag "$T_WORK/b-$1"; }
+# b_serve_nobody NAME PORT KIB CMD...: b_serve NAME PORT fab CMD as user nobody with a memlock
+# limit of KIB (0: as root, no limit); @W@ in CMD stands for this host's work directory (nobody
+# may write there).
+b_serve_nobody() {
+  local name=$1 port=$2 kib=$3; shift 3
+  chmod 777 "$T_WORK"
+  if [ "$kib" = 0 ]; then b_serve "$name" "$port" fab "${@//@W@/$T_WORK}"; return; fi
+  b_serve "$name" "$port" fab prlimit --memlock=$((kib * 1024)) setpriv --reuid=nobody --regid=nogroup \
+    --clear-groups "${@//@W@/$T_WORK}"
+}
+b_rm() { rm -f "$T_WORK/$1" && echo removed; }
+b_cat() { cat "$T_WORK/$1" 2> /dev/null || echo "(no $1)"; }
 
 if [ "$FABSOCK_VM_HOST" = b ]; then
   k=0
@@ -454,6 +474,33 @@ lat_pair sp-nofab 11114 plain
 t_check $lp_ok "peer host without libfabsock: sockperf 64 B p50/p99 us preloaded client $lp_fab, plain client $lp_plain"
 
 }
+# held_many NAME PORT KIB NOFILE SECONDS ARGS...: one process of user nobody with a memlock
+# limit of KIB (and a descriptor limit of NOFILE, 0: as it is) runs `vmtool many-client ARGS` to
+# an echo server on b, holds its connections while fabsock stat lists them ($T_WORK/NAME-stat,
+# the client's output in $T_WORK/NAME.out), then lets it finish.  Sets hm_ok (its exit status),
+# hm_tally ("rdma/none x4, ...") and hm_fds (the server's descriptors while they were held).
+held_many() {
+  local name=$1 port=$2 kib=$3 nofile=$4 secs=$5 pid
+  shift 5
+  b_do serve "$name-echo" "$port" fab "$PYTHON" "$VMTOOL" echo-server --bind "$PEER" --port "$port"
+  rm -f "$T_WORK/$name.ready"
+  : > "$T_WORK/$name.hold"; chmod 777 "$T_WORK"; chmod 666 "$T_WORK/$name.hold"
+  (if [ "$nofile" != 0 ]; then ulimit -n "$nofile" 2> /dev/null; fi
+   exec timeout "$secs" setpriv --reuid=nobody --regid=nogroup --clear-groups \
+    bash -c 'ulimit -l '"$kib"' && exec env '"$FAB ${FABSOCK_T2_FABENV:-}"' "$@"' "$name" "$PYTHON" "$VMTOOL" \
+    many-client "$PEER:$port" "$@" --ready-file "$T_WORK/$name.ready" --hold-file "$T_WORK/$name.hold" \
+    > "$T_WORK/$name.out" 2>&1) &
+  pid=$!
+  wait_file "$T_WORK/$name.ready" $((secs - 20)) $pid
+  fabsock_stat "$T_WORK/$name-stat" --peer "$PEER:$port"
+  b_do fds "$name-echo"; hm_fds=$bres
+  rm -f "$T_WORK/$name.hold"
+  wait $pid
+  hm_ok=$?
+  b_do stop "$name-echo"
+  hm_tally=$(awk '{ print $5 "/" $6 }' "$T_WORK/$name-stat" | sort | uniq -c | awk '{ printf "%s%s x%d", s, $2, $1; s = ", " }')
+}
+
 s_memlock() {
 # ---- non-root at the default memlock limit --------------------------------------------------------
 # 24 connections from a user with an 8 MiB memlock limit: every one works; each is on rdma or
@@ -464,7 +511,7 @@ chmod 777 "$T_WORK"; chmod 666 "$T_WORK/ml.hold"
 ml_pids=()
 for i in $(seq 24); do
   timeout 120 setpriv --reuid=nobody --regid=nogroup --clear-groups \
-    bash -c 'ulimit -l 8192 && exec env '"$FAB"' "$@"' ml "$PYTHON" "$VMTOOL" echo-client "$PEER:7107" \
+    bash -c 'ulimit -l 8192 && exec env '"$FAB ${FABSOCK_T2_FABENV:-}"' "$@"' ml "$PYTHON" "$VMTOOL" echo-client "$PEER:7107" \
     --bytes 262144 --ready-file "$T_WORK/ml-$i.ready" --hold-file "$T_WORK/ml.hold" > "$T_WORK/ml-$i" 2>&1 &
   ml_pids+=($!)
 done
@@ -479,32 +526,75 @@ ml=$(awk '{ print $5 "/" $6 }' "$T_WORK/ml-stat" | sort | uniq -c | awk '{ print
 awk '!($5 == "rdma" || ($5 == "tcp" && $6 == "resources")) { bad = 1 } END { exit bad || NR != 24 }' "$T_WORK/ml-stat" || ml_ok=1
 t_check $ml_ok "non-root, memlock 8 MiB: 24 connections to b all intact ($ml)"
 
-# One process, 4 connections at once, memlock 1 MiB: room for about two connections' rings
-# (512 KiB each at the default ring size).  Every connection works, each on rdma or on TCP with
-# reason resources, at least one on TCP, and the process's log says which limit to raise.
-mt=$(dirname "$FABSOCK_LIB")/../tests/progs/mtclient
-if [ -x "$mt" ]; then
-  b_do serve ml1-echo 7117 fab "$PYTHON" "$VMTOOL" echo-server --bind "$PEER" --port 7117
-  rm -f "$T_WORK/ml1.hold" "$T_WORK/ml1.hold.ready"
-  timeout 120 setpriv --reuid=nobody --regid=nogroup --clear-groups \
-    bash -c 'ulimit -l 1024 && exec env '"$FAB"' "$@"' ml1 "$mt" -H "$PEER" -p 7117 -t 4 -B -n 262144 \
-    -w "$T_WORK/ml1.hold" > "$T_WORK/ml1.out" 2>&1 &
-  ml1_pid=$!
-  wait_file "$T_WORK/ml1.hold.ready" 60 $ml1_pid
-  sleep 2
-  fabsock_stat "$T_WORK/ml1-stat" --peer "$PEER:7117"
-  touch "$T_WORK/ml1.hold"
-  wait $ml1_pid
-  ml1_ok=$?
-  b_do stop ml1-echo
-  ml1=$(awk '{ print $5 "/" $6 }' "$T_WORK/ml1-stat" | sort | uniq -c | awk '{ printf "%s%s x%d", s, $2, $1; s = ", " }')
-  awk '!($5 == "rdma" || ($5 == "tcp" && $6 == "resources")) { bad = 1 } $6 == "resources" { tcp++ }
-       END { exit bad || NR != 4 || !tcp }' "$T_WORK/ml1-stat" || ml1_ok=1
-  grep -q 'RLIMIT_MEMLOCK is 1024 KiB' "$T_WORK/ml1.out" || ml1_ok=1
-  t_check $ml1_ok "non-root, memlock 1 MiB, 4 connections in one process: all intact, the rest on TCP with reason resources, the limit named in the log ($ml1; $(grep -m1 -o 'RLIMIT_MEMLOCK is [^:]*' "$T_WORK/ml1.out" || tail -n 1 "$T_WORK/ml1.out"))"
-else
-  t_skip "non-root, memlock 1 MiB, 4 connections in one process" "tests/progs/mtclient not built"
-fi
+# One process, 4 connections, memlock 1 MiB: every connection's first pages fit (8 KiB each),
+# the whole rings (512 KiB at the default ring size) of one busy connection, not of two.  Each
+# connection goes on rdma, then echoes 256 KiB in 64 KiB pieces (each written whole before its
+# echo is read: a ring of one page would leave both ends waiting), one after the other: every
+# byte intact; the first on rdma, widened; each of the others on rdma or back on TCP, at least
+# one: reason resources where this end took it back (its rings could not grow), or peer-tcp where
+# b did first (its echo waited 50 ms for this end's rings to grow); the log names the limit.
+held_many ml1 7117 1024 0 200 --conns 4 --big 262144
+ml1_ok=$hm_ok ml1=$hm_tally
+awk '!($5 == "rdma" || ($5 == "tcp" && ($6 == "resources" || $6 == "peer-tcp"))) { bad = 1 } $5 == "rdma" { on++ }
+     $5 == "tcp" { back++ } END { exit bad || NR != 4 || !on || !back }' "$T_WORK/ml1-stat" || ml1_ok=1
+grep -q 'widening.*RLIMIT_MEMLOCK is 1024 KiB' "$T_WORK/ml1.out" || ml1_ok=1
+t_check $ml1_ok "non-root, memlock 1 MiB, 4 busy connections in one process: all intact, one widened on rdma, the others back on TCP (resources, or peer-tcp where b went back first) where their rings could not grow, the limit named in the log ($ml1; $(grep -m1 -o 'RLIMIT_MEMLOCK is [^:]*' "$T_WORK/ml1.out" || tail -n 1 "$T_WORK/ml1.out"))"
+
+# One process, 200 connections, memlock 2 MiB: the same 8 KiB a connection as 1,000 in the
+# default 8 MiB (before the rings were registered a page at first, 4 fit: 512 KiB each).
+# Every connection intact and on rdma.  (FABSOCK_T2_MANY=1000 FABSOCK_T2_MANY_KIB=8192: the
+# default limit itself; the descriptor limit is raised to what the connections need.)
+mc_n=${FABSOCK_T2_MANY:-200} mc_kib=${FABSOCK_T2_MANY_KIB:-2048}
+held_many mc 7127 "$mc_kib" $((mc_n * 4 + 256)) $((mc_n + 300)) --conns "$mc_n"
+mc_ok=$hm_ok mc=$hm_tally mc_fds=$hm_fds
+awk -v n=$mc_n '$5 != "rdma" { bad = 1 } END { exit bad || NR != n }' "$T_WORK/mc-stat" || mc_ok=1
+t_check $mc_ok "non-root, memlock $mc_kib KiB, $mc_n connections in one process: all intact and on rdma ($mc; $(grep -m1 '^{' "$T_WORK/mc.out" || tail -n 1 "$T_WORK/mc.out"))"
+t_diag "the server's descriptors with them open: $mc_fds"
+
+}
+# ---- a peer that does not read ----------------------------------------------------------------------
+# nolook NAME PORT KIB: a server on b (user nobody with a memlock limit of KIB, or root: 0) that
+# takes the connection and reads nothing until a has written 48 KiB and quit (a server busy
+# elsewhere), then reads it all.  TCP's buffers take 48 KiB meanwhile; so must the connection,
+# and every byte must arrive, those written on rdma included.  Sets nl_ok and nl_what.
+nolook() {
+  local name=$1 port=$2 kib=$3 pid st w done sent read fab
+  b_do serve_nobody "$name" "$port" "$kib" "$PYTHON" "$VMTOOL" sink-server --bind "$PEER" --port "$port" \
+    --out "@W@/$name.out" --wait-file "@W@/$name.wait"
+  : > "$T_WORK/$name.hold"
+  timeout 120 env $FAB ${FABSOCK_T2_FABENV:-} FABSOCK_LOG=info "$PYTHON" "$VMTOOL" burst-client "$PEER:$port" \
+    --bytes 49152 --chunk 4096 --end close --ready-file "$T_WORK/$name.ready" --hold-file "$T_WORK/$name.hold" \
+    > "$T_WORK/$name" 2>&1 &
+  pid=$!
+  wait_file "$T_WORK/$name.ready" 60 $pid
+  stat_until "$T_WORK/$name-stat" rdma 15 --peer "$PEER:$port"
+  fab=$(fabrics "$T_WORK/$name-stat")
+  rm -f "$T_WORK/$name.hold"
+  w=0
+  while kill -0 $pid 2> /dev/null && [ $w -lt 40 ]; do sleep 0.5; w=$((w + 1)); done
+  kill -0 $pid 2> /dev/null && done="still writing while the server waited" || done="done while the server waited"
+  b_do rm "$name.wait"
+  wait $pid
+  st=$?
+  for _ in $(seq 40); do b_do cat "$name.out"; case $bres in "(no"*) sleep 0.5 ;; *) break ;; esac; done
+  read=$bres
+  b_do stop "$name"
+  sent=$(grep -m1 '^{' "$T_WORK/$name")
+  [ $st = 0 ] && [ "$fab" = rdma ] && [ "$done" = "done while the server waited" ] &&
+    [ "$(sed 's/ //g' <<< "$read")" = "$(sed 's/ //g' <<< "$sent")" ]
+  nl_ok=$?
+  nl_what="48 KiB written on rdma ($fab) $done, as over TCP; then all read intact (sent $sent, read $read)"
+}
+s_nolook() {
+# Root's rings are whole from the start: the bytes sit in b's ring, the client quits, and b's
+# process, looking only then, learns of the close (rdma_cm's disconnect) before its queue's news
+# that the client had switched; it read TCP alone and lost the ring's bytes.
+nolook nl-root 7147 0
+t_check $nl_ok "a peer that reads only after the writer quit: $nl_what"
+# Non-root at 8 MiB: only b's process, looking at the connection, would take the key that lets
+# our writes past its ring's first page in; our window goes back to TCP 50 ms after it asked.
+nolook nl 7137 8192
+t_check $nl_ok "a non-root peer that does not read: $nl_what; $(grep -m1 -o 'has not answered[^:]*' "$T_WORK/nl" || echo 'no wait in the log')"
 
 }
 s_nordma() {
@@ -530,7 +620,7 @@ fi
 }
 # FABSOCK_T2_ONLY="echo kill ...": only those sections (and the link check); default all.
 # The link goes down and up in linkdown, and b loses its device in nordma: they come last.
-for sec in link verbs across echo kill nofab memlock linkdown nordma summary; do
+for sec in link verbs across echo kill nofab memlock nolook linkdown nordma summary; do
   case " link summary ${FABSOCK_T2_ONLY:-$sec} " in *" $sec "*) ;; *) continue ;; esac
   case $sec in link | verbs | across | summary) ;; *) have_fabsock || continue ;; esac
   "s_$sec"

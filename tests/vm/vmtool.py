@@ -17,8 +17,16 @@
       Prints one JSON line: ok, bytes sent and received, sha256 of both, connect_s, elapsed_s
       (from before connect to the end, less held_s, the time spent waiting on the hold file).
       Exit 0 when the echo matched, 1 when it did not, 2 on a socket error.
-  vmtool.py sink-server [--bind ADDR] --port N --out F
-      Take one connection, read it to EOF, write {"bytes": N, "sha": ...} to F and exit.
+  vmtool.py many-client HOST:PORT [--conns N] [--bytes N] [--big N] [--ready-file F --hold-file F]
+      Open N connections from this one process; on each, echo N pseudo-random bytes (default 8 KiB:
+      past the upgrade threshold), rest 2 s, echo another round on each (--big bytes, default
+      --bytes, in 64 KiB pieces, each sent whole before its echo is read), then create the ready
+      file and wait until the hold file is gone, and close them all.  Prints {ok, conns, ...};
+      exit 0 when every echo matched.
+  vmtool.py sink-server [--bind ADDR] --port N --out F [--wait-file W]
+      Take one connection, read it to EOF, write {"bytes": N, "sha": ...} to F and exit.  With
+      --wait-file, it creates W once it has the connection and reads nothing while W exists (up
+      to 120 s): a peer that does not read, as a server busy elsewhere.
   vmtool.py burst-client HOST:PORT --bytes N --end close|exit|_exit [--chunk N] [--seed S]
                          [--ready-file F --hold-file F]
       Send half the bytes, create the ready file and wait until the hold file is gone (the test
@@ -100,6 +108,17 @@ def echo_server(args):
         threading.Thread(target=serve, args=(conn,), daemon=True).start()
 
 
+def ready_hold(ready, hold, seconds):
+    """Say ready (create the file READY), then wait while the file HOLD exists, at most SECONDS.
+    Returns the seconds it waited."""
+    with open(ready, "w"):
+        pass
+    t = time.monotonic()
+    while hold and os.path.exists(hold) and time.monotonic() < t + seconds:
+        time.sleep(0.05)
+    return round(time.monotonic() - t, 3)
+
+
 def echo_client(args):
     target = args.pop(0)
     nbytes = opt(args, "--bytes", 1 << 20, int)
@@ -141,13 +160,7 @@ def echo_client(args):
         at = nbytes if "--ready-at-end" in args else nbytes // 2
 
         def hold_here():
-            with open(ready, "w"):
-                pass
-            t_hold = time.monotonic()
-            deadline = t_hold + hold_timeout
-            while hold and os.path.exists(hold) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            res["held_s"] = round(time.monotonic() - t_hold, 3)
+            res["held_s"] = ready_hold(ready, hold, hold_timeout)
 
         while off < nbytes:
             if gate and off >= gate_at:
@@ -196,9 +209,67 @@ def echo_client(args):
     return status
 
 
+def many_client(args):
+    """Open N connections from this one process, each echoing a round of bytes, rest (their
+    upgrades run), echo a second round on each, then hold them all open (ready/hold files)."""
+    target = args.pop(0)
+    n = opt(args, "--conns", 100, int)
+    nbytes = opt(args, "--bytes", 8192, int)
+    big = opt(args, "--big", 0, int)
+    ready = opt(args, "--ready-file")
+    hold = opt(args, "--hold-file")
+    host, port = target.rsplit(":", 1)
+    res = {"ok": False, "conns": 0, "rounds": 0}
+    socks = []
+    t0 = time.monotonic()
+
+    def round_trip(s, seed, n=nbytes, chunk=None):
+        data = random.Random(seed).randbytes(n)
+        chunk = chunk or n
+        for off in range(0, n, chunk):
+            piece = data[off:off + chunk]
+            s.sendall(piece)
+            got = bytearray()
+            while len(got) < len(piece):
+                b = s.recv(len(piece) - len(got))
+                if not b:
+                    raise ConnectionError("EOF after %d echoed bytes" % (off + len(got)))
+                got += b
+            if bytes(got) != piece:
+                raise ValueError("echo differs at %d" % off)
+
+    try:
+        for i in range(n):
+            s = socket.create_connection((host, int(port)))
+            socks.append(s)
+            round_trip(s, i)
+        res["conns"] = len(socks)
+        time.sleep(2)  # every upgrade starts 2 ms after the threshold: let them finish
+        for i, s in enumerate(socks):
+            round_trip(s, n + i, big or nbytes, 65536)
+        res["rounds"] = 2
+        if ready:
+            ready_hold(ready, hold, 120)
+        for s in socks:
+            s.close()
+        res["ok"] = True
+    except (OSError, ValueError) as e:
+        res["error"] = "%s: %s" % (type(e).__name__, e)
+    res["elapsed_s"] = round(time.monotonic() - t0, 3)
+    print(json.dumps(res), flush=True)
+    return 0 if res["ok"] else 1
+
+
 def sink_server(args):
     out = opt(args, "--out")
+    wait = opt(args, "--wait-file")
     conn, _ = listener(args, 1).accept()
+    if wait:
+        with open(wait, "w"):
+            pass
+        deadline = time.monotonic() + 120
+        while os.path.exists(wait) and time.monotonic() < deadline:
+            time.sleep(0.05)
     h, n = hashlib.sha256(), 0
     while True:
         b = conn.recv(1 << 16)
@@ -228,11 +299,7 @@ def burst_client(args):
     half = nbytes // 2
     s.sendall(data[:half])
     if ready:
-        with open(ready, "w"):
-            pass
-        deadline = time.monotonic() + 60
-        while hold and os.path.exists(hold) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        ready_hold(ready, hold, 60)
     for off in range(half, nbytes, chunk):
         s.sendall(data[off:off + chunk])
     if end == "close":
@@ -390,7 +457,7 @@ def main():
         print(__doc__, file=sys.stderr)
         return 2
     cmd, args = sys.argv[1], sys.argv[2:]
-    table = {"echo-server": echo_server, "echo-client": echo_client, "stat": stat,
+    table = {"echo-server": echo_server, "echo-client": echo_client, "many-client": many_client, "stat": stat,
              "iperf3": iperf3, "sink-server": sink_server, "burst-client": burst_client, "sync": sync,
              "flood-client": flood_client}
     if cmd not in table:
