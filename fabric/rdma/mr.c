@@ -46,22 +46,29 @@ struct ibv_pd *fs_rdma_mr_pd(struct ibv_context *ctx)
   return pd;
 }
 
+/* A registration refused for want of locked memory (or of the right to
+ * lock any). */
+static bool fs_rdma_short(int rc)
+{
+  return rc == -ENOMEM || rc == -EAGAIN || rc == -EPERM;
+}
+
 /* A registration refused for want of locked memory, explained once per
  * kind (what: 0 a connection's first pages: it stays on TCP, reason
  * resources; 1 a widening: the connection keeps its one-page rings, and
  * goes back to TCP where a sender would wait: engine/sockio.c) with the
  * limit to raise and what it holds. */
-static void fs_rdma_mr_hint(int what, size_t len, size_t per, int rc)
+static void fs_rdma_mr_hint(int what, size_t len, int rc)
 {
   static int told[2];
-  if ((rc != -ENOMEM && rc != -EAGAIN && rc != -EPERM) || __atomic_exchange_n(&told[what], 1, __ATOMIC_RELAXED))
+  if (!fs_rdma_short(rc) || __atomic_exchange_n(&told[what], 1, __ATOMIC_RELAXED))
     return;
   struct rlimit rl = { RLIM_INFINITY, RLIM_INFINITY };
   char lim[96] = "unlimited";
   (void)getrlimit(RLIMIT_MEMLOCK, &rl);
   if (rl.rlim_cur != RLIM_INFINITY)
     snprintf(lim, sizeof lim, "%llu KiB (about %llu %s)", (unsigned long long)rl.rlim_cur >> 10,
-             (unsigned long long)(rl.rlim_cur / per), what ? "busy connections' rings" : "rdma connections");
+             (unsigned long long)(rl.rlim_cur / len), what ? "busy connections' rings" : "rdma connections");
   if (what == 0)
     fs_log(FS_LOG_WARN,
            "rdma: registering a connection's first ring pages (%zu KiB) failed (%s); RLIMIT_MEMLOCK is %s: "
@@ -134,11 +141,6 @@ bool fs_rdma_mr_unlimited(void)
   return k == 2;
 }
 
-static bool fs_rdma_short(int rc)
-{
-  return rc == -ENOMEM || rc == -EAGAIN || rc == -EPERM;
-}
-
 int fs_rdma_mr_get(struct ibv_pd *pd, uint32_t size, struct fs_rdma_region *g)
 {
   pthread_mutex_lock(&fs_rdma_mlock);
@@ -169,7 +171,7 @@ int fs_rdma_mr_get(struct ibv_pd *pd, uint32_t size, struct fs_rdma_region *g)
     if (pass || !fs_rdma_short(rc) || !fs_rdma_pool_shed(true))
       break;
   }
-  fs_rdma_mr_hint(0, 2 * (size_t)g->narrow, 2 * (size_t)g->narrow, rc);
+  fs_rdma_mr_hint(0, 2 * (size_t)g->narrow, rc);
   free(g->buf);
   g->buf = NULL;
   return rc;
@@ -187,7 +189,7 @@ int fs_rdma_mr_widen(struct fs_rdma_region *g)
       break;
   }
   if (!g->full)
-    fs_rdma_mr_hint(1, 2 * (size_t)g->size, 2 * (size_t)g->size, rc);
+    fs_rdma_mr_hint(1, 2 * (size_t)g->size, rc);
   errno = saved;
   return g->full ? 0 : rc;
 }
