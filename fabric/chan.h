@@ -106,7 +106,8 @@ struct fs_chan {
                                 error, not the peer's close); the peer's end is
                                 also marked closed; atomic */
   uint32_t cramped;          /* the tx ring cannot have more room than its window
-                                (rdma: no memory to register the whole ring): a
+                                (rdma: no memory to register the whole ring, or
+                                the peer's process did not answer in 50 ms): a
                                 sender that would wait for room goes back to TCP,
                                 whose buffers take what a program may write before
                                 it reads; atomic */

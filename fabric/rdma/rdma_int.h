@@ -45,7 +45,8 @@ struct fs_rdma {
   uint32_t qpn;                     /* the queue pair's number: completions of a replaced one
                                        are told apart by it */
   uint64_t raddr;
-  uint32_t rkey;                    /* the peer's rx page: its handshake's (names the channel in a resume) */
+  uint32_t rkey;                    /* its handshake's: the peer's rx page, or its whole region
+                                       (FS_RDMACM_F_WHOLE); names the channel in a resume */
   uint32_t rkey_tx, rkey_full;      /* the peer's tx page and whole region, as its immediates said */
   uint32_t keys_known;              /* FS_RDMA_K_*: which of those came; atomic */
   uint32_t key_lo[2];               /* the poller's: low halves so far (fs_rdma_key_take) */
