@@ -72,6 +72,9 @@ struct fs_conn {
                                  last tried to serve its names (fs_agent_take_names) */
   bool peer_revert_done;      /* we answered the peer's rx revert */
   bool reverted;              /* back on TCP for good; the channel is dead */
+  bool tx_back;               /* our tx went back to TCP for good (a REVERT in
+                                 the ring), rx still reads the ring up to the
+                                 peer's REVERT or EOF (fs_sock_revert_tx) */
   bool peer_close_seen;       /* one send after the peer closed was taken */
   bool peer_dead;             /* the peer's process vanished without closing its end */
   bool fork_shared;           /* forked with its channel: another process's copy

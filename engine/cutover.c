@@ -118,7 +118,7 @@ void fs_cutover_resync_rx(struct fs_conn *c)
  * break the stream, and our close's EOF goes in the ring. */
 static bool fs_cutover_tx_adopt(struct fs_conn *c, struct fs_chan *ch)
 {
-  if (!c->fork_shared || c->tx_flow != FS_FLOW_TCP || c->reverted || c->peer_revert_done ||
+  if (!c->fork_shared || c->tx_flow != FS_FLOW_TCP || c->reverted || c->tx_back || c->peer_revert_done ||
       fs_chan_peer_reverted(ch) || __atomic_load_n(&ch->me->reverted, __ATOMIC_ACQUIRE) ||
       !fs_ring_produced(&ch->tx))
     return false;
@@ -131,7 +131,7 @@ void fs_cutover_switch_tx(struct fs_conn *c, struct fs_chan *ch)
 {
   if (c->resync_tx && c->tx_flow == FS_FLOW_TCP && !fs_cutover_resync_tx(c))
     return; /* no count, no SWITCH: tx stays on TCP (the peer reads it there) */
-  if (c->tx_flow != FS_FLOW_TCP || c->shut_wr || c->reverted || c->peer_revert_done ||
+  if (c->tx_flow != FS_FLOW_TCP || c->shut_wr || c->reverted || c->tx_back || c->peer_revert_done ||
       fs_chan_peer_reverted(ch) ||
       !__atomic_load_n(&ch->peer->attached, __ATOMIC_ACQUIRE))
     return; /* never onto the fabric again once either end went back to TCP */
@@ -268,6 +268,18 @@ static void fs_cutover_resend_on(struct fs_conn *c, struct fs_chan *ch, int fd)
   int was = c->tx_flow;
   if (was != FS_FLOW_TCP && fd >= 0)
     (void)fs_cutover_resend(c, fd, ch);
+  if (c->tx_back && fd >= 0 && !c->peer_dead && fs_ring_data_queued(&ch->tx)) {
+    /* Our tx went back first (fs_sock_revert_tx) and TCP carries bytes
+     * behind its REVERT: what the peer left unread before it can no longer
+     * come first.  Never a gap in the stream: the kernel's reset, as for
+     * a broken channel. */
+    c->peer_dead = true;
+    c->reset_tx = c->reset_rx = true;
+    fs_log(FS_LOG_WARN, "fd %d: the peer went back to tcp with bytes of ours unread behind our own "
+           "revert; resetting", fd);
+    fs_cutover_reset_tcp(fd);
+    fs_wake_own(c);
+  }
   if (was == FS_FLOW_EOF && fd >= 0)
     FS_REAL(shutdown)(fd, SHUT_WR);
   c->tx_flow = was == FS_FLOW_EOF ? FS_FLOW_EOF : FS_FLOW_TCP;
@@ -276,7 +288,7 @@ static void fs_cutover_resend_on(struct fs_conn *c, struct fs_chan *ch, int fd)
   /* What stat shows: what the ring still holds for us is read first, the
    * rest comes on TCP.  An end that went back itself meanwhile (both ends
    * spliced) keeps its own reason: txlock orders us after it. */
-  if (!c->reverted && fs_conn_state(c) != FS_STATE_CLOSED) {
+  if (!c->reverted && !c->tx_back && fs_conn_state(c) != FS_STATE_CLOSED) {
     fs_conn_set_state(c, FS_STATE_TCP, FS_REASON_PEER_TCP);
     if (c->stat)
       c->stat->fabric = FS_FABRIC_TCP;

@@ -730,15 +730,37 @@ static void fs_sock_downgrade_as(struct fs_conn *c, int fd, int reason, bool wai
   fs_log(FS_LOG_INFO, "fd %d back to tcp (%s)", fd, fs_reason_name(reason));
 }
 
-bool fs_sock_revert_in_send(struct fs_conn *c, int fd, struct fs_chan *ch, int reason)
+/* Only our tx goes back.  Had rx given its ring up too (the downgrade's rx
+ * revert), two ends whose rings were cramped both ways (one end past its
+ * memlock limit: neither window opens) went back at once, each owed the
+ * re-send of what it had left unread in the other's ring and neither able
+ * to give it in order behind its own TCP bytes: an echo waited for its
+ * bytes for good (t2_hosts memlock, 1 run in 3).  A REVERT alone asks
+ * nothing of the peer: it reads the ring to there, then TCP, whatever it
+ * does itself.  An end shared since fork goes back whole (another copy may
+ * write on the ring), as the downgrade does, if no thread is inside recv. */
+bool fs_sock_revert_tx(struct fs_conn *c, int fd, struct fs_chan *ch, int reason)
 {
-  if (c->reverted || !fs_lock_try(&c->rxlock)) /* lock order rx, tx: try only */
-    return c->reverted;
-  fs_sock_revert_locked(c, ch, reason);
-  fs_unlock(&c->rxlock);
+  if (c->reverted || c->tx_back)
+    return c->tx_flow == FS_FLOW_TCP;
+  if (c->fork_shared) {
+    if (!fs_lock_try(&c->rxlock)) /* lock order rx, tx: try only */
+      return false;
+    fs_sock_revert_locked(c, ch, reason);
+    fs_unlock(&c->rxlock);
+  } else {
+    fs_cutover_tx_revert(c, ch);
+    if (c->tx_flow != FS_FLOW_TCP)
+      return false; /* no room for the REVERT yet: the sender waits on */
+    c->tx_back = true;
+    c->no_upgrade = true;
+    fs_conn_set_state(c, FS_STATE_TCP, reason);
+    if (c->stat)
+      c->stat->fabric = FS_FABRIC_TCP;
+  }
   ch->ops->wake_peer(ch);
   fs_log(FS_LOG_INFO, "fd %d back to tcp (%s: its ring cannot grow)", fd, fs_reason_name(reason));
-  return true;
+  return c->tx_flow == FS_FLOW_TCP;
 }
 
 void fs_sock_downgrade(struct fs_conn *c, int fd, int reason)

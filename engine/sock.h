@@ -51,9 +51,10 @@ void fs_sock_set_nonblock(struct fs_conn *c, bool on);
 /* fd is about to leave this process (SCM_RIGHTS) or the image (exec): bring
  * the connection back to plain TCP first. */
 void fs_sock_downgrade(struct fs_conn *c, int fd, int reason);
-/* The same from inside send (txlock held), unless a thread is inside recv
- * on it: whether it is on TCP now (its tx flow too: the caller sends on). */
-bool fs_sock_revert_in_send(struct fs_conn *c, int fd, struct fs_chan *ch, int reason);
+/* From inside send (txlock held), its ring cramped: our tx goes back to TCP
+ * for good, behind a REVERT; rx reads the ring on, to the peer's own REVERT
+ * or EOF.  Whether tx is on TCP now (the caller sends on there). */
+bool fs_sock_revert_tx(struct fs_conn *c, int fd, struct fs_chan *ch, int reason);
 
 /* Process events.  After fork, pid is 0 in the child; in the parent the
  * child's pid, -1 if fork failed, or FS_SOCK_FORK_PID_UNKNOWN for a child

@@ -329,11 +329,11 @@ static ssize_t fs_sockio_fabric_send(struct fs_conn *c, int fd, struct fs_chan *
       need = most ? most : 1;
     /* A ring that cannot grow (rdma past the memlock limit): TCP's buffers
      * take what a program writes before it reads, where the ring's window
-     * would leave both ends waiting for each other.  (With a thread in
-     * recv, the connection stays and this waits as any other.) */
+     * would leave both ends waiting for each other.  (An end shared since
+     * fork with a thread in recv stays, and this waits as any other.) */
     if (__builtin_expect(fs_chan_cramped(ch), 0)) {
       c->fab_tx += sent; /* the REVERT record counts this call's bytes too */
-      bool back = fs_sock_revert_in_send(c, fd, ch, FS_REASON_RESOURCES);
+      bool back = fs_sock_revert_tx(c, fd, ch, FS_REASON_RESOURCES);
       c->fab_tx -= sent; /* (added below) */
       if (back)
         break;
@@ -463,7 +463,7 @@ static ssize_t fs_sock_send_up(struct fs_conn *c, int fd, struct fs_io *io)
       int w = fs_sockio_wait_resend(c, fd, ch, sflags);
       return w < 0 ? w : fs_sock_send(c, fd, io);
     }
-    if (r == -EAGAIN && c->reverted && c->tx_flow == FS_FLOW_TCP)
+    if (r == -EAGAIN && (c->reverted || c->tx_back) && c->tx_flow == FS_FLOW_TCP)
       r = fs_sockio_tcp_locked(c, &c->txlock, fd, io); /* cramped: back on TCP (below) */
   } else {
     r = fs_sockio_tcp_locked(c, &c->txlock, fd, io);

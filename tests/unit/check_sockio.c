@@ -32,7 +32,7 @@ static unsigned char pattern(uint64_t i)
 
 static ssize_t send_at(struct pair *p, uint64_t at, size_t len, int flags)
 {
-  unsigned char buf[4096];
+  unsigned char buf[16384];
   ck_assert_uint_le(len, sizeof buf);
   for (size_t i = 0; i < len; i++)
     buf[i] = pattern(at + i);
@@ -309,6 +309,171 @@ START_TEST(t_close_seen_before_the_attach)
 }
 END_TEST
 
+/* ---- both ends cramped ---------------------------------------------------- */
+
+/* The peer's end as a connection of its own, on sv[1]. */
+static struct fs_conn *peer_conn(struct pair *p)
+{
+  struct fs_conn *d = fs_conn_new(p->sv[1], AF_INET);
+  ck_assert_ptr_nonnull(d);
+  d->wake_fd = p->theirs;
+  d->tx_flow = d->rx_flow = FS_FLOW_FABRIC;
+  d->chan = p->b;
+  ck_assert_int_eq(fs_fdtab_install(p->sv[1], d), 0);
+  return d;
+}
+
+/* A stream's bytes [at, at + len) from conn x on fd, all of them (non-blocking
+ * calls, each short one retried), pattern offset by base. */
+static void stream_send(struct fs_conn *x, int fd, uint64_t base, uint64_t at, size_t len)
+{
+  unsigned char buf[16384];
+  ck_assert_uint_le(len, sizeof buf);
+  for (size_t i = 0; i < len; i++)
+    buf[i] = pattern(base + at + i);
+  size_t done = 0;
+  for (int tries = 0; done < len && tries < 1000; tries++) {
+    struct iovec v = { buf + done, len - done };
+    struct fs_io io = { .op = FS_IO_SEND, .flags = MSG_DONTWAIT | MSG_NOSIGNAL, .iov = &v, .iovcnt = 1 };
+    ssize_t r = fs_sock_send(x, fd, &io);
+    ck_assert_msg(r > 0 || r == -EAGAIN, "send: %zd", r);
+    if (r > 0)
+      done += (size_t)r;
+  }
+  ck_assert_uint_eq(done, len);
+}
+
+/* ... and received: exactly those bytes, in order, within 10 s. */
+static void stream_recv(struct fs_conn *x, int fd, uint64_t base, uint64_t at, size_t len)
+{
+  unsigned char buf[16384];
+  ck_assert_uint_le(len, sizeof buf);
+  size_t got = 0;
+  for (int tries = 0; got < len && tries < 10000; tries++) {
+    struct iovec v = { buf + got, len - got };
+    struct fs_io io = { .op = FS_IO_RECV, .flags = MSG_DONTWAIT, .iov = &v, .iovcnt = 1 };
+    ssize_t r = fs_sock_recv(x, fd, &io);
+    ck_assert_msg(r > 0 || r == -EAGAIN, "recv: %zd after %zu of %zu bytes", r, got, len);
+    if (r > 0)
+      got += (size_t)r;
+    else
+      usleep(1000);
+  }
+  ck_assert_msg(got == len, "%zu of %zu bytes came", got, len);
+  for (size_t i = 0; i < len; i++)
+    ck_assert_msg(buf[i] == pattern(base + at + i), "byte %zu of the stream at %llu differs", i,
+                  (unsigned long long)at);
+}
+
+#define CROSS_D 1000000u /* the peer's stream: the pattern from here */
+static struct pair *cross_p;
+static const struct fs_chan_ops *cross_real;
+static int cross_fired;
+
+/* The peer's first publish: our send runs there, between its records. */
+static void cross_publish(struct fs_chan *ch)
+{
+  cross_real->publish(ch);
+  if (!cross_fired++)
+    stream_send(cross_p->c, cross_p->sv[0], 0, 3000, 8000);
+}
+
+/* Both ends cramped (rdma with one end past its memlock limit: neither
+ * window opens), each writing more than a page before it reads: each goes
+ * back to TCP from inside a send that started while the other was still on
+ * the ring.  When each also gave its rx ring up, each owed the other a
+ * re-send of what it had left unread there, and neither gave it (a
+ * connection gone back is done with its channel): our reader waited for the
+ * peer's first page for good (t2_hosts memlock, 1 run in 3).  Each tx goes
+ * back alone now, and each reader reads its ring to the other's REVERT. */
+START_TEST(t_both_cramped_cross)
+{
+  struct pair p;
+  pair_new(&p);
+  struct fs_conn *d = peer_conn(&p);
+  struct fs_chan *ends[2] = { p.a, p.b };
+  for (int i = 0; i < 2; i++) {
+    ends[i]->tx.win = ends[i]->tx.win_lim = 4096;
+    ends[i]->cramped = 1;
+  }
+  stream_send(p.c, p.sv[0], 0, 0, 3000); /* on the ring */
+  stream_recv(d, p.sv[1], 0, 0, 3000);
+  static struct fs_chan_ops fake;
+  cross_real = p.b->ops;
+  fake = *p.b->ops;
+  fake.publish = cross_publish;
+  p.b->ops = &fake;
+  cross_p = &p;
+  /* The peer's 8000: a page on the ring, then (our 8000 sent meanwhile,
+   * back on TCP after a page) no room: back to TCP too. */
+  stream_send(d, p.sv[1], CROSS_D, 0, 8000);
+  ck_assert_int_eq(cross_fired, 1);
+  ck_assert(p.c->tx_back && d->tx_back);
+  ck_assert(!__atomic_load_n(&p.a->me->rx_revert, __ATOMIC_ACQUIRE));
+  ck_assert(!__atomic_load_n(&p.b->me->rx_revert, __ATOMIC_ACQUIRE));
+  ck_assert_int_eq(p.c->reason, FS_REASON_RESOURCES);
+  ck_assert_int_eq(d->reason, FS_REASON_RESOURCES);
+  stream_recv(p.c, p.sv[0], CROSS_D, 0, 8000);
+  stream_recv(d, p.sv[1], 0, 3000, 8000);
+  /* On TCP both ways from now on. */
+  stream_send(p.c, p.sv[0], 0, 11000, 5000);
+  stream_send(d, p.sv[1], CROSS_D, 8000, 5000);
+  stream_recv(d, p.sv[1], 0, 11000, 5000);
+  stream_recv(p.c, p.sv[0], CROSS_D, 8000, 5000);
+  ck_assert_int_eq(p.c->tx_flow, FS_FLOW_TCP);
+  ck_assert_int_eq(p.c->rx_flow, FS_FLOW_TCP);
+  ck_assert_int_eq(d->tx_flow, FS_FLOW_TCP);
+  ck_assert_int_eq(d->rx_flow, FS_FLOW_TCP);
+}
+END_TEST
+
+/* Our tx went back (cramped), then the peer gives its ring up (it execs:
+ * its downgrade) and asks for the re-send of what it left unread there.
+ * Bytes of ours still in the ring could only come after those TCP carries
+ * behind our REVERT: the connection resets, as for a broken channel, never
+ * a silent gap.  With the ring read to our REVERT nothing is owed, and the
+ * connection goes on. */
+static void peer_gives_up(bool read_first)
+{
+  struct pair p;
+  pair_new(&p);
+  struct fs_conn *d = peer_conn(&p);
+  p.a->tx.win = p.a->tx.win_lim = 4096;
+  p.a->cramped = 1;
+  stream_send(p.c, p.sv[0], 0, 0, 8000); /* a page on the ring, the rest on TCP */
+  ck_assert(p.c->tx_back);
+  if (read_first)
+    stream_recv(d, p.sv[1], 0, 0, 8000);
+  fs_sock_downgrade(d, p.sv[1], FS_REASON_EXEC);
+  ck_assert(__atomic_load_n(&p.b->me->rx_revert, __ATOMIC_ACQUIRE));
+  /* Our next send answers it (on the agent), then goes on TCP. */
+  ssize_t r = -EAGAIN;
+  for (int i = 0; i < 10000 && r == -EAGAIN; i++) {
+    r = send_at(&p, 8000, 100, MSG_DONTWAIT);
+    if (r == -EAGAIN)
+      usleep(1000);
+  }
+  ck_assert(__atomic_load_n(&p.c->peer_revert_done, __ATOMIC_ACQUIRE));
+  ck_assert_int_eq(p.c->peer_dead, !read_first);
+  ck_assert_int_eq(p.c->reset_rx, !read_first);
+  if (read_first) {
+    ck_assert_int_eq(r, 100);
+    stream_recv(d, p.sv[1], 0, 8000, 100);
+  }
+}
+
+START_TEST(t_peer_gives_up_behind_our_revert)
+{
+  peer_gives_up(false);
+}
+END_TEST
+
+START_TEST(t_peer_gives_up_after_our_revert_read)
+{
+  peer_gives_up(true);
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("sockio");
@@ -320,6 +485,9 @@ int main(void)
   tcase_add_test(tc, t_close_before_the_resend);
   tcase_add_test(tc, t_trunc_discards_from_the_ring);
   tcase_add_test(tc, t_close_seen_before_the_attach);
+  tcase_add_test(tc, t_both_cramped_cross);
+  tcase_add_test(tc, t_peer_gives_up_behind_our_revert);
+  tcase_add_test(tc, t_peer_gives_up_after_our_revert_read);
   suite_add_tcase(s, tc);
   return run_suite(s, true);
 }

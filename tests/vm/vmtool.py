@@ -229,14 +229,18 @@ def many_client(args):
         for off in range(0, n, chunk):
             piece = data[off:off + chunk]
             s.sendall(piece)
-            got = bytearray()
+            got, sizes = bytearray(), []
             while len(got) < len(piece):
                 b = s.recv(len(piece) - len(got))
                 if not b:
                     raise ConnectionError("EOF after %d echoed bytes" % (off + len(got)))
                 got += b
+                sizes.append(len(b))
             if bytes(got) != piece:
-                raise ValueError("echo differs at %d" % off)
+                at = next(i for i in range(len(piece)) if got[i] != piece[i])
+                where = data.find(bytes(got[at:at + 32]))
+                raise ValueError("connection %d: echo differs at %d (+%d; the bytes there are the stream's "
+                                 "from %d; received in %s)" % (socks.index(s), off, at, where, sizes[:40]))
 
     try:
         for i in range(n):
