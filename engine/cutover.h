@@ -107,7 +107,7 @@ static inline bool fs_cutover_rx_switch(struct fs_conn *c, struct fs_chan *ch)
     if (c->resync_rx)
       return false;
   }
-  if (c->rx_flow != FS_FLOW_TCP || fs_cutover_switch_head(ch, &n) != 1 || c->tcp_rx < n)
+  if (c->rx_flow != FS_FLOW_TCP || fs_cutover_switch_head(ch, &n) != 1 || c->tcp_rx != n)
     return false;
   fs_ring_pop(&ch->rx);
   fs_chan_kick_space(ch);
@@ -150,6 +150,14 @@ static inline void fs_cutover_rx_revert(struct fs_conn *c, struct fs_chan *ch)
 /* txlock held: if c has a channel and its tx is still on TCP, write
  * SWITCH(tcp_tx) and move tx to the fabric. */
 void fs_cutover_switch_tx(struct fs_conn *c, struct fs_chan *ch);
+
+/* rx on TCP read past the peer's SWITCH (its next bytes on TCP overtook
+ * it): the ring's bytes can no longer come first: reset, -ECONNRESET. */
+int fs_cutover_read_past(struct fs_conn *c, int fd, uint64_t n);
+
+/* The same for a send of `want` bytes, unless the ring cannot take them:
+ * then tx stays on TCP for good (tx_back, reason resources). */
+void fs_cutover_switch_for(struct fs_conn *c, struct fs_chan *ch, size_t want);
 
 /* txlock held: end our fabric bytes with REVERT(fab_tx); tx is on TCP now. */
 void fs_cutover_tx_revert(struct fs_conn *c, struct fs_chan *ch);

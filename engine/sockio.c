@@ -452,10 +452,10 @@ static ssize_t fs_sock_send_up(struct fs_conn *c, int fd, struct fs_io *io)
   fs_lock(&c->txlock);
   ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
   ch = fs_cutover_chan_known(c, ch && fs_sockio_tx_look(c, ch));
+  ssize_t total = io->op == FS_IO_SENDFILE ? (ssize_t)io->count : fs_iov_usable(io->iov, io->iovcnt);
   if (ch && c->tx_flow == FS_FLOW_TCP)
-    fs_cutover_switch_tx(c, ch);
+    fs_cutover_switch_for(c, ch, total > 0 ? (size_t)total : 0);
   if (ch && c->tx_flow == FS_FLOW_FABRIC) {
-    ssize_t total = io->op == FS_IO_SENDFILE ? (ssize_t)io->count : fs_iov_usable(io->iov, io->iovcnt);
     r = total < 0 ? total : fs_sockio_fabric_send(c, fd, ch, io, (size_t)total);
     if (r == -EAGAIN && fs_chan_peer_reverted(ch)) {
       /* the peer downgraded while we waited for room: go again, on TCP */
@@ -506,6 +506,8 @@ static ssize_t fs_sockio_rx_step(struct fs_conn *c, int fd, struct fs_io *io, si
             continue;
           if (__builtin_expect(c->resync_rx, 0))
             continue; /* no steady count yet: the peer has switched, so it comes */
+          if (__builtin_expect(c->tcp_rx > n, 0))
+            return fs_cutover_read_past(c, fd, n);
           if (n - c->tcp_rx < limit)
             limit = (size_t)(n - c->tcp_rx);
         }

@@ -474,6 +474,57 @@ START_TEST(t_peer_gives_up_after_our_revert_read)
 }
 END_TEST
 
+/* A send the window cannot hold, on a ring already cramped, takes no
+ * SWITCH: a SWITCH and a REVERT in the same send let the TCP bytes behind
+ * them overtake the SWITCH, and a receiver still on TCP read them before
+ * the ring's (t2_hosts memlock). */
+START_TEST(t_no_switch_onto_a_cramped_ring)
+{
+  struct pair p;
+  pair_new(&p);
+  p.c->tx_flow = FS_FLOW_TCP;
+  __atomic_store_n(&p.a->peer->attached, 1, __ATOMIC_RELEASE);
+  p.a->tx.win = p.a->tx.win_lim = 4096;
+  p.a->cramped = 1;
+  ck_assert_int_eq(send_at(&p, 0, 100, 0), 100); /* fits the window: switches */
+  ck_assert_int_eq(p.c->tx_flow, FS_FLOW_FABRIC);
+  struct pair q;
+  pair_new(&q);
+  q.c->tx_flow = FS_FLOW_TCP;
+  __atomic_store_n(&q.a->peer->attached, 1, __ATOMIC_RELEASE);
+  q.a->tx.win = q.a->tx.win_lim = 4096;
+  q.a->cramped = 1;
+  struct reader rq;
+  reader_start(&rq, &q, 0, 8100);
+  ck_assert_int_eq(send_at(&q, 0, 8000, 0), 8000); /* does not: all on TCP */
+  ck_assert_int_eq(send_at(&q, 8000, 100, 0), 100);
+  reader_check(&rq);
+  ck_assert(q.c->tx_back);
+  ck_assert_int_eq(q.c->tx_flow, FS_FLOW_TCP);
+  ck_assert(fs_ring_empty(&q.b->rx));
+  ck_assert_int_eq(q.c->reason, FS_REASON_RESOURCES);
+}
+END_TEST
+
+/* A receiver on TCP that read past the peer's SWITCH (its bytes after it
+ * overtook it) cannot put the ring's bytes back before them: it resets,
+ * never a gap. */
+START_TEST(t_read_past_a_switch_resets)
+{
+  struct pair p;
+  pair_new(&p);
+  p.c->tx_flow = p.c->rx_flow = FS_FLOW_TCP;
+  unsigned char buf[200];
+  for (size_t i = 0; i < 100; i++)
+    buf[i] = pattern(i);
+  ck_assert_int_eq(write(p.sv[1], buf, 100), 100);
+  ck_assert_int_eq(recv_flags(&p, buf, sizeof buf, 0), 100);
+  ck_assert_int_eq(fs_ring_put_ctl(&p.b->tx, FS_REC_SWITCH, 50), 0);
+  peer_put(&p, 50, 10);
+  ck_assert_int_eq(recv_flags(&p, buf, sizeof buf, MSG_DONTWAIT), -ECONNRESET);
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("sockio");
@@ -488,6 +539,8 @@ int main(void)
   tcase_add_test(tc, t_both_cramped_cross);
   tcase_add_test(tc, t_peer_gives_up_behind_our_revert);
   tcase_add_test(tc, t_peer_gives_up_after_our_revert_read);
+  tcase_add_test(tc, t_no_switch_onto_a_cramped_ring);
+  tcase_add_test(tc, t_read_past_a_switch_resets);
   suite_add_tcase(s, tc);
   return run_suite(s, true);
 }
