@@ -147,30 +147,27 @@ void fs_cutover_switch_tx(struct fs_conn *c, struct fs_chan *ch)
 }
 
 
-/* A SWITCH, then a REVERT within the same send (the window cut the first
- * record short, and the ring could not grow: cramped), put our next bytes
- * on TCP right behind the SWITCH's, on another path: a receiver still on
- * TCP that had not seen the SWITCH read them first, and the ring's bytes
- * after them (t2_hosts memlock: an echo 3816 bytes out of place, 2 runs in
- * 100).  So a send the window cannot hold asks for the ring first (rdma
- * registers it now, or finds that it cannot), and a cramped ring takes no
- * SWITCH for it.  A receiver that finds it read past a SWITCH resets
- * (fs_sockio_rx_step). */
+/* A SWITCH, then a REVERT within the same send (its first record cut short
+ * by the window of a ring that cannot grow: cramped) put our next bytes on
+ * TCP right behind the SWITCH's, on another path: a receiver still on TCP
+ * that had not seen the SWITCH read them first, and the ring's bytes after
+ * them (t2_hosts memlock: an echo 3816 bytes out of place, 2 runs in 100,
+ * its ring cramped since the peer's key came).  So a send the window
+ * cannot hold takes no SWITCH onto a ring already cramped.  A receiver that
+ * finds it read past a SWITCH resets (fs_sockio_rx_step): where the ring
+ * turns cramped within the switching send itself, that is the outcome. */
 void fs_cutover_switch_for(struct fs_conn *c, struct fs_chan *ch, size_t want)
 {
   if (c->tx_flow != FS_FLOW_TCP || c->tx_back)
     return;
-  if (want && fs_ring_ask_for(&ch->tx, want)) {
-    fs_chan_kick_data(ch);
-    if (fs_chan_cramped(ch) && !c->fork_shared) {
-      c->tx_back = true;
-      c->no_upgrade = true;
-      fs_conn_set_state(c, FS_STATE_TCP, FS_REASON_RESOURCES);
-      if (c->stat)
-        c->stat->fabric = FS_FABRIC_TCP;
-      fs_log(FS_LOG_INFO, "fd %d stays on tcp (resources: its ring cannot grow)", c->fd);
-      return;
-    }
+  if (__builtin_expect(fs_chan_cramped(ch), 0) && !c->fork_shared && fs_ring_win_short(&ch->tx, want)) {
+    c->tx_back = true;
+    c->no_upgrade = true;
+    fs_conn_set_state(c, FS_STATE_TCP, FS_REASON_RESOURCES);
+    if (c->stat)
+      c->stat->fabric = FS_FABRIC_TCP;
+    fs_log(FS_LOG_INFO, "fd %d stays on tcp (resources: its ring cannot grow)", c->fd);
+    return;
   }
   fs_cutover_switch_tx(c, ch);
 }

@@ -452,7 +452,7 @@ static ssize_t fs_sock_send_up(struct fs_conn *c, int fd, struct fs_io *io)
   fs_lock(&c->txlock);
   ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
   ch = fs_cutover_chan_known(c, ch && fs_sockio_tx_look(c, ch));
-  ssize_t total = io->op == FS_IO_SENDFILE ? (ssize_t)io->count : fs_iov_usable(io->iov, io->iovcnt);
+  ssize_t total = !ch ? 0 : io->op == FS_IO_SENDFILE ? (ssize_t)io->count : fs_iov_usable(io->iov, io->iovcnt);
   if (ch && c->tx_flow == FS_FLOW_TCP)
     fs_cutover_switch_for(c, ch, total > 0 ? (size_t)total : 0);
   if (ch && c->tx_flow == FS_FLOW_FABRIC) {

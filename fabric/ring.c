@@ -131,13 +131,10 @@ static inline void fs_ring_ask(struct fs_ring *r)
     __atomic_store_n(&r->win_ask, 1, __ATOMIC_RELEASE);
 }
 
-bool fs_ring_ask_for(struct fs_ring *r, size_t want)
+bool fs_ring_win_short(const struct fs_ring *r, size_t want)
 {
   uint32_t win = fs_ring_win(r);
-  if (!win || !__atomic_load_n(&r->win_lim, __ATOMIC_RELAXED) || want + FS_RING_HDR <= win)
-    return false;
-  fs_ring_ask(r);
-  return true;
+  return win && __atomic_load_n(&r->win_lim, __ATOMIC_RELAXED) && want + FS_RING_HDR > win;
 }
 
 /* The bytes of the DATA record a producer may append now: len, cut to the

@@ -125,11 +125,9 @@ static inline uint64_t fs_ring_load(const uint64_t *p)
  * else its size. */
 size_t fs_ring_limit(const struct fs_ring *r);
 
-/* Producer: a write of `want` bytes that the fabric's window limit would
- * cut short (rdma's first page): ask for the limit's lift now (win_ask, as
- * a write cut short does); true if so.  The caller publishes, which makes
- * the fabric act on it. */
-bool fs_ring_ask_for(struct fs_ring *r, size_t want);
+/* Producer: would the fabric's window limit (rdma's first page) cut a
+ * write of `want` bytes short? */
+bool fs_ring_win_short(const struct fs_ring *r, size_t want);
 
 /* Bytes the producer could write as DATA payload right now (0 if none),
  * in one record, exact up to `want`: the consumer's head is read afresh
