@@ -151,13 +151,14 @@ static inline void fs_cutover_rx_revert(struct fs_conn *c, struct fs_chan *ch)
  * SWITCH(tcp_tx) and move tx to the fabric. */
 void fs_cutover_switch_tx(struct fs_conn *c, struct fs_chan *ch);
 
-/* rx on TCP read past the peer's SWITCH (its next bytes on TCP overtook
- * it): the ring's bytes can no longer come first: reset, -ECONNRESET. */
-int fs_cutover_read_past(struct fs_conn *c, int fd, uint64_t n);
-
-/* The same for a send of `want` bytes, unless the ring cannot take them:
- * then tx stays on TCP for good (tx_back, reason resources). */
+/* The same for a send of `want` bytes, unless the ring is cramped and its
+ * window shorter: then tx stays on TCP for good (tx_back, reason resources). */
 void fs_cutover_switch_for(struct fs_conn *c, struct fs_chan *ch, size_t want);
+
+/* rxlock held: rx on TCP read past the peer's SWITCH (its next bytes on
+ * TCP overtook it), and the ring's bytes can no longer come first: reset,
+ * -ECONNRESET. */
+int fs_cutover_read_past(struct fs_conn *c, int fd, uint64_t n);
 
 /* txlock held: end our fabric bytes with REVERT(fab_tx); tx is on TCP now. */
 void fs_cutover_tx_revert(struct fs_conn *c, struct fs_chan *ch);
