@@ -278,15 +278,22 @@ static void attach_at_progress(struct fs_chan *ch)
   __atomic_store_n(&late_peer_of->peer->attached, 1, __ATOMIC_RELEASE);
 }
 
+/* A pair still on TCP both ways, the peer's first 100 bytes sent on TCP. */
+static void pair_tcp_100(struct pair *p)
+{
+  pair_new(p);
+  p->c->tx_flow = p->c->rx_flow = FS_FLOW_TCP;
+  unsigned char buf[100];
+  for (size_t i = 0; i < sizeof buf; i++)
+    buf[i] = pattern(i);
+  ck_assert_int_eq(write(p->sv[1], buf, sizeof buf), (ssize_t)sizeof buf);
+}
+
 START_TEST(t_close_seen_before_the_attach)
 {
   struct pair p;
-  pair_new(&p);
-  p.c->tx_flow = p.c->rx_flow = FS_FLOW_TCP;
+  pair_tcp_100(&p);
   unsigned char buf[150];
-  for (size_t i = 0; i < 100; i++)
-    buf[i] = pattern(i);
-  ck_assert_int_eq(write(p.sv[1], buf, 100), 100);
   ck_assert_int_eq(fs_ring_put_ctl(&p.b->tx, FS_REC_SWITCH, 100), 0);
   peer_put(&p, 100, 50);
   close(p.sv[1]);
@@ -478,22 +485,23 @@ END_TEST
  * SWITCH: a SWITCH and a REVERT in the same send let the TCP bytes behind
  * them overtake the SWITCH, and a receiver still on TCP read them before
  * the ring's (t2_hosts memlock). */
+/* A pair on TCP, the peer attached, our ring's window a page and cramped. */
+static void pair_cramped(struct pair *p)
+{
+  pair_new(p);
+  p->c->tx_flow = FS_FLOW_TCP;
+  __atomic_store_n(&p->a->peer->attached, 1, __ATOMIC_RELEASE);
+  p->a->tx.win = p->a->tx.win_lim = 4096;
+  p->a->cramped = 1;
+}
+
 START_TEST(t_no_switch_onto_a_cramped_ring)
 {
-  struct pair p;
-  pair_new(&p);
-  p.c->tx_flow = FS_FLOW_TCP;
-  __atomic_store_n(&p.a->peer->attached, 1, __ATOMIC_RELEASE);
-  p.a->tx.win = p.a->tx.win_lim = 4096;
-  p.a->cramped = 1;
+  struct pair p, q;
+  pair_cramped(&p);
   ck_assert_int_eq(send_at(&p, 0, 100, 0), 100); /* fits the window: switches */
   ck_assert_int_eq(p.c->tx_flow, FS_FLOW_FABRIC);
-  struct pair q;
-  pair_new(&q);
-  q.c->tx_flow = FS_FLOW_TCP;
-  __atomic_store_n(&q.a->peer->attached, 1, __ATOMIC_RELEASE);
-  q.a->tx.win = q.a->tx.win_lim = 4096;
-  q.a->cramped = 1;
+  pair_cramped(&q);
   struct reader rq;
   reader_start(&rq, &q, 0, 8100);
   ck_assert_int_eq(send_at(&q, 0, 8000, 0), 8000); /* does not: all on TCP */
@@ -512,12 +520,8 @@ END_TEST
 START_TEST(t_read_past_a_switch_resets)
 {
   struct pair p;
-  pair_new(&p);
-  p.c->tx_flow = p.c->rx_flow = FS_FLOW_TCP;
+  pair_tcp_100(&p);
   unsigned char buf[200];
-  for (size_t i = 0; i < 100; i++)
-    buf[i] = pattern(i);
-  ck_assert_int_eq(write(p.sv[1], buf, 100), 100);
   ck_assert_int_eq(recv_flags(&p, buf, sizeof buf, 0), 100);
   ck_assert_int_eq(fs_ring_put_ctl(&p.b->tx, FS_REC_SWITCH, 50), 0);
   peer_put(&p, 50, 10);
