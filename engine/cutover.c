@@ -33,6 +33,14 @@ void fs_cutover_tcp_for_good(struct fs_conn *c, int reason)
     c->stat->fabric = FS_FABRIC_TCP;
 }
 
+void fs_cutover_tx_back(struct fs_conn *c, int reason)
+{
+  c->tx_back = true;
+  c->no_upgrade = true;
+  fs_conn_set_state(c, FS_STATE_TCP, reason);
+  if (c->stat)
+    c->stat->fabric = FS_FABRIC_TCP;
+}
 
 struct fs_chan *fs_cutover_chan(struct fs_conn *c)
 {
@@ -161,11 +169,7 @@ void fs_cutover_switch_for(struct fs_conn *c, struct fs_chan *ch, size_t want)
   if (c->tx_flow != FS_FLOW_TCP || c->tx_back)
     return;
   if (__builtin_expect(fs_chan_cramped(ch), 0) && !c->fork_shared && fs_ring_win_short(&ch->tx, want)) {
-    c->tx_back = true;
-    c->no_upgrade = true;
-    fs_conn_set_state(c, FS_STATE_TCP, FS_REASON_RESOURCES);
-    if (c->stat)
-      c->stat->fabric = FS_FABRIC_TCP;
+    fs_cutover_tx_back(c, FS_REASON_RESOURCES);
     fs_log(FS_LOG_INFO, "fd %d stays on tcp (resources: its ring cannot grow)", c->fd);
     return;
   }

@@ -64,6 +64,11 @@ static inline __attribute__((always_inline)) struct fs_chan *fs_cutover_chan_kno
   return ch;
 }
 
+/* txlock held, tx on TCP (never switched, or behind our REVERT): it stays
+ * there for good while rx may still read the ring (tx_back); state tcp with
+ * reason, fabric tcp in the stats. */
+void fs_cutover_tx_back(struct fs_conn *c, int reason);
+
 /* The connection's live channel, or NULL when it is on TCP (never
  * attached, reverted here, reverted by another process sharing it since
  * fork, or given up by the peer before it attached).  Every path that asks

@@ -752,11 +752,7 @@ bool fs_sock_revert_tx(struct fs_conn *c, int fd, struct fs_chan *ch, int reason
     fs_cutover_tx_revert(c, ch);
     if (c->tx_flow != FS_FLOW_TCP)
       return false; /* no room for the REVERT yet: the sender waits on */
-    c->tx_back = true;
-    c->no_upgrade = true;
-    fs_conn_set_state(c, FS_STATE_TCP, reason);
-    if (c->stat)
-      c->stat->fabric = FS_FABRIC_TCP;
+    fs_cutover_tx_back(c, reason);
   }
   ch->ops->wake_peer(ch);
   fs_log(FS_LOG_INFO, "fd %d back to tcp (%s: its ring cannot grow)", fd, fs_reason_name(reason));
