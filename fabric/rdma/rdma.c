@@ -404,6 +404,13 @@ void fs_rdma_wake_local(struct fs_rdma *r)
   fs_unlock(&r->slock);
 }
 
+void fs_rdma_set_wake(struct fs_rdma *r, int my_efd)
+{
+  fs_lock(&r->slock);
+  r->ch.my_efd = my_efd;
+  fs_unlock(&r->slock);
+}
+
 /* Take in what the receive queue holds now (`polling` held); true if this
  * end has a thread to wake for it. */
 bool fs_rdma_take_all(struct fs_rdma *r)

@@ -121,8 +121,12 @@ struct fs_rdma *fs_rdma_of(struct fs_chan *ch); /* NULL unless ch is rdma */
 /* Queue pair, completion queues and registered rings on id's device, and
  * receives posted; the id must have its route resolved (or be a
  * connection request).  side: 0 connecting end, 1 accepting end.  my_efd is
- * the connection's wake eventfd (not owned).  0 or -errno. */
+ * the connection's wake eventfd (not owned; -1: none yet, see
+ * fs_rdma_set_wake).  0 or -errno. */
 int fs_rdma_new(struct rdma_cm_id *id, uint32_t size, int side, int my_efd, struct fs_rdma **out);
+/* The connection's wake eventfd, made only once the peer accepted (the
+ * connecting end): before the attach that publishes the channel. */
+void fs_rdma_set_wake(struct fs_rdma *r, int my_efd);
 
 /* What the peer's handshake said: its region's address and key, and
  * whether the key covers the whole region (FS_RDMACM_F_WHOLE).  Before the
