@@ -20,26 +20,29 @@
 #include "engine/wake.h"
 #include "engine/sockopt.h"
 
-void fs_cutover_tcp_for_good(struct fs_conn *c, int reason)
+/* No upgrade any more; stat shows tcp with reason. */
+static void fs_cutover_stay_tcp(struct fs_conn *c, int reason)
 {
-  c->reverted = true;
   c->no_upgrade = true;
-  if (c->tx_flow != FS_FLOW_EOF)
-    c->tx_flow = FS_FLOW_TCP;
-  if (c->rx_flow != FS_FLOW_EOF)
-    c->rx_flow = FS_FLOW_TCP;
   fs_conn_set_state(c, FS_STATE_TCP, reason);
   if (c->stat)
     c->stat->fabric = FS_FABRIC_TCP;
 }
 
+void fs_cutover_tcp_for_good(struct fs_conn *c, int reason)
+{
+  c->reverted = true;
+  if (c->tx_flow != FS_FLOW_EOF)
+    c->tx_flow = FS_FLOW_TCP;
+  if (c->rx_flow != FS_FLOW_EOF)
+    c->rx_flow = FS_FLOW_TCP;
+  fs_cutover_stay_tcp(c, reason);
+}
+
 void fs_cutover_tx_back(struct fs_conn *c, int reason)
 {
   c->tx_back = true;
-  c->no_upgrade = true;
-  fs_conn_set_state(c, FS_STATE_TCP, reason);
-  if (c->stat)
-    c->stat->fabric = FS_FABRIC_TCP;
+  fs_cutover_stay_tcp(c, reason);
 }
 
 struct fs_chan *fs_cutover_chan(struct fs_conn *c)
