@@ -1,4 +1,5 @@
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
@@ -106,6 +107,8 @@ void fs_conn_put(struct fs_conn *c)
   if (c->stat)
     fs_stat_slot_free(c->stat);
   c->stat = NULL;
+  free(c->ovh); /* bytes kept for a reader that is gone (engine/overhang.h) */
+  c->ovh = NULL;
   fs_lock(&fs_conn_pool_lock);
   c->free_next = fs_conn_free_list;
   fs_conn_free_list = c;

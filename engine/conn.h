@@ -122,6 +122,9 @@ struct fs_conn {
   int32_t fork_child;         /* shared_hist: the last child forked with it */
   uint64_t tcp_tx, tcp_rx;    /* bytes carried by TCP so far (SWITCH/REVERT) */
   uint64_t fab_tx, fab_rx;    /* bytes carried by the fabric */
+  char *ovh;                  /* TCP bytes read past the peer's SWITCH, for after its
+                                 REVERT (engine/overhang.h; rxlock) */
+  size_t ovh_off, ovh_len;    /* where they start in ovh, how many are left (atomic) */
   uint64_t trim_tx;           /* agent: fab_tx at its last trim pass (engine/trim.c) */
   bool trimmed;               /* agent: tx ring trimmed empty since fab_tx last moved */
   uint64_t crossed_ns;        /* accepting end: when the threshold was crossed */

@@ -164,9 +164,10 @@ void fs_cutover_switch_tx(struct fs_conn *c, struct fs_chan *ch)
  * that had not seen the SWITCH read them first, and the ring's bytes after
  * them (t2_hosts memlock: an echo 3816 bytes out of place, 2 runs in 100,
  * its ring cramped since the peer's key came).  So a send the window
- * cannot hold takes no SWITCH onto a ring already cramped.  A receiver that
- * finds it read past a SWITCH resets (fs_sockio_rx_step): where the ring
- * turns cramped within the switching send itself, that is the outcome. */
+ * cannot hold takes no SWITCH onto a ring already cramped.  Where the ring
+ * turns cramped within the switching send itself, or soon after it, the
+ * REVERT is settled before the TCP bytes (fs_sock_revert_tx), and a
+ * receiver that read them keeps them aside (engine/overhang.h). */
 void fs_cutover_switch_for(struct fs_conn *c, struct fs_chan *ch, size_t want)
 {
   if (c->tx_flow != FS_FLOW_TCP || c->tx_back)

@@ -161,8 +161,9 @@ void fs_cutover_switch_tx(struct fs_conn *c, struct fs_chan *ch);
 void fs_cutover_switch_for(struct fs_conn *c, struct fs_chan *ch, size_t want);
 
 /* rxlock held: rx on TCP read past the peer's SWITCH (its next bytes on
- * TCP overtook it), and the ring's bytes can no longer come first: reset,
- * -ECONNRESET. */
+ * TCP overtook it) where no look right after the read caught it
+ * (engine/overhang.h), and the ring's bytes can no longer come first:
+ * reset, -ECONNRESET. */
 int fs_cutover_read_past(struct fs_conn *c, int fd, uint64_t n);
 
 /* txlock held: end our fabric bytes with REVERT(fab_tx); tx is on TCP now. */

@@ -723,10 +723,13 @@ static void fs_sock_downgrade_as(struct fs_conn *c, int fd, int reason, bool wai
     fs_lock(&c->rxlock);
     fs_lock(&c->txlock);
   }
+  bool was_fab = c->tx_flow == FS_FLOW_FABRIC;
   fs_sock_revert_locked(c, ch, reason);
   fs_unlock(&c->txlock);
   fs_unlock(&c->rxlock);
   ch->ops->wake_peer(ch);
+  if (was_fab)
+    fs_chan_settle(ch); /* our REVERT where the peer looks, before TCP bytes behind it */
   fs_log(FS_LOG_INFO, "fd %d back to tcp (%s)", fd, fs_reason_name(reason));
 }
 
@@ -755,6 +758,7 @@ bool fs_sock_revert_tx(struct fs_conn *c, int fd, struct fs_chan *ch, int reason
     fs_cutover_tx_back(c, reason);
   }
   ch->ops->wake_peer(ch);
+  fs_chan_settle(ch); /* our SWITCH and REVERT where the peer looks, before the TCP bytes */
   fs_log(FS_LOG_INFO, "fd %d back to tcp (%s: its ring cannot grow)", fd, fs_reason_name(reason));
   return c->tx_flow == FS_FLOW_TCP;
 }

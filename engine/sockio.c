@@ -22,6 +22,7 @@
 #include "hooks/hook.h"
 #include "base/log.h"
 #include "engine/sock.h"
+#include "engine/overhang.h"
 #include "engine/sockio.h"
 #include "engine/wake.h"
 #include "engine/sockopt.h"
@@ -144,43 +145,6 @@ FS_SOCKIO_HOT ssize_t fs_sockio_done(struct fs_conn *c, ssize_t r, bool tx, bool
       fs_agent_nudge(c);
   }
   return r;
-}
-
-/* The part of iov after `skip` bytes, as a new iovec (at most 64 entries). */
-static int fs_iov_sub(const struct iovec *iov, int cnt, size_t skip, struct iovec *out)
-{
-  int n = 0;
-  for (int i = 0; i < cnt && n < 64; i++) {
-    if (skip >= iov[i].iov_len) {
-      skip -= iov[i].iov_len;
-      continue;
-    }
-    out[n].iov_base = (char *)iov[i].iov_base + skip;
-    out[n].iov_len = iov[i].iov_len - skip;
-    skip = 0;
-    n++;
-  }
-  return n;
-}
-
-/* Non-blocking TCP read into iov after `skip` bytes. */
-static ssize_t fs_sockio_tcp_read(int fd, struct fs_io *io, size_t skip, size_t limit)
-{
-  struct iovec sub[64];
-  int n = fs_iov_sub(io->iov, io->iovcnt, skip, sub);
-  size_t tot = 0;
-  for (int i = 0; i < n; i++) {
-    if (tot + sub[i].iov_len > limit) {
-      sub[i].iov_len = limit - tot;
-      n = i + 1;
-      tot = limit;
-      break;
-    }
-    tot += sub[i].iov_len;
-  }
-  struct msghdr mh = { .msg_iov = sub, .msg_iovlen = (size_t)n };
-  ssize_t r = FS_REAL(recvmsg)(fd, &mh, (io->flags & MSG_PEEK) | MSG_DONTWAIT);
-  return r < 0 ? -errno : r;
 }
 
 /* ---- send -------------------------------------------------------------- */
@@ -490,11 +454,12 @@ static ssize_t fs_sockio_rx_step(struct fs_conn *c, int fd, struct fs_io *io, si
       return 0;
     if (c->rx_flow == FS_FLOW_TCP) {
       size_t limit = want;
+      int pr = -1;
       if (ch && __builtin_expect(c->resync_rx, 0))
         fs_cutover_resync_rx(c);
       if (ch) {
         uint64_t n;
-        int pr = fs_cutover_switch_head(ch, &n);
+        pr = fs_cutover_switch_head(ch, &n);
         if (pr == 2 && fs_cutover_rx_adopt(c, ch))
           continue;
         if (pr < 0 || pr == 2) { /* the peer broke the protocol: no SWITCH first */
@@ -512,7 +477,12 @@ static ssize_t fs_sockio_rx_step(struct fs_conn *c, int fd, struct fs_io *io, si
             limit = (size_t)(n - c->tcp_rx);
         }
       }
+      if (__builtin_expect(fs_overhang_len(c) != 0, 0))
+        return (ssize_t)fs_overhang_take(c, io, skip, want, peek);
       ssize_t r = fs_sockio_tcp_read(fd, io, skip, limit);
+      /* No SWITCH before the read: one may have come with its bytes. */
+      if (r > 0 && pr == 0 && !c->resync_rx && (r = fs_overhang_split(c, ch, io, skip, (size_t)r, peek)) == 0)
+        continue; /* every byte read was past it: the ring first */
       if (r > 0 && !peek)
         c->tcp_rx += (uint64_t)r;
       /* TCP EOF: the peer may have switched, sent and shut down since we
@@ -600,7 +570,7 @@ static int fs_sockio_rx_gather(struct fs_conn *c, int fd, size_t need, bool peek
       int q = 0;
       struct tcp_info ti;
       socklen_t tl = sizeof ti;
-      if ((ch && !fs_ring_empty(&ch->rx)) || FS_REAL(ioctl)(fd, FIONREAD, &q) < 0 || (size_t)q >= need ||
+      if ((ch && !fs_ring_empty(&ch->rx)) || fs_overhang_len(c) || FS_REAL(ioctl)(fd, FIONREAD, &q) < 0 || (size_t)q >= need ||
           FS_REAL(getsockopt)(fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) < 0 || ti.tcpi_state != TCP_ESTABLISHED)
         break; /* enough, ring news (the SWITCH), or a FIN: the read sorts it out */
       if (peek && !set_lowat) {
@@ -638,7 +608,7 @@ static ssize_t fs_sockio_fabric_recv(struct fs_conn *c, int fd, struct fs_io *io
     if (c->rx_flow == FS_FLOW_FABRIC && ch && !fs_chan_rx_ready(ch) && !fs_chan_peer_closed(ch) && nonblock)
       return -EAGAIN;
     if (c->rx_flow == FS_FLOW_TCP && nonblock)
-      return fs_sockio_tcp_read(fd, io, 0, 0);
+      return fs_overhang_len(c) ? 0 : fs_sockio_tcp_read(fd, io, 0, 0);
     return 0; /* a blocking zero-length read does not wait */
   }
   /* MSG_PEEK | MSG_WAITALL waits for all it asks for, SO_RCVLOWAT for its
@@ -741,12 +711,12 @@ static ssize_t fs_sock_recv_up(struct fs_conn *c, int fd, struct fs_io *io)
   int hrc;
   /* No wake fd yet: the kernel's receive, as without us; it may sleep (even
    * with O_NONBLOCK: other processes set it), so an attach waits for it. */
-  bool blind = !ch && fs_wake_none(c);
+  bool blind = !ch && fs_wake_none(c) && !fs_overhang_len(c);
   if (blind)
     fs_door_home_mark(c); /* its peer will ring this thread's door */
   if (blind && !(blind = fs_wake_blind_enter(c)))
     ch = fs_cutover_chan_known(c, false); /* attached just now */
-  if (blind || (!ch && (c->no_upgrade || c->wake_fd < 0))) {
+  if (blind || (!ch && (c->no_upgrade || c->wake_fd < 0) && !fs_overhang_len(c))) {
     bool locked = c->hooks != NULL; /* hooks see one call at a time */
     if (locked)
       fs_lock(&c->rxlock);

@@ -56,6 +56,10 @@ ssize_t fs_sockio_fastopen(struct fs_conn *c, int fd, struct fs_io *io, fs_io_fn
  * that cannot block needs that only once the process cancels threads. */
 ssize_t fs_sockio_tcp_locked_slow(fs_lock_t *l, int fd, struct fs_io *io);
 
+/* A non-blocking TCP read (a peek if io's flags say so) into io's buffers
+ * after `skip` bytes, at most `limit` of them: the count or -errno. */
+ssize_t fs_sockio_tcp_read(int fd, struct fs_io *io, size_t skip, size_t limit);
+
 static inline ssize_t fs_sockio_tcp_locked(const struct fs_conn *c, fs_lock_t *l, int fd, struct fs_io *io)
 {
   bool cannot_block = c->nonblock || (fs_io_flags(io) & MSG_DONTWAIT);

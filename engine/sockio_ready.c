@@ -12,6 +12,7 @@
 
 #include "base/lock.h"
 #include "engine/cutover.h"
+#include "engine/overhang.h"
 #include "engine/sockio.h"
 
 short fs_sockio_ready(struct fs_conn *c, struct fs_chan *ch, short want, short kernel, bool arm)
@@ -72,7 +73,7 @@ short fs_sockio_ready(struct fs_conn *c, struct fs_chan *ch, short want, short k
   switch (c->rx_flow) {
   case FS_FLOW_TCP:
     r |= kernel & (POLLIN | POLLRDNORM | POLLRDHUP | POLLPRI);
-    if (fs_cutover_switch_due(c, ch))
+    if (fs_cutover_switch_due(c, ch) || fs_overhang_len(c))
       r |= POLLIN | POLLRDNORM;
     break;
   case FS_FLOW_FABRIC:

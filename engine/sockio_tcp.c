@@ -2,6 +2,8 @@
  * fs_sock_tcp_io; engine/sockio.h, fs_sockio_tcp_locked). */
 #include <errno.h>
 #include <pthread.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
 
 #include "base/lock.h"
 #include "base/real.h"
@@ -49,4 +51,40 @@ ssize_t fs_sockio_tcp_locked_slow(fs_lock_t *l, int fd, struct fs_io *io)
   r = fs_sock_tcp_io(fd, io);
   pthread_cleanup_pop(0);
   return r;
+}
+
+/* The part of iov after `skip` bytes, as a new iovec (at most 64 entries). */
+static int fs_iov_sub(const struct iovec *iov, int cnt, size_t skip, struct iovec *out)
+{
+  int n = 0;
+  for (int i = 0; i < cnt && n < 64; i++) {
+    if (skip >= iov[i].iov_len) {
+      skip -= iov[i].iov_len;
+      continue;
+    }
+    out[n].iov_base = (char *)iov[i].iov_base + skip;
+    out[n].iov_len = iov[i].iov_len - skip;
+    skip = 0;
+    n++;
+  }
+  return n;
+}
+
+ssize_t fs_sockio_tcp_read(int fd, struct fs_io *io, size_t skip, size_t limit)
+{
+  struct iovec sub[64];
+  int n = fs_iov_sub(io->iov, io->iovcnt, skip, sub);
+  size_t tot = 0;
+  for (int i = 0; i < n; i++) {
+    if (tot + sub[i].iov_len > limit) {
+      sub[i].iov_len = limit - tot;
+      n = i + 1;
+      tot = limit;
+      break;
+    }
+    tot += sub[i].iov_len;
+  }
+  struct msghdr mh = { .msg_iov = sub, .msg_iovlen = (size_t)n };
+  ssize_t r = FS_REAL(recvmsg)(fd, &mh, (io->flags & MSG_PEEK) | MSG_DONTWAIT);
+  return r < 0 ? -errno : r;
 }

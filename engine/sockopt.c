@@ -11,6 +11,7 @@
 #include "base/real.h"
 #include "base/reason.h"
 #include "engine/cutover.h"
+#include "engine/overhang.h"
 #include "engine/sockopt.h"
 #include "fabric/chan.h"
 
@@ -177,6 +178,14 @@ int fs_sockopt_fionread(struct fs_conn *c, int fd, int *out)
      * the rx lock: a count as racy as the kernel's own. */
     uint64_t at;
     int k;
+    size_t kept = fs_overhang_len(c); /* read past a SWITCH, due before the kernel's */
+    if (kept && fs_cutover_switch_head(ch, &at) != 1) {
+      if (FS_REAL(ioctl)(fd, FIONREAD, &k) < 0)
+        return -errno;
+      n = kept + (size_t)k;
+      *out = n > 0x7fffffff ? 0x7fffffff : (int)n;
+      return 0;
+    }
     if (c->resync_rx || fs_cutover_switch_head(ch, &at) != 1)
       return -ENOTSUP;
     if (FS_REAL(ioctl)(fd, FIONREAD, &k) < 0)

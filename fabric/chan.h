@@ -65,6 +65,14 @@ struct fs_chan_ops {
   void (*release)(struct fs_chan *ch);        /* unmap, close local fds */
   void (*progress)(struct fs_chan *ch);       /* take in the peer's news; cheap if none */
   void (*publish)(struct fs_chan *ch);        /* producer: new tx records go to the peer */
+  /* Producer, after publishing a REVERT, before the TCP bytes behind it:
+   * return once the peer's next look at its ring (its progress, then a
+   * peek) is sure to find every record published so far, so that those
+   * TCP bytes are never read ahead of the SWITCH they follow
+   * (engine/cutover.h).  shm: nothing to wait for (the ring is shared
+   * memory); rdma: the writes completed.  Bounded: a fabric that does not
+   * move is failing, and the receiver's read-past rule then resets. */
+  void (*settle)(struct fs_chan *ch);
   void (*credit)(struct fs_chan *ch);         /* consumer: rx room freed */
   void (*arm)(struct fs_chan *ch);            /* next news raises wait_fd */
   void (*drain)(struct fs_chan *ch);          /* clear wait_fd */
@@ -121,6 +129,12 @@ struct fs_chan {
 static inline void fs_chan_kick_data(struct fs_chan *ch)
 {
   ch->ops->publish(ch);
+}
+
+/* Producer side, after a REVERT (see settle above). */
+static inline void fs_chan_settle(struct fs_chan *ch)
+{
+  ch->ops->settle(ch);
 }
 
 /* Consumer side, after consuming from rx: the peer learns of the room. */

@@ -85,6 +85,50 @@ static void fs_rdma_probe(struct fs_rdma *r, bool announce)
   r->probe_out = true;
 }
 
+/* The chan op settle (fabric/chan.h).  An RC queue completes in order, so
+ * a signalled no-op posted behind our records completes only once they
+ * all landed in the peer's memory; and the responder queues the
+ * completion of a write with immediate before it acknowledges it (as
+ * Soft-RoCE does; the verbs promise placement), so the peer's next
+ * progress finds them.  The wait spins with slock held, as a full send
+ * queue's does: a REVERT is rare, and its round trip is the price of
+ * TCP bytes that cannot overtake the SWITCH.  A queue pair being
+ * replaced, or one that does not move within FS_RDMA_SETTLE_US, is left
+ * to the resume and the stall watch. */
+#define FS_RDMA_SETTLE_US 1000000u
+void fs_rdma_settle(struct fs_chan *ch)
+{
+  struct fs_rdma *r = fs_rdma_of(ch);
+  if (!r || r->foreign)
+    return;
+  fs_lock(&r->slock);
+  fs_rdma_push(r);
+  struct ibv_send_wr wr;
+  struct ibv_sge sge;
+  fs_rdma_wr(&wr, &sge, r, 0, 0, 0);
+  uint64_t t0 = 0;
+  if (fs_rdma_resume_state(r) == FS_RDMA_RS_NONE && fs_rdma_post(r, &wr, 1, true) == 0) {
+    r->probe_out = true; /* the watch's rule: a signalled post out */
+    uint64_t want = r->sig_posted;
+    while (r->sig_done < want && !fs_rdma_pairless(r)) {
+      int n = fs_rdma_reap_now(r);
+      if (n < 0)
+        break;
+      if (n > 0)
+        continue;
+      if (!t0) {
+        t0 = fs_clock_us();
+      } else if (fs_clock_us() - t0 > FS_RDMA_SETTLE_US) {
+        fs_log(FS_LOG_INFO, "rdma channel %p: our last writes not complete in %u ms; tcp goes on", (void *)r,
+               FS_RDMA_SETTLE_US / 1000u);
+        break;
+      }
+      sched_yield();
+    }
+  }
+  fs_unlock(&r->slock);
+}
+
 void fs_rdma_watch(struct fs_rdma *r, bool took)
 {
   uint64_t head = __atomic_load_n(&r->ctl[1].head, __ATOMIC_ACQUIRE);
@@ -261,6 +305,7 @@ int fs_rdma_swap_qp(struct fs_rdma *r, struct rdma_cm_id *id)
   r->keys_sent = r->whole ? FS_RDMA_K_TX | FS_RDMA_K_FULL : 0;
   r->sq_free = FS_RDMA_SQ;
   r->unsig = 0;
+  r->sig_done = r->sig_posted; /* the old pair's are written off */
   r->rq_used = 0;
   r->probe_out = false;
   r->test_wedge = false;

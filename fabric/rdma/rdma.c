@@ -77,6 +77,7 @@ int fs_rdma_reap_now(struct fs_rdma *r)
       return -EIO;
     }
     r->sq_free += (uint32_t)wc[i].wr_id;
+    r->sig_done++;
     if (wc[i].wr_id & FS_RDMA_WR_PROBE)
       r->probe_out = false;
   }
@@ -133,6 +134,7 @@ int fs_rdma_post(struct fs_rdma *r, struct ibv_send_wr *wr, int n, bool signal)
   }
   if (fs_rdma_reap(r, (uint32_t)n) < 0)
     return -EIO;
+  bool sig = false;
   for (int i = 0; i < n; i++) {
     r->unsig++;
     wr[i].send_flags &= ~(unsigned)IBV_SEND_SIGNALED;
@@ -140,6 +142,7 @@ int fs_rdma_post(struct fs_rdma *r, struct ibv_send_wr *wr, int n, bool signal)
       wr[i].send_flags |= IBV_SEND_SIGNALED;
       wr[i].wr_id = r->unsig | (signal ? FS_RDMA_WR_PROBE : 0);
       r->unsig = 0;
+      sig = true;
     }
     wr[i].next = i + 1 < n ? &wr[i + 1] : NULL;
   }
@@ -151,6 +154,7 @@ int fs_rdma_post(struct fs_rdma *r, struct ibv_send_wr *wr, int n, bool signal)
       fs_rdma_die(r, "post send failed", rc);
     return -rc;
   }
+  r->sig_posted += sig;
   r->sq_free -= (uint32_t)n;
   r->n_post++;
   r->n_wr += (uint64_t)n;
@@ -565,6 +569,7 @@ static const struct fs_chan_ops fs_rdma_ops = {
   .release = fs_rdma_release,
   .progress = fs_rdma_progress,
   .publish = fs_rdma_publish,
+  .settle = fs_rdma_settle,
   .credit = fs_rdma_credit,
   .arm = fs_rdma_arm,
   .drain = fs_rdma_drain,

@@ -69,6 +69,8 @@ struct fs_rdma {
   uint64_t cred_head;               /* rx head last credited */
   uint32_t flags_sent;
   uint32_t sq_free, unsig;
+  uint64_t sig_posted, sig_done;    /* signalled sends posted, and completed: an RC queue
+                                       completes in order (fs_rdma_settle; slock) */
   uint32_t rq_used;                 /* receives consumed, not yet re-posted */
   bool dead, foreign;
   bool linger_posted;               /* tear-down: the signalled no-op is out */
@@ -138,6 +140,9 @@ bool fs_rdma_take_all(struct fs_rdma *r);
 void fs_rdma_wake_local(struct fs_rdma *r);
 
 /* heal.c, for rdma.c */
+/* The chan op settle: every record published so far is in the peer's
+ * memory and its completion queued there (bounded wait, slock taken). */
+void fs_rdma_settle(struct fs_chan *ch);
 /* The poller's look after taking completions (took: some came). */
 void fs_rdma_watch(struct fs_rdma *r, bool took);
 /* The test seams (FABSOCK_TEST_RDMA_DROP, _WEDGE), at a push of tx bytes

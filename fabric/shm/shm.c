@@ -77,6 +77,7 @@ static const struct fs_chan_ops fs_shm_ops = {
   .release = fs_shm_release,
   .progress = fs_chan_nop,          /* the peer writes our control blocks itself */
   .publish = fs_chan_shared_publish,
+  .settle = fs_chan_nop,            /* the peer reads the very memory we wrote */
   .credit = fs_chan_shared_credit,
   .arm = fs_chan_nop,               /* the want flags are all it takes */
   .drain = fs_chan_nop,             /* no event fd of its own */

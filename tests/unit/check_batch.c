@@ -33,12 +33,12 @@ static void post(struct fs_chan *ch)
 
 static const struct fs_chan_ops shared_ops = {
   .name = "fake-shm", .wake_peer = count_wake, .release = fs_chan_nop, .progress = fs_chan_nop,
-  .publish = fs_chan_shared_publish, .credit = fs_chan_shared_credit, .arm = fs_chan_nop,
+  .publish = fs_chan_shared_publish, .settle = fs_chan_nop, .credit = fs_chan_shared_credit, .arm = fs_chan_nop,
   .drain = fs_chan_nop,
 };
 static const struct fs_chan_ops posted_ops = {
   .name = "fake-rdma", .wake_peer = count_wake, .release = fs_chan_nop, .progress = fs_chan_nop,
-  .publish = post, .credit = fs_chan_nop, .arm = fs_chan_nop, .drain = fs_chan_nop,
+  .publish = post, .settle = fs_chan_nop, .credit = fs_chan_nop, .arm = fs_chan_nop, .drain = fs_chan_nop,
 };
 
 struct fake {
