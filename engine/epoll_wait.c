@@ -9,6 +9,7 @@
 #include "base/real.h"
 #include "engine/batch.h"
 #include "engine/cutover.h"
+#include "engine/overhang.h"
 #include "engine/epoll.h"
 #include "engine/fdtab.h"
 #include "engine/ready.h"
@@ -68,6 +69,11 @@ static bool fs_ep_peek(struct fs_ep_ent *e)
   if ((e->events & EPOLLIN) && e->c->rx_flow == FS_FLOW_FABRIC &&
       ((fs_chan_progress(ch), fs_ring_data_ahead(&ch->rx, __atomic_load_n(&e->c->rcvlowat, __ATOMIC_RELAXED))) ||
        fs_chan_peer_closed(ch)))
+    return true;
+  /* Bytes read past the peer's SWITCH, kept aside (engine/overhang.h),
+   * next once rx is back on TCP: no kernel event tells of them. */
+  if ((e->events & EPOLLIN) && fs_overhang_len(e->c) &&
+      (e->c->rx_flow == FS_FLOW_TCP || fs_cutover_revert_head(ch)))
     return true;
   /* rx still on TCP with the peer's SWITCH at the ring's head: no wake will
    * come for what follows it (the peer's interest flag was ours to set),
