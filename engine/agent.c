@@ -623,6 +623,14 @@ void fs_agent_creds_changed(void)
 static bool fs_agent_proc_served;
 static uint64_t fs_agent_proc_failed_ns; /* when serving our own name last failed */
 
+bool fs_agent_reachable(struct fs_conn *c)
+{
+  FS_FOREACH_FABRIC(f)
+    if ((c->policy.fabric == FS_FABRIC_AUTO || (int)c->policy.fabric == (*f)->id) && (*f)->reachable(&c->link))
+      return true;
+  return false;
+}
+
 /* A fabric that could not serve the name (logged there) is asked again at
  * a later accept, a second later at the soonest: until then the peers of
  * this process's connections cannot find it. */

@@ -66,6 +66,11 @@ void fs_agent_retry_held(void);
  * image. */
 void fs_agent_serve_proc(void);
 
+/* Accepting end c, its threshold crossed: could a peer with libfabsock
+ * reach it on a fabric the policy allows, as far as one look tells
+ * (fabric/fabric.h, reachable)?  No system call, no agent lock. */
+bool fs_agent_reachable(struct fs_conn *c);
+
 /* Start the agent now if it is not running (it cannot be started later:
  * engine/nproc.h).  0 or -errno. */
 int fs_agent_ensure(void);

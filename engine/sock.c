@@ -288,6 +288,16 @@ void fs_sock_maybe_upgrade(struct fs_conn *c, bool locked)
     uint64_t now = fs_clock_coarse_ns();
     if (!c->crossed_ns) {
       c->crossed_ns = now;
+      /* A peer on another host with no rdma here (a host without a
+       * device, a child of an rdma process): say so now, not pending,
+       * and at the give-up below.  A rendezvous may still come (a peer
+       * of ours that bound another address): it upgrades as ever. */
+      if (!fs_agent_reachable(c)) {
+        fs_lock(&c->lock);
+        if (!c->chan && c->reason == FS_REASON_PENDING)
+          fs_conn_set_state(c, FS_STATE_TCP, FS_REASON_REMOTE_HOST);
+        fs_unlock(&c->lock);
+      }
       fs_door_home_claim(c, locked); /* the peer's rendezvous may come before our first wait */
       /* Forked with it or handed it: the peer will look for this process
        * by its own name.  Served from here, not at fork: a child that
@@ -298,7 +308,7 @@ void fs_sock_maybe_upgrade(struct fs_conn *c, bool locked)
     }
     if (now - c->crossed_ns > fs_sock_giveup_ns(c)) {
       fs_lock(&c->lock);
-      if (!c->chan) { /* a refusal's reason (peer-uid, not-owner) stays */
+      if (!c->chan) { /* a refusal's reason (peer-uid, not-owner, remote-host) stays */
         c->no_upgrade = true;
         fs_conn_set_state(c, FS_STATE_TCP, c->reason != FS_REASON_PENDING ? c->reason : FS_REASON_NO_PEER);
       }

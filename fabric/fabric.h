@@ -126,6 +126,15 @@ struct fs_fabric_ops {
   int (*next_timeout)(void);
   /* A connection was accepted: true if requests wait for one (poke the agent). */
   bool (*held)(void);
+  /* Accepting end, its threshold crossed (the application's thread, so no
+   * system call): could a peer with libfabsock reach l on this fabric, as
+   * far as one look tells?  shm: the peer's address is a loopback one or
+   * l's own (a peer on this host connects from the address it dialled,
+   * unless it bound another of ours); rdma: rdma is set up in this
+   * process, or not probed yet.  Where none could, l's stat row says
+   * remote-host at once rather than pending; a rendezvous that comes all
+   * the same still upgrades it. */
+  bool (*reachable)(struct fs_link *l);
   /* After fork, in the child (agent lock re-initialised next): forget
    * every rendezvous of the parent; the child has no agent thread. */
   void (*after_fork_child)(void);

@@ -730,6 +730,13 @@ static bool fs_cm_listen_op(struct fs_link *l, int fd)
   return fs_rdmacm_listen(l) == 0;
 }
 
+static bool fs_cm_reachable(struct fs_link *l)
+{
+  (void)l;
+  int a = __atomic_load_n(&M.avail, __ATOMIC_RELAXED);
+  return a == FS_CM_UNPROBED || (a == FS_CM_YES && M.pid == getpid());
+}
+
 static int fs_cm_connect_op(struct fs_link *l)
 {
   if (!fs_rdmacm_available())
@@ -749,6 +756,7 @@ const struct fs_fabric_ops fs_rdma_fabric = {
   .tick = fs_rdmacm_tick,
   .next_timeout = fs_rdmacm_next_timeout,
   .held = fs_rdmacm_held,
+  .reachable = fs_cm_reachable,
   .after_fork_child = fs_rdmacm_after_fork_child,
   .creds_changed = fs_fabric_nop, /* the peer's key or address proves it, not a uid */
   .exit_pending = fs_rdmacm_up,

@@ -485,6 +485,16 @@ static void fs_rdv_unlisten(struct fs_link *c)
     }
 }
 
+static bool fs_rdv_reachable(struct fs_link *l)
+{
+  struct fs_addr_ip a, b;
+  fs_addr_ip_of((const struct sockaddr *)&l->peer, &a);
+  fs_addr_ip_of((const struct sockaddr *)&l->local, &b);
+  if (a.family == 0 || b.family == 0 || fs_addr_is_loopback((const struct sockaddr *)&l->peer))
+    return true; /* unknown: as before */
+  return a.family == b.family && memcmp(a.ip, b.ip, a.family == AF_INET ? 4 : 16) == 0;
+}
+
 static bool fs_rdv_held(void)
 {
   return __atomic_load_n(&fs_rdv_a.npend, __ATOMIC_RELAXED) > 0;
@@ -559,6 +569,7 @@ const struct fs_fabric_ops fs_shm_fabric = {
   .tick = fs_rdv_tick,
   .next_timeout = fs_rdv_next_timeout,
   .held = fs_rdv_held,
+  .reachable = fs_rdv_reachable,
   .after_fork_child = fs_rdv_after_fork_child,
   .creds_changed = fs_rdv_creds_changed,
   .exit_pending = fs_fabric_nop_false, /* stores land at once */

@@ -21,6 +21,7 @@
 #include "fabric/shm/shm.h"
 #include "engine/adopt.h"
 #include "engine/agent.h"
+#include "base/addr.h"
 #include "base/fdreg.h"
 #include "fabric/shm/rdv_int.h"
 #include "engine/sock.h"
@@ -429,6 +430,54 @@ START_TEST(t_diag)
 }
 END_TEST
 
+/* An accepted end whose peer is on another host, where no fabric of its
+ * policy reaches another host (here: shm alone), says remote-host once it
+ * crosses its threshold, not pending; it is not given up before its time
+ * (a rendezvous may still come: a peer of ours that bound another of our
+ * addresses), and at its give-up it keeps that reason (it said
+ * peer-no-fabsock of a peer that runs libfabsock on a host without rdma). */
+START_TEST(t_remote_peer_says_so)
+{
+  pair_setup();
+  struct fs_conn *c = fs_fdtab_get(sfd);
+  ck_assert_ptr_nonnull(c);
+  c->policy.fabric = FS_FABRIC_SHM;
+  c->tcp_rx = c->policy.upgrade_bytes;
+  struct sockaddr_in far = { .sin_family = AF_INET, .sin_port = htons(40000) };
+  inet_pton(AF_INET, "192.0.2.7", &far.sin_addr);
+  struct sockaddr_storage real_peer = c->peer;
+  memcpy(&c->peer, &far, sizeof far);
+  ck_assert_int_eq(c->reason, FS_REASON_PENDING);
+  fs_sock_maybe_upgrade(c, false);
+  ck_assert_int_eq(c->reason, FS_REASON_REMOTE_HOST);
+  ck_assert(!c->no_upgrade);
+  ck_assert_int_eq(fs_sock_may_attach(c, geteuid()), 0);
+  c->crossed_ns -= 600ull * 1000000000u; /* past any give-up */
+  fs_sock_maybe_upgrade(c, false);
+  ck_assert(c->no_upgrade);
+  ck_assert_int_eq(c->reason, FS_REASON_REMOTE_HOST);
+  fs_conn_put(c);
+  /* A peer on this host (loopback here; or the address it dialled): pending. */
+  FS_REAL(close)(cfd);
+  FS_REAL(close)(sfd);
+  FS_REAL(close)(lfd);
+  pair_setup();
+  c = fs_fdtab_get(sfd);
+  c->policy.fabric = FS_FABRIC_SHM;
+  c->tcp_rx = c->policy.upgrade_bytes;
+  ck_assert(fs_addr_eq((struct sockaddr *)&c->peer, (struct sockaddr *)&real_peer) ||
+            fs_addr_is_loopback((struct sockaddr *)&c->peer));
+  fs_sock_maybe_upgrade(c, false);
+  ck_assert_int_eq(c->reason, FS_REASON_PENDING);
+  memcpy(&c->peer, &far, sizeof far); /* the peer dialled our own address from it */
+  memcpy(&c->local, &far, sizeof far);
+  c->crossed_ns = 0;
+  fs_sock_maybe_upgrade(c, false);
+  ck_assert_int_eq(c->reason, FS_REASON_PENDING);
+  fs_conn_put(c);
+}
+END_TEST
+
 /* One holder query (rdv.h) on a fresh connection to the listener's name:
  * the reply's status, and its pid in *pid. */
 static int ask_who(const void *q, size_t len, const int *fds, int nfds, uint32_t *pid)
@@ -605,6 +654,7 @@ int main(void)
   tcase_add_test(tc, t_paused_listener_rebound_after_setuid_is_ours);
   tcase_add_test(tc, t_check_req);
   tcase_add_test(tc, t_diag);
+  tcase_add_test(tc, t_remote_peer_says_so);
   tcase_add_test(tc, t_hostile_requests);
   tcase_add_test(tc, t_holder_query);
   tcase_add_test(tc, t_truncated_fds);

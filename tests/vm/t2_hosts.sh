@@ -625,6 +625,12 @@ t_check $? "peer host without RDMA (b: rxe0 deleted): echo intact over TCP ($he_
 # several runs).  It is made once the peer accepts: while pending, the agent's eventfd alone.
 [ "$he_live" = "upgrading/pending 1 eventfds" ]
 t_check $? "peer host without RDMA: the preloaded client's attempt pending, with no wake eventfd of its own yet ($he_live)"
+# b's end knows at once that no fabric of its reaches another host: remote-host, not pending
+# (nor, 30 s on, peer-no-fabsock: its peer runs libfabsock).  The plain client's connection
+# may still be listed beside it.
+b_do stat nr-echo
+case $bres in "tcp/remote-host x1" | "tcp/remote-host x2") true ;; *) false ;; esac
+t_check $? "peer host without RDMA: its server's end says why it stays on TCP ($bres)"
 lat_pair sp-nordma 11115 fab
 t_check $lp_ok "peer host without RDMA, preloaded server: sockperf 64 B p50/p99 us preloaded client $lp_fab, plain client $lp_plain"
 
