@@ -570,8 +570,9 @@ static int fs_sockio_rx_gather(struct fs_conn *c, int fd, size_t need, bool peek
       int q = 0;
       struct tcp_info ti;
       socklen_t tl = sizeof ti;
-      if ((ch && !fs_ring_empty(&ch->rx)) || fs_overhang_len(c) || FS_REAL(ioctl)(fd, FIONREAD, &q) < 0 || (size_t)q >= need ||
-          FS_REAL(getsockopt)(fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) < 0 || ti.tcpi_state != TCP_ESTABLISHED)
+      if ((ch && !fs_ring_empty(&ch->rx)) || fs_overhang_len(c) || FS_REAL(ioctl)(fd, FIONREAD, &q) < 0 ||
+          (size_t)q >= need || FS_REAL(getsockopt)(fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) < 0 ||
+          ti.tcpi_state != TCP_ESTABLISHED)
         break; /* enough, ring news (the SWITCH), or a FIN: the read sorts it out */
       if (peek && !set_lowat) {
         set_lowat = need > INT32_MAX ? INT32_MAX : (int)need;
