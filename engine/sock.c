@@ -288,16 +288,11 @@ void fs_sock_maybe_upgrade(struct fs_conn *c, bool locked)
     uint64_t now = fs_clock_coarse_ns();
     if (!c->crossed_ns) {
       c->crossed_ns = now;
-      /* A peer on another host with no rdma here (a host without a
-       * device, a child of an rdma process): say so now, not pending,
-       * and at the give-up below.  A rendezvous may still come (a peer
-       * of ours that bound another address): it upgrades as ever. */
-      if (!fs_agent_reachable(c)) {
-        fs_lock(&c->lock);
-        if (!c->chan && c->reason == FS_REASON_PENDING)
-          fs_conn_set_state(c, FS_STATE_TCP, FS_REASON_REMOTE_HOST);
-        fs_unlock(&c->lock);
-      }
+      /* A peer on another host, no rdma here: say so now and at the give-up
+       * below; a rendezvous may still come (a peer that bound another of our
+       * addresses), and upgrades as ever. */
+      if (!fs_agent_reachable(c))
+        fs_sock_refused(c, FS_REASON_REMOTE_HOST);
       fs_door_home_claim(c, locked); /* the peer's rendezvous may come before our first wait */
       /* Forked with it or handed it: the peer will look for this process
        * by its own name.  Served from here, not at fork: a child that
@@ -524,6 +519,8 @@ int fs_sock_attach(struct fs_conn *c, struct fs_chan *ch)
 void fs_sock_upgrade_failed(struct fs_conn *c, int reason)
 {
   fs_lock(&c->lock);
+  if (c->no_upgrade && c->reason != FS_REASON_PENDING && c->reason != FS_REASON_NONE)
+    reason = c->reason; /* given up here first (fork, exec...): the rendezvous failed of that */
   c->no_upgrade = true;
   if (!c->chan) /* closed meanwhile: stat shows it closed, with the reason */
     fs_conn_set_state(c, fs_conn_state(c) == FS_STATE_CLOSED ? FS_STATE_CLOSED : FS_STATE_TCP, reason);

@@ -51,8 +51,9 @@ void fs_tool_stat_usage(FILE *out)
         "  given): PID PROGRAM FD STATE FABRIC LOCAL PEER TX RX TXMSG RXMSG REASON,\n"
         "  then how many connections each process has closed, by the fabric that\n"
         "  carried some of their data (SHM, RDMA; TCP: none did).  An accepted\n"
-        "  connection still pending whose connecting end (in another table) went\n"
-        "  no further than TCP shows that end's reason as peer:REASON.\n"
+        "  connection still pending (or rejected: the peer gave its channel up)\n"
+        "  whose connecting end (in another table) went no further than TCP\n"
+        "  shows that end's reason as peer:REASON.\n"
         "  Tables are read from $FABSOCK_STATDIR, default /dev/shm; those of\n"
         "  exited processes are removed when they belong to the caller.\n"
         "  --json          print one JSON object instead of a table\n"
@@ -65,7 +66,7 @@ struct fs_tool_row {
   int pid;
   char program[64];      /* sanitized, for the table */
   struct fs_stat_conn c;
-  uint8_t peer_reason;   /* a pending accepted end: its peer's settled reason, else 0 */
+  uint8_t peer_reason;   /* a pending or rejected accepted end: its peer's settled reason, else 0 */
   char laddr[INET6_ADDRSTRLEN], paddr[INET6_ADDRSTRLEN]; /* "" when unset */
   char local[INET6_ADDRSTRLEN + 10], peer[INET6_ADDRSTRLEN + 10];
 };
@@ -456,7 +457,8 @@ static void fs_tool_peer_reasons(struct fs_tool_stat *S)
   for (size_t i = 0; n && i < S->nrows; i++) {
     struct fs_tool_row *r = &S->rows[i];
     const struct fs_stat_conn *c = &r->c;
-    if (c->dir != 2 || c->state != 1 || c->reason != FS_REASON_PENDING || !fs_tool_connected(c))
+    if (c->dir != 2 || c->state != 1 || (c->reason != FS_REASON_PENDING && c->reason != FS_REASON_REJECTED) ||
+        !fs_tool_connected(c))
       continue;
     struct fs_tool_key want; /* the peer's view: our addresses reversed */
     fs_tool_v6(c->family, c->paddr, want.l);

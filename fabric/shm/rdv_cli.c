@@ -280,12 +280,15 @@ void fs_rdv_cli_event(struct fs_rdv_item *it)
         fs_rdv_drop(it);
         return;
       }
-      if (fs_rdv_sendfds(it->ufd, &ack, sizeof ack, NULL, 0) == 0 && fs_host->attach(it->c, it->ch) == 0) {
+      /* Given up meanwhile (a fork took it back to TCP): no ack, so the
+       * server never attaches a channel we would leave (it said rejected). */
+      if (fs_host->may_upgrade(it->c) && fs_rdv_sendfds(it->ufd, &ack, sizeof ack, NULL, 0) == 0 &&
+          fs_host->attach(it->c, it->ch) == 0) {
         it->ch = NULL;
         fs_rdv_drop(it);
         return;
       }
-      reason = FS_REASON_ERROR;
+      reason = FS_REASON_ERROR; /* an earlier reason of the connection's stays (fs_sock_upgrade_failed) */
     } else if (rep.status == FS_REASON_NOT_OWNER && nf == 0) {
       /* The listener's process does not hold it (prefork), or its holder
        * still shares it (fork, then the parent closes): find the holder. */

@@ -833,7 +833,8 @@ static void loopback_end(struct fs_stat_conn *c, int fd, int dir, int reason, ui
   __atomic_store_n(&c->used, 1, __ATOMIC_RELEASE);
 }
 
-/* An accepted end still pending whose connecting end (in another table,
+/* An accepted end still pending (or whose channel the peer gave up
+ * unattached: rejected) whose connecting end (in another table,
  * addresses reversed) settled on TCP is shown with that end's reason: JSON
  * peer_reason, "peer:REASON" in the table.  Matched across an IPv4-mapped
  * and a plain IPv4 end; not from the same process, not from an end that is
@@ -874,7 +875,8 @@ START_TEST(test_tool_peer_reason)
   const uint16_t pport[4] = { 40001, 40002, 40003, 40009 };
   for (int i = 0; i < 4; i++) {
     struct fs_stat_conn c = { .used = 1, .fd = 30 + i, .family = AF_INET6, .state = 1,
-                              .fabric = FS_STAT_FABRIC_TCP, .reason = FS_REASON_PENDING, .dir = 2,
+                              .fabric = FS_STAT_FABRIC_TCP, .dir = 2,
+                              .reason = i == 2 ? FS_REASON_REJECTED : FS_REASON_PENDING,
                               .lport = 5555, .pport = pport[i] };
     inet_pton(AF_INET6, "::ffff:127.0.0.1", c.laddr);
     inet_pton(AF_INET6, "::ffff:127.0.0.1", c.paddr);
@@ -895,7 +897,7 @@ START_TEST(test_tool_peer_reason)
   static const char *const want[] = {
     "\"fd\":30,\"state\":\"tcp\",\"fabric\":\"tcp\",\"reason\":\"pending\",\"reason_code\":1,\"peer_reason\":\"fork\"",
     "\"fd\":31,\"state\":\"tcp\",\"fabric\":\"tcp\",\"reason\":\"pending\",\"reason_code\":1,\"peer_reason\":null",
-    "\"fd\":32,\"state\":\"tcp\",\"fabric\":\"tcp\",\"reason\":\"pending\",\"reason_code\":1,\"peer_reason\":\"policy\"",
+    "\"fd\":32,\"state\":\"tcp\",\"fabric\":\"tcp\",\"reason\":\"rejected\",\"reason_code\":8,\"peer_reason\":\"policy\"",
     "\"fd\":33,\"state\":\"tcp\",\"fabric\":\"tcp\",\"reason\":\"pending\",\"reason_code\":1,\"peer_reason\":null",
   };
   has_all(out, want, sizeof want / sizeof want[0]);
