@@ -179,23 +179,17 @@ int fs_sockopt_fionread(struct fs_conn *c, int fd, int *out)
     uint64_t at;
     int k;
     size_t kept = fs_overhang_len(c); /* read past a SWITCH, due before the kernel's */
-    if (kept && fs_cutover_switch_head(ch, &at) != 1) {
-      if (FS_REAL(ioctl)(fd, FIONREAD, &k) < 0)
-        return -errno;
-      n = kept + (size_t)k;
-      *out = n > 0x7fffffff ? 0x7fffffff : (int)n;
-      return 0;
-    }
-    if (c->resync_rx || fs_cutover_switch_head(ch, &at) != 1)
+    bool sw = fs_cutover_switch_head(ch, &at) == 1;
+    if (sw ? c->resync_rx : !kept)
       return -ENOTSUP;
     if (FS_REAL(ioctl)(fd, FIONREAD, &k) < 0)
       return -errno;
-    uint64_t due = at > c->tcp_rx ? at - c->tcp_rx : 0;
-    if ((uint64_t)k < due) {
+    uint64_t due = sw && at > c->tcp_rx ? at - c->tcp_rx : 0;
+    if (sw && (uint64_t)k < due) {
       *out = k;
       return 0;
     }
-    n = (size_t)due + fs_ring_readable_past_head(&ch->rx);
+    n = sw ? (size_t)due + fs_ring_readable_past_head(&ch->rx) : kept + (size_t)k;
   } else {
     n = fs_ring_readable(&ch->rx);
   }

@@ -103,14 +103,12 @@ void fs_rdma_settle(struct fs_chan *ch)
     return;
   fs_lock(&r->slock);
   fs_rdma_push(r);
-  struct ibv_send_wr wr;
-  struct ibv_sge sge;
-  fs_rdma_wr(&wr, &sge, r, 0, 0, 0);
   uint64_t t0 = 0;
-  if (fs_rdma_resume_state(r) == FS_RDMA_RS_NONE && fs_rdma_post(r, &wr, 1, true) == 0) {
-    r->probe_out = true; /* the watch's rule: a signalled post out */
-    uint64_t want = r->sig_posted;
-    while (r->sig_done < want && !fs_rdma_pairless(r)) {
+  if (fs_rdma_resume_state(r) == FS_RDMA_RS_NONE && !__atomic_load_n(&r->dead, __ATOMIC_ACQUIRE)) {
+    /* Signalled, it retires every send before it: the queue is empty
+     * (sq_free whole) once all completed; nobody else posts meanwhile. */
+    fs_rdma_probe(r, false);
+    while (r->sq_free < FS_RDMA_SQ && !__atomic_load_n(&r->dead, __ATOMIC_ACQUIRE) && !fs_rdma_pairless(r)) {
       int n = fs_rdma_reap_now(r);
       if (n < 0)
         break;
@@ -305,7 +303,6 @@ int fs_rdma_swap_qp(struct fs_rdma *r, struct rdma_cm_id *id)
   r->keys_sent = r->whole ? FS_RDMA_K_TX | FS_RDMA_K_FULL : 0;
   r->sq_free = FS_RDMA_SQ;
   r->unsig = 0;
-  r->sig_done = r->sig_posted; /* the old pair's are written off */
   r->rq_used = 0;
   r->probe_out = false;
   r->test_wedge = false;

@@ -77,7 +77,6 @@ int fs_rdma_reap_now(struct fs_rdma *r)
       return -EIO;
     }
     r->sq_free += (uint32_t)wc[i].wr_id;
-    r->sig_done++;
     if (wc[i].wr_id & FS_RDMA_WR_PROBE)
       r->probe_out = false;
   }
@@ -134,7 +133,6 @@ int fs_rdma_post(struct fs_rdma *r, struct ibv_send_wr *wr, int n, bool signal)
   }
   if (fs_rdma_reap(r, (uint32_t)n) < 0)
     return -EIO;
-  bool sig = false;
   for (int i = 0; i < n; i++) {
     r->unsig++;
     wr[i].send_flags &= ~(unsigned)IBV_SEND_SIGNALED;
@@ -142,7 +140,6 @@ int fs_rdma_post(struct fs_rdma *r, struct ibv_send_wr *wr, int n, bool signal)
       wr[i].send_flags |= IBV_SEND_SIGNALED;
       wr[i].wr_id = r->unsig | (signal ? FS_RDMA_WR_PROBE : 0);
       r->unsig = 0;
-      sig = true;
     }
     wr[i].next = i + 1 < n ? &wr[i + 1] : NULL;
   }
@@ -154,7 +151,6 @@ int fs_rdma_post(struct fs_rdma *r, struct ibv_send_wr *wr, int n, bool signal)
       fs_rdma_die(r, "post send failed", rc);
     return -rc;
   }
-  r->sig_posted += sig;
   r->sq_free -= (uint32_t)n;
   r->n_post++;
   r->n_wr += (uint64_t)n;

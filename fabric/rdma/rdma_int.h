@@ -69,8 +69,6 @@ struct fs_rdma {
   uint64_t cred_head;               /* rx head last credited */
   uint32_t flags_sent;
   uint32_t sq_free, unsig;
-  uint64_t sig_posted, sig_done;    /* signalled sends posted, and completed: an RC queue
-                                       completes in order (fs_rdma_settle; slock) */
   uint32_t rq_used;                 /* receives consumed, not yet re-posted */
   bool dead, foreign;
   bool linger_posted;               /* tear-down: the signalled no-op is out */

@@ -733,8 +733,7 @@ static bool fs_cm_listen_op(struct fs_link *l, int fd)
 static bool fs_cm_reachable(struct fs_link *l)
 {
   (void)l;
-  int a = __atomic_load_n(&M.avail, __ATOMIC_RELAXED);
-  return a == FS_CM_UNPROBED || (a == FS_CM_YES && M.pid == getpid());
+  return __atomic_load_n(&M.avail, __ATOMIC_RELAXED) == FS_CM_UNPROBED || fs_rdmacm_up();
 }
 
 static int fs_cm_connect_op(struct fs_link *l)

@@ -21,6 +21,7 @@
 #include "engine/io.h"
 #include "engine/overhang.h"
 #include "engine/ready.h"
+#include "engine/sockopt.h"
 #include "engine/sockio.h"
 #include "engine/sock.h"
 #include "fabric/ring.h"
@@ -598,6 +599,9 @@ static void keep_aside(bool peek_first)
     ck_assert_int_eq(fs_ready_epoll_ctl(epfd, EPOLL_CTL_DEL, p.sv[0], &ee), 0);
     close(epfd);
     ck_assert(fs_sockio_ready(p.c, p.a, POLLIN, 0, false) & POLLIN);
+    int q = -1; /* and FIONREAD counts them (rx back on TCP since the look above) */
+    ck_assert_int_eq(fs_sockopt_fionread(p.c, p.sv[0], &q), 0);
+    ck_assert_int_eq(q, 100);
   }
   ck_assert_int_eq(recv_flags(&p, buf + n, 30, MSG_PEEK | MSG_DONTWAIT), 30);
   while (n < 160 && (r = recv_flags(&p, buf + n, 7, MSG_DONTWAIT)) > 0) /* in small pieces */
