@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/hot.h"
 #include "base/bell.h"
 #include "base/fdreg.h"
 #include "base/real.h"
@@ -125,8 +126,8 @@ int fs_bell_check_efd(int fd)
   return 0;
 }
 
-static pthread_mutex_t fs_bell_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct fs_bell_peer *fs_bell_peers;
+static pthread_mutex_t fs_bell_lock FS_HOT = PTHREAD_MUTEX_INITIALIZER;
+static struct fs_bell_peer *fs_bell_peers FS_HOT;
 
 static int fs_bell_peer_check(int efd, int memfd, struct stat *st)
 {

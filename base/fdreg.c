@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/hot.h"
 #include "base/aside.h"
 #include "base/clock.h"
 #include "base/fdreg.h"
@@ -17,8 +18,8 @@
 #include "base/real.h"
 
 static uint64_t fs_fdreg_bits[FS_FDREG_MAX / 64];
-static uint32_t fs_fdreg_n; /* bits set (fs_fdreg_budget_ok) */
-static bool fs_fdreg_grown; /* a descriptor went up there: the kernel's table reaches it */
+static uint32_t fs_fdreg_n FS_HOT; /* bits set (fs_fdreg_budget_ok) */
+static bool fs_fdreg_grown FS_HOT; /* a descriptor went up there: the kernel's table reaches it */
 
 void fs_fdreg_set(int fd, bool on)
 {
@@ -26,9 +27,12 @@ void fs_fdreg_set(int fd, bool on)
     return;
   uint64_t bit = 1ull << (fd & 63), was;
   if (on) {
+    /* Counted first: fs_fdreg_n is never below the bits set, so a zero
+     * there says no bit is (fs_fdreg_is). */
+    __atomic_add_fetch(&fs_fdreg_n, 1, __ATOMIC_SEQ_CST);
     was = __atomic_fetch_or(&fs_fdreg_bits[fd / 64], bit, __ATOMIC_RELEASE);
-    if (!(was & bit))
-      __atomic_add_fetch(&fs_fdreg_n, 1, __ATOMIC_RELAXED);
+    if (was & bit)
+      __atomic_sub_fetch(&fs_fdreg_n, 1, __ATOMIC_RELAXED);
   } else {
     was = __atomic_fetch_and(&fs_fdreg_bits[fd / 64], ~bit, __ATOMIC_RELEASE);
     if (was & bit)
@@ -38,7 +42,9 @@ void fs_fdreg_set(int fd, bool on)
 
 bool fs_fdreg_is(int fd)
 {
-  if (fd < 0 || fd >= FS_FDREG_MAX)
+  /* None yet (the common case of a process's close): the bitmap's page,
+   * whose first read costs ~10 us here, is not read. */
+  if (fd < 0 || fd >= FS_FDREG_MAX || __atomic_load_n(&fs_fdreg_n, __ATOMIC_ACQUIRE) == 0)
     return false;
   return (__atomic_load_n(&fs_fdreg_bits[fd / 64], __ATOMIC_ACQUIRE) >> (fd & 63)) & 1;
 }
@@ -109,8 +115,8 @@ int fs_fdreg_move_high_now(int fd)
  * and how many are (low half).  A fork child finds its parent's pid
  * there: its first window starts the count anew, a settle does not wait,
  * and an end never takes a count that is not its own process's. */
-uint64_t fs_fdreg_win;
-static bool fs_fdreg_gave_up;       /* a wait ran out: windows no longer held off */
+uint64_t fs_fdreg_win FS_HOT;
+static bool fs_fdreg_gave_up FS_HOT;       /* a wait ran out: windows no longer held off */
 static __thread uint32_t fs_fdreg_my_windows;
 static __thread int fs_fdreg_my_cancel;
 
@@ -119,7 +125,7 @@ static __thread int fs_fdreg_my_cancel;
 
 static uint64_t fs_fdreg_win_self(void)
 {
-  return (uint64_t)(uint32_t)fs_proc_self() << 32;
+  return (uint64_t)(uint32_t)fs_proc_self_light() << 32;
 }
 
 void fs_fdreg_make_begin(void)
@@ -210,7 +216,7 @@ DIR *fs_fdreg_opendir(const char *path)
  * no (ulimit may have been raised). */
 bool fs_fdreg_budget_ok(int fd, int need)
 {
-  static unsigned long cached;
+  static unsigned long cached FS_HOT;
   unsigned long lim = __atomic_load_n(&cached, __ATOMIC_RELAXED);
   /* fd stands for the application's count (it takes the lowest free
    * numbers); ours are counted: both together stay under 3/4. */

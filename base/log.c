@@ -10,12 +10,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/hot.h"
 #include "base/log.h"
 #include "base/real.h"
 
 int fs_log_level = FS_LOG_WARN;
-static int fs_log_syslog;
-static int fs_log_time; /* "time": each line says when (CLOCK_MONOTONIC, s.us) */
+static int fs_log_syslog FS_HOT;
+static int fs_log_time FS_HOT; /* "time": each line says when (CLOCK_MONOTONIC, s.us) */
 
 int fs_log_configure(const char *spec)
 {
@@ -49,7 +50,7 @@ int fs_log_configure(const char *spec)
 }
 
 /* stderr is dead to us: a file past the process's RLIMIT_FSIZE. */
-static int fs_log_stderr_dead;
+static int fs_log_stderr_dead FS_HOT;
 
 /* One write, so lines from threads do not interleave.  A process may have
  * set RLIMIT_FSIZE to 0 (sshd's pre-auth child does, before its sandbox)

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "base/aside.h"
+#include "base/hot.h"
 #include "base/fdreg.h"
 #include "base/log.h"
 #include "base/proc.h"
@@ -30,16 +31,12 @@
 
 extern char *program_invocation_short_name;
 
-/* In .data, not .bss: the exit of a process that never made a socket reads
- * it (engine/exit.c), and a .bss page read first is one more page fault
- * (~30-40 us in a VM) on a page nothing else touched; .data's first page
- * the loader's relocations have written already. */
-uint32_t fs_proc_fork_work __attribute__((section(".data")));
-
-/* Beside it, for the same reason: the constructor's stores and every
- * arm's load land on a page already written. */
-static void (*fs_proc_atfork_fn[3])(void) __attribute__((section(".data")));
-bool fs_proc_atfork_armed __attribute__((section(".data")));
+/* FS_HOT (base/hot.h): the exit of a process that never made a socket
+ * reads it (engine/exit.c); the constructor's stores and every arm's load
+ * land there too. */
+uint32_t fs_proc_fork_work FS_HOT;
+static void (*fs_proc_atfork_fn[3])(void) FS_HOT;
+bool fs_proc_atfork_armed FS_HOT;
 
 void fs_proc_atfork_set(void (*prepare)(void), void (*parent)(void), void (*child)(void))
 {
@@ -65,8 +62,8 @@ void fs_proc_atfork_arm_slow(void)
   errno = saved;
 }
 
-static char fs_proc_buf[64];
-static pthread_once_t fs_proc_once = PTHREAD_ONCE_INIT;
+static char fs_proc_buf[64] FS_HOT;
+static pthread_once_t fs_proc_once FS_HOT = PTHREAD_ONCE_INIT;
 
 static void fs_proc_set(const char *s, size_t n)
 {
@@ -201,7 +198,13 @@ int fs_proc_threads(void)
 /* The page holding the pid; FS_PROC_SELF_NONE where the kernel has no
  * MADV_WIPEONFORK (before 4.14): getpid() each time there. */
 #define FS_PROC_SELF_NONE ((int *)1)
-static int *fs_proc_self_slot;
+static int *fs_proc_self_slot FS_HOT;
+
+int fs_proc_self_light(void)
+{
+  int *s = __atomic_load_n(&fs_proc_self_slot, __ATOMIC_ACQUIRE);
+  return s == NULL || s == FS_PROC_SELF_NONE ? (int)getpid() : fs_proc_self();
+}
 
 int fs_proc_self(void)
 {

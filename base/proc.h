@@ -35,6 +35,12 @@ int fs_proc_threads(void);
  * sleep (engine/door.c): 1.7 system calls per MariaDB query. */
 int fs_proc_self(void);
 
+/* The same, but a process that has not asked fs_proc_self yet gets
+ * getpid() instead of the page (its mmap, madvise and first touch, ~30 us
+ * here): for rare callers, such as the window around the stat file a
+ * one-shot client makes at its first socket. */
+int fs_proc_self_light(void);
+
 /* Does process pid hold socket inode among its descriptors
  * (/proc/PID/fd/N -> "socket:[inode]")?  1 yes, 0 no (or no such
  * process), -errno when it cannot be told (another user's process). */

@@ -6,9 +6,10 @@
 #include <string.h>
 
 #include "base/real.h"
+#include "base/hot.h"
 #include "base/log.h"
 
-struct fs_real_table fs_real_tab;
+struct fs_real_table fs_real_tab FS_HOT;
 
 static const char *const fs_real_names[FS_REAL_ID_COUNT] = {
 #define FS_REAL_X_NAME(ret, name, err, params, args) [FS_REAL_ID_##name] = #name,
@@ -52,7 +53,7 @@ void *fs_real_resolve(enum fs_real_id id)
 }
 
 /* Set once all are resolved; then each fork reads only this. */
-static bool fs_real_all;
+static bool fs_real_all FS_HOT;
 
 void fs_real_resolve_all(void)
 {

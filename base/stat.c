@@ -31,6 +31,7 @@
 
 #include "base/aside.h"
 #include "base/fdreg.h"
+#include "base/hot.h"
 #include "base/lock.h"
 #include "base/log.h"
 #include "base/proc.h"
@@ -47,25 +48,32 @@
 
 enum { FS_STAT_UNTRIED = 0, FS_STAT_ON, FS_STAT_OFF };
 
-static fs_lock_t fs_stat_lock; /* base/lock.h: two a connection, inline */
-static int fs_stat_mode;                     /* FS_STAT_UNTRIED/ON/OFF */
-static struct fs_stat_header *fs_stat_hdr;   /* the mapping; stays mapped once made */
-static char fs_stat_path[PATH_MAX];          /* our file; "" when there is none */
+/* Scalars and the path FS_HOT (base/hot.h): with them in .bss, a one-shot
+ * client's first socket wrote four pages of it here (~10 us each); now
+ * one, busy's first word. */
+static fs_lock_t fs_stat_lock FS_HOT; /* base/lock.h: two a connection, inline */
+static int fs_stat_mode FS_HOT;                     /* FS_STAT_UNTRIED/ON/OFF */
+static struct fs_stat_header *fs_stat_hdr FS_HOT;   /* the mapping; stays mapped once made */
+static uint32_t fs_stat_hint FS_HOT;                /* every slot below this is taken */
+static uint32_t fs_stat_top FS_HOT;                 /* no slot at or above this was ever
+                                                       taken (the header's hi_water, kept
+                                                       here too: a child after fork reads
+                                                       its own pages, not the file's) */
+static bool fs_stat_logged FS_HOT, fs_stat_full_logged FS_HOT, fs_stat_room_logged FS_HOT;
+static size_t fs_stat_pgsz FS_HOT;
+
+/* "<dir>/fabsock.<pid>.stat": the directory (at most 255 bytes) and 32 */
+#define FS_STAT_PATH_LEN (256 + 32)
+/* Our file; "" when there is none.  Its first fs_stat_dirc_len bytes are
+ * FABSOCK_STATDIR as it was when the first table was made, for the tables
+ * made after (a fork child's): the environment is looked up once. */
+static char fs_stat_path[FS_STAT_PATH_LEN] FS_HOT;
+static size_t fs_stat_dirc_len FS_HOT;
 static uint64_t fs_stat_busy[FS_STAT_WORDS]; /* slot i taken: bit i%64 of word i/64 */
-static uint32_t fs_stat_hint;                /* every slot below this is taken */
-static uint32_t fs_stat_top;                 /* no slot at or above this was ever
-                                                taken (the header's hi_water, kept
-                                                here too: a child after fork reads
-                                                its own pages, not the file's) */
-/* Page p of the file has its block (fs_stat_back): bit p%64 of word p/64.
- * Beside fs_stat_top: a forked child writes both (one page copied). */
+/* Page p > 0 of the file has its block (fs_stat_back): bit p%64 of word
+ * p/64 (page 0, the header's, always has).  Beside fs_stat_top: a forked
+ * child writes both (one page copied). */
 static uint64_t fs_stat_backed[(FS_STAT_PAGES_MAX + 63) / 64];
-/* FABSOCK_STATDIR as it was when the table was made, for a child's table:
- * the environment is looked up once, not in every child. */
-static char fs_stat_dirc[256];
-static size_t fs_stat_dirc_len;
-static bool fs_stat_logged, fs_stat_full_logged, fs_stat_room_logged;
-static size_t fs_stat_pgsz;
 
 static struct fs_stat_conn *fs_stat_slots(void)
 {
@@ -131,7 +139,7 @@ static int fs_stat_name(char *path, size_t len, const char *dir, size_t dirlen, 
   } while (u != 0);
   if (dirlen + sizeof "/fabsock." - 1 + n + sizeof ".stat" > len)
     return -ENAMETOOLONG;
-  memcpy(path, dir, dirlen);
+  memmove(path, dir, dirlen); /* a fork child names its table in place */
   char *p = path + dirlen;
   memcpy(p, "/fabsock.", sizeof "/fabsock." - 1);
   p += sizeof "/fabsock." - 1;
@@ -143,15 +151,15 @@ static int fs_stat_name(char *path, size_t len, const char *dir, size_t dirlen, 
 
 static int fs_stat_create(int pid, char *path, size_t len)
 {
+  const char *dir = fs_stat_path; /* a table made before: its directory */
   if (fs_stat_dirc_len == 0) { /* the first table of this image */
-    const char *dir = fs_stat_dir();
+    dir = fs_stat_dir();
     size_t dl = strlen(dir);
-    if (dl >= sizeof fs_stat_dirc)
+    if (dl >= 256)
       return -ENAMETOOLONG;
-    memcpy(fs_stat_dirc, dir, dl + 1);
     fs_stat_dirc_len = dl;
   }
-  int rc = fs_stat_name(path, len, fs_stat_dirc, fs_stat_dirc_len, pid);
+  int rc = fs_stat_name(path, len, dir, fs_stat_dirc_len, pid);
   if (rc < 0)
     return rc;
   int fd = -1;
@@ -212,11 +220,11 @@ static int fs_stat_fill_file(int fd, int pid, bool forked, uint32_t *top)
 }
 
 /* A new file: only the header's page has its block (written at creation,
- * so a process's first 30 sockets cost no call for it). */
+ * so a process's first 30 sockets cost no call for it; fs_stat_back knows
+ * page 0 without a bit, and a process's first table finds these zero). */
 static void fs_stat_backed_reset(void)
 {
   memset(fs_stat_backed, 0, sizeof fs_stat_backed);
-  fs_stat_backed[0] = 1;
 }
 
 /* First allocation: make the file and map it.  Called with the lock held. */
@@ -226,7 +234,7 @@ static void fs_stat_init(void)
   fs_stat_mode = FS_STAT_OFF;
   if (env != NULL && strcmp(env, "0") == 0)
     return;
-  char path[PATH_MAX];
+  char path[FS_STAT_PATH_LEN];
   int pid = (int)getpid();
   fs_fdreg_make_begin(); /* the file's fd lives until the mapping is made */
   int fd = fs_stat_create(pid, path, sizeof path);
@@ -235,11 +243,29 @@ static void fs_stat_init(void)
     fs_stat_fail(fd == -ENAMETOOLONG ? "FABSOCK_STATDIR" : path, -fd);
     return;
   }
-  uint32_t top;
-  int err = -fs_stat_fill_file(fd, pid, false, &top);
-  void *map = MAP_FAILED;
-  if (err == 0 && (map = mmap(NULL, FS_STAT_MAP_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED)
+  long pg = sysconf(_SC_PAGESIZE);
+  fs_stat_pgsz = pg >= 4096 ? (size_t)pg : 4096;
+  int err = 0;
+  void *map = mmap(NULL, FS_STAT_MAP_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (map == MAP_FAILED) {
     err = errno;
+  } else if (madvise(map, fs_stat_pgsz, MADV_POPULATE_WRITE) == 0) {
+    /* The header's page given its block and mapped in one call, then
+     * written in place, the magic last (release): two pwrites and the
+     * fault of the first row's store cost about 40 us here, this 15. */
+    struct fs_stat_header *h = map;
+    fs_stat_fill_header(h, pid, 0);
+    __atomic_store_n(&h->magic, FS_STAT_MAGIC, __ATOMIC_RELEASE);
+  } else {
+    err = errno == EFAULT ? ENOSPC : errno; /* EFAULT: no room, where a store would be SIGBUS */
+    uint32_t top;
+    if (err == EINVAL) /* before Linux 5.14 */
+      err = -fs_stat_fill_file(fd, pid, false, &top);
+    if (err != 0) {
+      munmap(map, FS_STAT_MAP_LEN);
+      map = MAP_FAILED;
+    }
+  }
   FS_REAL(close)(fd);
   fs_fdreg_make_end();
   if (map == MAP_FAILED) {
@@ -248,13 +274,9 @@ static void fs_stat_init(void)
     return;
   }
   __atomic_store_n(&fs_stat_hdr, (struct fs_stat_header *)map, __ATOMIC_RELEASE);
-  memcpy(fs_stat_path, path, sizeof path);
-  long pg = sysconf(_SC_PAGESIZE);
-  fs_stat_pgsz = pg >= 4096 ? (size_t)pg : 4096;
-  fs_stat_backed_reset();
-  memset(fs_stat_busy, 0, sizeof fs_stat_busy);
-  fs_stat_hint = 0;
-  fs_stat_top = 0;
+  memcpy(fs_stat_path, path, strlen(path) + 1);
+  /* busy, backed, hint and top are still zero: this is the image's only
+   * call, before its first slot (a memset of busy wrote two pages more). */
   fs_stat_mode = FS_STAT_ON;
 }
 
@@ -283,7 +305,7 @@ static int fs_stat_back_by_write(uint32_t i)
 static int fs_stat_back(uint32_t i)
 {
   size_t p = (FS_STAT_HDR_LEN + (size_t)i * sizeof(struct fs_stat_conn)) / fs_stat_pgsz;
-  if (fs_stat_backed[p / 64] & (1ull << (p % 64)))
+  if (p == 0 || fs_stat_backed[p / 64] & (1ull << (p % 64)))
     return 0;
   int rc = madvise((char *)fs_stat_hdr + p * fs_stat_pgsz, fs_stat_pgsz, MADV_POPULATE_WRITE) == 0 ? 0 : -errno;
   if (rc == -EINVAL)
@@ -294,8 +316,8 @@ static int fs_stat_back(uint32_t i)
     fs_stat_backed[p / 64] |= 1ull << (p % 64);
   else if (!fs_stat_room_logged) {
     fs_stat_room_logged = true;
-    fs_log(FS_LOG_INFO, "stat: no room in %s (%s): sockets are not listed in fabsock stat until there is",
-           fs_stat_dirc, strerror(-rc));
+    fs_log(FS_LOG_INFO, "stat: no room in %.*s (%s): sockets are not listed in fabsock stat until there is",
+           (int)fs_stat_dirc_len, fs_stat_path, strerror(-rc));
   }
   return rc;
 }
@@ -428,7 +450,7 @@ out:
   errno = saved;
 }
 
-static bool fs_stat_unlinked; /* by fs_stat_exec, until the exec is known to have failed */
+static bool fs_stat_unlinked FS_HOT; /* by fs_stat_exec, until the exec is known to have failed */
 
 void fs_stat_exec_slow(bool failed)
 {
@@ -438,7 +460,7 @@ void fs_stat_exec_slow(bool failed)
     unlink(fs_stat_path);
     fs_stat_unlinked = true;
   } else if (failed && fs_stat_unlinked) {
-    char path[PATH_MAX];
+    char path[FS_STAT_PATH_LEN];
     if (fs_stat_rehome(path, sizeof path, false) == 0)
       memcpy(fs_stat_path, path, sizeof path);
     else

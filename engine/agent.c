@@ -9,6 +9,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 
+#include "base/hot.h"
 #include "base/clock.h"
 #include "base/fdreg.h"
 #include "base/lock.h"
@@ -463,7 +464,7 @@ static int fs_agent_start(void)
   return 0;
 fail:;
   /* Once: a process that cannot make the thread fails at every connection. */
-  static bool told;
+  static bool told FS_HOT;
   fs_log(told ? FS_LOG_DEBUG : FS_LOG_WARN, "cannot start the rendezvous agent (%s: %s%s); connections stay on TCP",
          what, strerror(err), thread && err == EAGAIN ? "; is RLIMIT_NPROC too low?" : "");
   told = true;
@@ -620,8 +621,8 @@ void fs_agent_creds_changed(void)
   errno = saved;
 }
 
-static bool fs_agent_proc_served;
-static uint64_t fs_agent_proc_failed_ns; /* when serving our own name last failed */
+static bool fs_agent_proc_served FS_HOT;
+static uint64_t fs_agent_proc_failed_ns FS_HOT; /* when serving our own name last failed */
 
 bool fs_agent_reachable(struct fs_conn *c)
 {

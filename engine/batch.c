@@ -2,12 +2,13 @@
 #include <errno.h>
 #include <pthread.h>
 
+#include "base/hot.h"
 #include "engine/batch.h"
 
 __thread struct fs_batch fs_batch_tls __attribute__((tls_model("initial-exec")));
 
-static pthread_key_t fs_batch_key;
-static pthread_once_t fs_batch_once = PTHREAD_ONCE_INIT;
+static pthread_key_t fs_batch_key FS_HOT;
+static pthread_once_t fs_batch_once FS_HOT = PTHREAD_ONCE_INIT;
 
 /* A thread that exits inside a batch wakes what it held. */
 static void fs_batch_exit(void *arg)

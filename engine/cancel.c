@@ -1,12 +1,13 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "base/hot.h"
 #include "base/lock.h"
 #include "base/proc.h"
 #include "engine/cancel.h"
 
 __thread int fs_cancel_saved __attribute__((tls_model("initial-exec")));
-bool fs_cancel_seen;
+bool fs_cancel_seen FS_HOT;
 
 /* A thread that ever slept in the library (held cancellation off there) has
  * a record on this list, for pthread_cancel to find; it leaves at the
@@ -17,10 +18,10 @@ struct fs_cancel_rec {
   struct fs_cancel_rec *next;
 };
 
-static pthread_mutex_t fs_cancel_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct fs_cancel_rec *fs_cancel_recs;
-static pthread_key_t fs_cancel_key;
-static pthread_once_t fs_cancel_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t fs_cancel_lock FS_HOT = PTHREAD_MUTEX_INITIALIZER;
+static struct fs_cancel_rec *fs_cancel_recs FS_HOT;
+static pthread_key_t fs_cancel_key FS_HOT;
+static pthread_once_t fs_cancel_once FS_HOT = PTHREAD_ONCE_INIT;
 static __thread struct fs_cancel_rec *fs_cancel_mine __attribute__((tls_model("initial-exec")));
 
 static void fs_cancel_gone(void *arg)

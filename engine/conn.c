@@ -3,19 +3,20 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "base/hot.h"
 #include "base/proc.h"
 #include "engine/conn.h"
 
-void (*fs_conn_release_hook)(struct fs_conn *c);
-void (*fs_conn_last_fd_hook)(struct fs_conn *c);
+void (*fs_conn_release_hook)(struct fs_conn *c) FS_HOT;
+void (*fs_conn_last_fd_hook)(struct fs_conn *c) FS_HOT;
 
-static fs_lock_t fs_conn_pool_lock; /* base/lock.h: inline, two a connection */
-static struct fs_conn *fs_conn_free_list;
+static fs_lock_t fs_conn_pool_lock FS_HOT; /* base/lock.h: inline, two a connection */
+static struct fs_conn *fs_conn_free_list FS_HOT;
 /* The batch being handed out, never touched past fs_conn_next: threading
  * all of it onto the free list wrote every page of it, and each first
  * write is a page fault (~25 us in a VM): 19 of the 42 a process's first
  * socket() took, half a millisecond of a one-shot client (curl). */
-static struct fs_conn *fs_conn_next, *fs_conn_end;
+static struct fs_conn *fs_conn_next FS_HOT, *fs_conn_end FS_HOT;
 
 const char *fs_conn_state_name(int state)
 {

@@ -5,12 +5,13 @@
 #include <sys/epoll.h>
 
 #include "base/fdreg.h"
+#include "base/hot.h"
 #include "base/proc.h"
 #include "base/real.h"
 #include "engine/door.h"
 
-static pthread_mutex_t fs_door_all_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct fs_door *fs_door_all; /* atomic reads (fs_door_live) */
+static pthread_mutex_t fs_door_all_lock FS_HOT = PTHREAD_MUTEX_INITIALIZER;
+static struct fs_door *fs_door_all FS_HOT; /* atomic reads (fs_door_live) */
 
 bool fs_door_live(void)
 {
@@ -176,9 +177,9 @@ struct fs_door_watch {
 };
 
 static __thread struct fs_door_watch *fs_door_watch_tls __attribute__((tls_model("initial-exec")));
-static pthread_key_t fs_door_watch_key;
-static pthread_once_t fs_door_watch_once = PTHREAD_ONCE_INIT;
-static bool fs_door_watch_keyed;
+static pthread_key_t fs_door_watch_key FS_HOT;
+static pthread_once_t fs_door_watch_once FS_HOT = PTHREAD_ONCE_INIT;
+static bool fs_door_watch_keyed FS_HOT;
 
 static void fs_door_watch_free(void *arg)
 {
@@ -273,7 +274,7 @@ void fs_door_fd_woken(struct fs_door *d, int fd)
 
 /* ---- the process's door (door.h) ----------------------------------------- */
 
-static struct fs_door *fs_door_proc; /* atomic; its own reference */
+static struct fs_door *fs_door_proc FS_HOT; /* atomic; its own reference */
 
 struct fs_door *fs_door_proc_get(void)
 {
@@ -342,10 +343,10 @@ struct fs_door_home {
 };
 
 static __thread struct fs_door_home *fs_door_home_tls __attribute__((tls_model("initial-exec")));
-static pthread_key_t fs_door_home_key;
-static pthread_once_t fs_door_home_once = PTHREAD_ONCE_INIT;
-static bool fs_door_home_keyed;
-static uint32_t fs_door_homes; /* homes holding a door (atomic): at most FS_DOOR_HOMES */
+static pthread_key_t fs_door_home_key FS_HOT;
+static pthread_once_t fs_door_home_once FS_HOT = PTHREAD_ONCE_INIT;
+static bool fs_door_home_keyed FS_HOT;
+static uint32_t fs_door_homes FS_HOT; /* homes holding a door (atomic): at most FS_DOOR_HOMES */
 
 static void fs_door_home_put(struct fs_door_home *h)
 {
@@ -388,8 +389,10 @@ static void fs_door_home_mark_as(struct fs_conn *c, bool locked)
     fs_door_home_tls = h;
     (void)pthread_setspecific(fs_door_home_key, h);
   }
-  /* Learnt anew in a fork child, whose first thread is the one that forked. */
-  pid_t self = (pid_t)fs_proc_self();
+  /* Learnt anew in a fork child, whose first thread is the one that forked.
+   * Light: a one-shot client's first blocking receive marks, and never
+   * needs the pid page (fs_door_home_main makes it). */
+  pid_t self = (pid_t)fs_proc_self_light();
   if (h->pid != self) {
     h->main = gettid() == self;
     __atomic_store_n(&h->pid, self, __ATOMIC_RELEASE);

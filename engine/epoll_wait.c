@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "base/hot.h"
 #include "base/clock.h"
 #include "base/real.h"
 #include "engine/batch.h"
@@ -24,7 +25,7 @@
  * epoll_wait fail and spun for ever.  So the first ENOSYS switches this
  * process to epoll_pwait, the timeout rounded up to whole milliseconds.
  * errno is the kernel's on failure and left alone otherwise. */
-static bool fs_ep_no_pwait2;
+static bool fs_ep_no_pwait2 FS_HOT;
 
 static int fs_ep_kwait(int epfd, struct epoll_event *ev, int n, const struct timespec *t, const sigset_t *mask)
 {

@@ -3,12 +3,13 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 
+#include "base/hot.h"
 #include "engine/fdtab.h"
 #include "base/real.h"
 
 struct fs_conn *fs_fdtab_low[FS_FDTAB_LOW];
-struct fs_conn **fs_fdtab_high;
-int fs_fdtab_hiwater;
+struct fs_conn **fs_fdtab_high FS_HOT;
+int fs_fdtab_hiwater FS_HOT;
 
 #define FS_FDTAB_BYTES ((size_t)FS_FDTAB_SIZE * sizeof(void *))
 
@@ -51,11 +52,11 @@ int fs_fdtab_install(int fd, struct fs_conn *c)
     return -ENOMEM;
   fs_conn_get(c);
   __atomic_fetch_add(&c->nfds, 1, __ATOMIC_RELAXED);
-  struct fs_conn *old = __atomic_exchange_n(s, c, __ATOMIC_ACQ_REL);
   int hw = __atomic_load_n(&fs_fdtab_hiwater, __ATOMIC_RELAXED);
   while (fd + 1 > hw &&
          !__atomic_compare_exchange_n(&fs_fdtab_hiwater, &hw, fd + 1, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
     ;
+  struct fs_conn *old = __atomic_exchange_n(s, c, __ATOMIC_ACQ_REL);
   if (old != NULL) {
     /* The kernel fd was closed behind our back (closefrom by syscall, ...). */
     if (__atomic_sub_fetch(&old->nfds, 1, __ATOMIC_ACQ_REL) == 0 && fs_conn_last_fd_hook)

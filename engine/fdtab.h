@@ -2,7 +2,7 @@
  *
  * Atomic pointers indexed by fd: the first FS_FDTAB_LOW fds in a static
  * array (a program's own fds are low: the lookup of one we do not track is
- * a bounds check and one load), the rest in a table mapped at the first
+ * a bounds check against the high water and one load), the rest in a table mapped at the first
  * install that needs it (two loads: its address, then the slot).  Untouched
  * pages cost nothing.  The whole table was static: 8 MiB of .bss (16 with the
  * epoll sets' table) cost every preloaded process start 9-10 us here, whether
@@ -66,15 +66,20 @@ void fs_fdtab_map_drop(void *t);
     s_;                                                                                               \
   })
 
-/* The slot of fd, or NULL if fd is out of range, or high with no high
- * table yet. */
+/* Highest fd ever installed + 1 (bounds foreach and lookups); raised
+ * before the slot is written.  FS_HOT (base/hot.h). */
+extern int fs_fdtab_hiwater;
+
+/* The slot of fd, or NULL if fd is out of range, at or above the high
+ * water (no entry there: a process that never tracked a socket reads no
+ * page of the table, whose first read costs ~10 us here, as `cat` under
+ * the library paid at its first write), or high with no high table yet. */
 static inline struct fs_conn **fs_fdtab_slot(int fd)
 {
+  if ((unsigned)fd >= (unsigned)__atomic_load_n(&fs_fdtab_hiwater, __ATOMIC_RELAXED))
+    return NULL;
   return FS_FDTAB_SLOT(fs_fdtab_low, &fs_fdtab_high, fd, false);
 }
-
-/* Highest fd ever installed + 1 (bounds foreach). */
-extern int fs_fdtab_hiwater;
 
 /* c, referenced, if slot s still holds it after the reference is taken. */
 struct fs_conn *fs_fdtab_get_slow(struct fs_conn **s, struct fs_conn *c);

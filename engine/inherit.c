@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "base/hot.h"
 #include "base/log.h"
 #include "base/real.h"
 #include "engine/adopt.h"
@@ -26,8 +27,8 @@
 #define FS_INHERIT_FD_START 3   /* SD_LISTEN_FDS_START */
 #define FS_INHERIT_MAX 1024     /* more than any manager passes */
 
-static pthread_once_t fs_inherit_once = PTHREAD_ONCE_INIT;
-static bool fs_inherit_done;
+static pthread_once_t fs_inherit_once FS_HOT = PTHREAD_ONCE_INIT;
+static bool fs_inherit_done FS_HOT;
 
 /* A non-negative decimal number that fits an int, or -1. */
 static long fs_inherit_num(const char *s)

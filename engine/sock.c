@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "base/fdreg.h"
+#include "base/hot.h"
 #include "base/clock.h"
 #include "base/addr.h"
 #include "base/proc.h"
@@ -32,8 +33,8 @@
 #include "engine/fdtab.h"
 #include "base/real.h"
 
-static bool fs_sock_disabled;
-static bool fs_sock_inited;
+static bool fs_sock_disabled FS_HOT;
+static bool fs_sock_inited FS_HOT;
 
 static void fs_sock_release(struct fs_conn *c)
 {
@@ -633,7 +634,7 @@ void fs_sock_to_kernel(struct fs_conn *c, int fd)
 
 /* Set once: the reason no connection of this process takes a fabric any
  * more (io_uring), else 0. */
-static int fs_sock_all_tcp;
+static int fs_sock_all_tcp FS_HOT;
 
 static void fs_sock_kernel_one(int fd, struct fs_conn *c, void *arg)
 {

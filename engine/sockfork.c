@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/hot.h"
 #include "base/proc.h"
 #include "base/stat.h"
 #include "engine/agent.h"
@@ -20,7 +21,7 @@
 
 /* Marks a connection visited by the walk before a fork (epoch) and after it
  * (epoch + 1): no store to this page after the fork (a fault in each). */
-static uint32_t fs_sock_epoch;
+static uint32_t fs_sock_epoch FS_HOT;
 
 static void fs_sock_fork_prep(int fd, struct fs_conn *c, void *arg)
 {

@@ -1,4 +1,5 @@
 /* Idle tx rings give their free space back (engine/trim.h). */
+#include "base/hot.h"
 #include "engine/trim.h"
 
 #include "base/lock.h"
@@ -7,7 +8,7 @@
 #include "engine/fdtab.h"
 #include "fabric/chan.h"
 
-static uint32_t fs_trim_nchan; /* atomic */
+static uint32_t fs_trim_nchan FS_HOT; /* atomic */
 
 void fs_trim_count(int delta)
 {

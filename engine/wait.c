@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "base/hot.h"
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/proc.h"
@@ -215,7 +216,7 @@ int fs_wait_sleep(struct fs_conn *c, int fd, bool tx, size_t need, int *budget_m
  * sooner: on hardware a read costs ~20 ns, but where the clock source is
  * emulated (hpet in a VM) it is a system call of microseconds, and a read
  * after every wake-up put that on every round trip. */
-static uint32_t fs_wait_ns_iter = 50;
+static uint32_t fs_wait_ns_iter FS_HOT = 50;
 
 /* Spin up to the connection's budget for cond(); *spun_ns: for how long
  * (estimated).  Every ~256 pauses we yield, so a peer woken onto our core
@@ -224,7 +225,7 @@ static uint32_t fs_wait_ns_iter = 50;
 
 static int fs_wait_ncpu(void)
 {
-  static int n;
+  static int n FS_HOT;
   int v = __atomic_load_n(&n, __ATOMIC_RELAXED);
   if (v == 0) {
     cpu_set_t set;
@@ -268,8 +269,8 @@ bool fs_wait_cpu_crowded(uint64_t now)
 
 bool fs_wait_spin_worth(void)
 {
-  static uint64_t when;
-  static bool worth = true;
+  static uint64_t when FS_HOT;
+  static bool worth FS_HOT = true;
   static __thread uint64_t when_tls __attribute__((tls_model("initial-exec")));
   static __thread bool worth_tls __attribute__((tls_model("initial-exec")));
   /* On a one-CPU machine whoever we wait for (the peer process on shm, a
@@ -278,7 +279,7 @@ bool fs_wait_spin_worth(void)
    * raw verbs' instead of 1.2x.  (The machine's count, not our affinity: a
    * process pinned to one core of many may well wait for another core.)
    * busy_poll still spins. */
-  static int online;
+  static int online FS_HOT;
   if (!online)
     __atomic_store_n(&online, (int)sysconf(_SC_NPROCESSORS_ONLN), __ATOMIC_RELAXED);
   if (online == 1)

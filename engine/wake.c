@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <sys/eventfd.h>
 
+#include "base/hot.h"
 #include "base/fdreg.h"
 #include "base/lock.h"
 #include "base/proc.h"
@@ -40,9 +41,9 @@ void fs_wake_own(struct fs_conn *c)
 
 /* ---- leased wake fds (engine/wake.h) ------------------------------------ */
 
-static pthread_mutex_t fs_wake_pool_lock = PTHREAD_MUTEX_INITIALIZER;
-static int *fs_wake_pool;
-static uint32_t fs_wake_pool_n, fs_wake_pool_cap;
+static pthread_mutex_t fs_wake_pool_lock FS_HOT = PTHREAD_MUTEX_INITIALIZER;
+static int *fs_wake_pool FS_HOT;
+static uint32_t fs_wake_pool_n FS_HOT, fs_wake_pool_cap FS_HOT;
 
 /* An eventfd of the pool, or a new one (-1: none to be had; the waiter
  * then sleeps in bounded slices).  fd: the connection's, for the budget. */

@@ -1,9 +1,10 @@
 /* The fabric interface's few shared pieces.  See fabric/fabric.h. */
 #include <stddef.h>
 
+#include "base/hot.h"
 #include "fabric/fabric.h"
 
-const struct fs_fabric_host *fs_host;
+const struct fs_fabric_host *fs_host FS_HOT;
 
 void fs_fabric_set_host(const struct fs_fabric_host *h)
 {

@@ -6,16 +6,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/hot.h"
 #include "gpu/cuda.h"
 #include "base/log.h"
 
 static struct fs_cuda fs_cuda_tab;
-static const struct fs_cuda *fs_cuda_ptr; /* set once by fs_cuda_load; read atomically */
-static pthread_once_t fs_cuda_once = PTHREAD_ONCE_INIT;
+static const struct fs_cuda *fs_cuda_ptr FS_HOT; /* set once by fs_cuda_load; read atomically */
+static pthread_once_t fs_cuda_once FS_HOT = PTHREAD_ONCE_INIT;
 
 /* Environment, read once: 0 = unread, 1 = enabled, 2 = disabled. */
-static int fs_cuda_env_state;
-static const char *fs_cuda_env_lib;
+static int fs_cuda_env_state FS_HOT;
+static const char *fs_cuda_env_lib FS_HOT;
 
 static void fs_cuda_read_env(void)
 {

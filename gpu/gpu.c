@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/hot.h"
 #include "gpu/gpu.h"
 #include "gpu/cuda.h"
 #include "base/log.h"
@@ -16,16 +17,16 @@
 
 /* ---- is the driver in the process? -------------------------------------- */
 
-int fs_gpu_state;                  /* see gpu.h */
-uint64_t fs_gpu_next_tick, fs_gpu_recheck_ticks;
-static int64_t fs_gpu_next_probe; /* coarse ms; 0 = probe at the next call */
-static uint64_t fs_gpu_tick0;     /* tick and clock at the first probe: calibration */
-static int64_t fs_gpu_ms0;
-static unsigned long long fs_gpu_adds; /* the loader's load count at the last probe; 0 = none yet */
-static bool fs_gpu_driver_live;    /* the driver answered a query: it is initialised */
-static pthread_once_t fs_gpu_atfork_once = PTHREAD_ONCE_INIT;
+int fs_gpu_state FS_HOT;                  /* see gpu.h */
+uint64_t fs_gpu_next_tick FS_HOT, fs_gpu_recheck_ticks FS_HOT;
+static int64_t fs_gpu_next_probe FS_HOT; /* coarse ms; 0 = probe at the next call */
+static uint64_t fs_gpu_tick0 FS_HOT;     /* tick and clock at the first probe: calibration */
+static int64_t fs_gpu_ms0 FS_HOT;
+static unsigned long long fs_gpu_adds FS_HOT; /* the loader's load count at the last probe; 0 = none yet */
+static bool fs_gpu_driver_live FS_HOT;    /* the driver answered a query: it is initialised */
+static pthread_once_t fs_gpu_atfork_once FS_HOT = PTHREAD_ONCE_INIT;
 
-static struct fs_gpu_stats fs_gpu_st; /* relaxed atomic counters */
+static struct fs_gpu_stats fs_gpu_st FS_HOT; /* relaxed atomic counters */
 #define FS_GPU_COUNT(field, n) __atomic_add_fetch(&fs_gpu_st.field, (n), __ATOMIC_RELAXED)
 
 static void fs_gpu_pool_child(void);
@@ -236,7 +237,7 @@ int fs_gpu_classify(const void *p, size_t len)
 
 /* ---- contexts ----------------------------------------------------------- */
 
-static pthread_mutex_t fs_gpu_primary_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t fs_gpu_primary_lock FS_HOT = PTHREAD_MUTEX_INITIALIZER;
 static fs_cu_ctx fs_gpu_primary_ctx[FS_GPU_MAX_DEVICES];
 
 static void fs_gpu_primary_child(void)
@@ -365,7 +366,7 @@ static struct {
   void *buf[FS_GPU_POOL_MAX];
   bool busy[FS_GPU_POOL_MAX];
 } fs_gpu_pool = { .lock = PTHREAD_MUTEX_INITIALIZER };
-static pthread_once_t fs_gpu_pool_once = PTHREAD_ONCE_INIT;
+static pthread_once_t fs_gpu_pool_once FS_HOT = PTHREAD_ONCE_INIT;
 
 static void fs_gpu_pool_child(void)
 {

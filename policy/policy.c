@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/hot.h"
 #include "base/log.h"
 #include "policy/conffile.h"
 #include "policy/cidr.h"
@@ -394,8 +395,10 @@ int fs_policy_parse(const char *text, size_t len, const char *filename, struct f
   if (filename == NULL)
     filename = "(config)";
   p = calloc(1, sizeof *p);
-  c = malloc(sizeof *c); /* 4 KiB value buffer: keep it off the caller's stack */
-  if (p == NULL || c == NULL) {
+  /* 4 KiB value buffer: keep it off the caller's stack.  None for no text
+   * (no config file: most processes), whose first socket it cost a page. */
+  c = pos < end ? malloc(sizeof *c) : NULL;
+  if (p == NULL || (c == NULL && pos < end)) {
     free(p);
     free(c);
     if (err != NULL && errlen > 0)
@@ -404,9 +407,11 @@ int fs_policy_parse(const char *text, size_t len, const char *filename, struct f
   }
   fs_policy_builtin(&p->defaults);
   p->forced = -1;
-  c->p = p;
-  c->err = err;
-  c->errlen = errlen;
+  if (c != NULL) {
+    c->p = p;
+    c->err = err;
+    c->errlen = errlen;
+  }
   while (rc == 0 && pos < end) {
     const char *nl = memchr(pos, '\n', (size_t)(end - pos));
     const char *eol = nl != NULL ? nl : end;
@@ -552,17 +557,28 @@ const char *fs_fabric_name(int fabric)
 
 /* ---- the process's policy --------------------------------------------- */
 
-static pthread_once_t fs_policy_once = PTHREAD_ONCE_INIT;
-static const struct fs_policy *fs_policy_global;
-static bool fs_policy_disabled;
-static bool fs_policy_env_off; /* FABSOCK_DISABLE: not even tracked */
-static uint32_t fs_policy_ring;  /* FABSOCK_SHM_RING, bytes; 0 = the fabric's default */
-static uint32_t fs_policy_drop;  /* FABSOCK_TEST_RDMA_DROP or _WEDGE: test seams, see policy.h */
-static bool fs_policy_wedge;     /* ... it was _WEDGE */
-static bool fs_policy_door = true; /* FABSOCK_DOORBELL (0: off) */
+static pthread_once_t fs_policy_once FS_HOT = PTHREAD_ONCE_INIT;
+static const struct fs_policy *fs_policy_global FS_HOT;
+static bool fs_policy_disabled FS_HOT;
+static bool fs_policy_env_off FS_HOT; /* FABSOCK_DISABLE: not even tracked */
+static uint32_t fs_policy_ring FS_HOT;  /* FABSOCK_SHM_RING, bytes; 0 = the fabric's default */
+static uint32_t fs_policy_drop FS_HOT;  /* FABSOCK_TEST_RDMA_DROP or _WEDGE: test seams, see policy.h */
+static bool fs_policy_wedge FS_HOT;     /* ... it was _WEDGE */
+static bool fs_policy_door FS_HOT = true; /* FABSOCK_DOORBELL (0: off) */
 static struct fs_policy fs_policy_fallback; /* no rules, every match tcp */
-static bool fs_policy_hooks_any;  /* some connection may get inspection hooks */
-static bool fs_policy_local_any;  /* some rule names a local address or port */
+static bool fs_policy_hooks_any FS_HOT;  /* some connection may get inspection hooks */
+static bool fs_policy_local_any FS_HOT;  /* some rule names a local address or port */
+
+/* No rules, every match tcp: filled only when used (its page is not
+ * FS_HOT, and most processes never need it). */
+static void fs_policy_fall_back(void)
+{
+  fs_policy_builtin(&fs_policy_fallback.defaults);
+  fs_policy_fallback.defaults.fabric = FS_FABRIC_TCP;
+  fs_policy_fallback.forced = FS_FABRIC_TCP;
+  fs_policy_disabled = true;
+  fs_policy_global = &fs_policy_fallback;
+}
 
 static const char *fs_policy_getenv(const char *name)
 {
@@ -578,18 +594,14 @@ static void fs_policy_load(void)
 
   if (fs_log_configure(getenv("FABSOCK_LOG")) < 0)
     fs_log(FS_LOG_WARN, "FABSOCK_LOG: unknown words ignored");
-  fs_policy_builtin(&fs_policy_fallback.defaults);
-  fs_policy_fallback.defaults.fabric = FS_FABRIC_TCP;
-  fs_policy_fallback.forced = FS_FABRIC_TCP;
 
   v = getenv("FABSOCK_DISABLE");
   if (v != NULL && v[0] != '\0' && strcmp(v, "0") != 0) {
     if (strcmp(v, "1") != 0)
       fs_log(FS_LOG_WARN, "FABSOCK_DISABLE: '%.32s' taken as 1", v);
     fs_log(FS_LOG_INFO, "FABSOCK_DISABLE set: running unaccelerated");
-    fs_policy_disabled = true;
     fs_policy_env_off = true;
-    fs_policy_global = &fs_policy_fallback;
+    fs_policy_fall_back();
     return;
   }
   v = getenv("FABSOCK_SHM_RING");
@@ -620,8 +632,7 @@ static void fs_policy_load(void)
   if (rc < 0) {
     fs_log(FS_LOG_ERROR, "%s; running unaccelerated", err);
     fs_policy_free(p);
-    fs_policy_disabled = true;
-    fs_policy_global = &fs_policy_fallback;
+    fs_policy_fall_back();
     return;
   }
   fs_policy_global = p;

@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/hot.h"
 #include "base/reason.h"
 #include "base/real.h"
 #include "engine/sock.h"
@@ -74,7 +75,7 @@ FS_EXPORT int io_uring_queue_init_mem(unsigned entries, struct io_uring *ring, s
  * which name a ring by its fd alone.  A ring past the table is not
  * followed: the blanket rule. */
 #define FS_URING_MAX 64
-static pthread_mutex_t fs_uring_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t fs_uring_lock FS_HOT = PTHREAD_MUTEX_INITIALIZER;
 static struct { int fd; struct io_uring *ring; } fs_urings[FS_URING_MAX];
 
 static bool fs_uring_follow(struct io_uring *ring)

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/hot.h"
 #include "base/fdreg.h"
 #include "base/proc.h"
 #include "base/clock.h"
@@ -28,7 +29,7 @@
 
 #include "fabric/shm/rdv_int.h"
 
-struct fs_rdv_agent fs_rdv_a;
+struct fs_rdv_agent fs_rdv_a FS_HOT;
 
 static bool fs_rdv_event(void *arg);
 
