@@ -110,6 +110,12 @@ for p in $tails; do kill "$p" 2> /dev/null || true; done
 tails=
 end=$(date +%s.%N)
 
+# A's verdict exits on a timeout: B's console first, which says why B stopped answering where
+# it did (a kernel's hung-task or lockup report; CI once lost B after the rsocket rows).
+if [ "$qa" = 124 ] || [ "$qa" = 137 ]; then
+  echo "# run-two-hosts: a timed out; b's console (b exit $qb):"
+  vm_console "$run_b" | tail -n 40
+fi
 vm_verdict "$run_a" "$qa" "run-two-hosts: a" "$limit"
 vm_verdict "$run_b" "$qb" "run-two-hosts: b" "$limit"
 sa=$(cat "$run_a/status") sb=$(cat "$run_b/status")
