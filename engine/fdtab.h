@@ -2,8 +2,9 @@
  *
  * Atomic pointers indexed by fd: the first FS_FDTAB_LOW fds in a static
  * array (a program's own fds are low: the lookup of one we do not track is
- * a bounds check against the high water and one load), the rest in a table mapped at the first
- * install that needs it (two loads: its address, then the slot).  Untouched
+ * a check against the high water and one load, or that check alone), the
+ * rest in a table mapped at the first install that needs it (two loads:
+ * its address, then the slot).  Untouched
  * pages cost nothing.  The whole table was static: 8 MiB of .bss (16 with the
  * epoll sets' table) cost every preloaded process start 9-10 us here, whether
  * it ever made a socket or not; an empty library with a .bss of 1 MiB or more
