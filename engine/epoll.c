@@ -96,24 +96,13 @@ void fs_ep_reg_wake(struct fs_ep *ep, struct fs_ep_ent *e, int wfd)
  * the rest in a table mapped at the first set that needs it. */
 static struct fs_ep *fs_ep_low[FS_FDTAB_LOW];
 static struct fs_ep **fs_ep_high FS_HOT;
-/* Highest epfd ever given a slot + 1, raised before the slot is written:
- * a lookup above it reads no page of the table (close() asks of every fd
- * whether it is a set; the table's first page read cost ~10 us). */
-static int fs_ep_hiwater FS_HOT;
+static int fs_ep_hiwater FS_HOT; /* fs_fdtab_below: close() asks of every fd whether it is a set */
 
 /* epfd's slot; NULL if out of range, or high with no table (mapped first
  * if create), or (looking only) at or above the high water. */
 static inline struct fs_ep **fs_ep_slot(int epfd, bool create)
 {
-  if (create) {
-    int hw = __atomic_load_n(&fs_ep_hiwater, __ATOMIC_RELAXED);
-    while (epfd + 1 > hw && (unsigned)epfd < FS_FDTAB_SIZE &&
-           !__atomic_compare_exchange_n(&fs_ep_hiwater, &hw, epfd + 1, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-      ;
-  } else if ((unsigned)epfd >= (unsigned)__atomic_load_n(&fs_ep_hiwater, __ATOMIC_RELAXED)) {
-    return NULL;
-  }
-  return FS_FDTAB_SLOT(fs_ep_low, &fs_ep_high, epfd, create);
+  return FS_FDTAB_SLOT(fs_ep_low, &fs_ep_high, &fs_ep_hiwater, epfd, create);
 }
 
 static pthread_mutex_t fs_ep_alloc_lock FS_HOT = PTHREAD_MUTEX_INITIALIZER;

@@ -47,15 +47,11 @@ int fs_fdtab_install(int fd, struct fs_conn *c)
 {
   if ((unsigned)fd >= FS_FDTAB_SIZE)
     return -EBADF;
-  struct fs_conn **s = FS_FDTAB_SLOT(fs_fdtab_low, &fs_fdtab_high, fd, true);
+  struct fs_conn **s = FS_FDTAB_SLOT(fs_fdtab_low, &fs_fdtab_high, &fs_fdtab_hiwater, fd, true);
   if (!s)
     return -ENOMEM;
   fs_conn_get(c);
   __atomic_fetch_add(&c->nfds, 1, __ATOMIC_RELAXED);
-  int hw = __atomic_load_n(&fs_fdtab_hiwater, __ATOMIC_RELAXED);
-  while (fd + 1 > hw &&
-         !__atomic_compare_exchange_n(&fs_fdtab_hiwater, &hw, fd + 1, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-    ;
   struct fs_conn *old = __atomic_exchange_n(s, c, __ATOMIC_ACQ_REL);
   if (old != NULL) {
     /* The kernel fd was closed behind our back (closefrom by syscall, ...). */

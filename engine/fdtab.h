@@ -50,16 +50,37 @@ void fs_fdtab_map_drop(void *t);
     t_;                                                                                               \
   })
 
+/* A table's high water *hwp: highest fd ever given a slot + 1 (atomic).
+ * Creating raises it before the slot is written; looking at or above it
+ * reads no page of the table: a process that never tracked a socket reads
+ * none, and the first read of one costs ~10 us here (`cat` under the
+ * library paid it at its first write, and at close() for the epoll table).
+ * False: nothing there. */
+static inline bool fs_fdtab_below(int *hwp, unsigned f, bool create)
+{
+  if (!create)
+    return f < (unsigned)__atomic_load_n(hwp, __ATOMIC_RELAXED);
+  int hw = __atomic_load_n(hwp, __ATOMIC_RELAXED);
+  while (f < FS_FDTAB_SIZE && (int)f + 1 > hw &&
+         !__atomic_compare_exchange_n(hwp, &hw, (int)f + 1, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+    ;
+  return true;
+}
+
 /* The slot of fd in a table of two tiers: low[FS_FDTAB_LOW], static, and
- * *highp, FS_FDTAB_SIZE slots mapped at the first need (when create).
- * NULL if fd is out of range, or high with no high table (none to be had). */
-#define FS_FDTAB_SLOT(low, highp, fd, create)                                                         \
+ * *highp, FS_FDTAB_SIZE slots mapped at the first need (when create), with
+ * its high water *hwp (fs_fdtab_below).  NULL if fd is out of range, at or
+ * above the high water when looking, or high with no high table (none to
+ * be had). */
+#define FS_FDTAB_SLOT(low, highp, hwp, fd, create)                                                    \
   ({                                                                                                  \
     __typeof__(&(low)[0]) s_ = NULL;                                                                  \
     unsigned f_ = (unsigned)(fd);                                                                     \
-    if (__builtin_expect(f_ < FS_FDTAB_LOW, 1)) {                                                     \
+    if (!fs_fdtab_below((hwp), f_, (create)))                                                         \
+      ;                                                                                               \
+    else if (__builtin_expect(f_ < FS_FDTAB_LOW, 1))                                                  \
       s_ = &(low)[f_];                                                                                \
-    } else if (f_ < FS_FDTAB_SIZE) {                                                                  \
+    else if (f_ < FS_FDTAB_SIZE) {                                                                    \
       __typeof__(*(highp)) h_ = (create) ? FS_FDTAB_ENSURE(highp) : __atomic_load_n((highp), __ATOMIC_ACQUIRE); \
       if (h_)                                                                                         \
         s_ = &h_[f_];                                                                                 \
@@ -67,19 +88,15 @@ void fs_fdtab_map_drop(void *t);
     s_;                                                                                               \
   })
 
-/* Highest fd ever installed + 1 (bounds foreach and lookups); raised
- * before the slot is written.  FS_HOT (base/hot.h). */
+/* Highest fd ever installed + 1 (bounds foreach and lookups: its high
+ * water, fs_fdtab_below).  FS_HOT (base/hot.h). */
 extern int fs_fdtab_hiwater;
 
 /* The slot of fd, or NULL if fd is out of range, at or above the high
- * water (no entry there: a process that never tracked a socket reads no
- * page of the table, whose first read costs ~10 us here, as `cat` under
- * the library paid at its first write), or high with no high table yet. */
+ * water, or high with no high table yet. */
 static inline struct fs_conn **fs_fdtab_slot(int fd)
 {
-  if ((unsigned)fd >= (unsigned)__atomic_load_n(&fs_fdtab_hiwater, __ATOMIC_RELAXED))
-    return NULL;
-  return FS_FDTAB_SLOT(fs_fdtab_low, &fs_fdtab_high, fd, false);
+  return FS_FDTAB_SLOT(fs_fdtab_low, &fs_fdtab_high, &fs_fdtab_hiwater, fd, false);
 }
 
 /* c, referenced, if slot s still holds it after the reference is taken. */
