@@ -198,6 +198,35 @@ int fs_bell_peer_get(int efd, int memfd, int budget_fd, struct fs_bell_peer **ou
   return rc;
 }
 
+int fs_bell_peer_own(int efd, int memfd, int budget_fd, struct fs_bell_peer **out)
+{
+  struct stat st;
+  if (fstat(memfd, &st) < 0)
+    return -errno;
+  pthread_mutex_lock(&fs_bell_lock);
+  struct fs_bell_peer *p = fs_bell_peers;
+  for (; p; p = p->next)
+    if (p->dev == (uint64_t)st.st_dev && p->ino == (uint64_t)st.st_ino) {
+      p->refs++;
+      break;
+    }
+  pthread_mutex_unlock(&fs_bell_lock);
+  if (p) {
+    *out = p;
+    return 0;
+  }
+  /* New here: dups for fs_bell_peer_get to take (it keeps the eventfd's). */
+  int e = FS_FDREG_MAKE(FS_REAL(fcntl)(efd, F_DUPFD_CLOEXEC, 0));
+  int m = e < 0 ? -1 : FS_FDREG_MAKE(FS_REAL(fcntl)(memfd, F_DUPFD_CLOEXEC, 0));
+  if (m < 0) {
+    int rc = -errno;
+    if (e >= 0)
+      fs_fdreg_close(e);
+    return rc;
+  }
+  return fs_bell_peer_get(e, m, budget_fd, out);
+}
+
 void fs_bell_peer_put(struct fs_bell_peer *p)
 {
   if (!p)

@@ -93,6 +93,13 @@ uint32_t fs_policy_ring_size(void);
  * own (engine/door.h). */
 bool fs_policy_doorbell(void);
 
+/* FABSOCK_RDMA_OWN_CHANNELS (default FS_POLICY_RDMA_OWN_CC): how many rdma
+ * connections of the process at a time have a completion channel and a
+ * wake eventfd of their own, the rest sharing one per device
+ * (fabric/rdma/cq.h). */
+#define FS_POLICY_RDMA_OWN_CC 16
+uint32_t fs_policy_rdma_own(void);
+
 /* FABSOCK_TEST_RDMA_DROP=N (tests only): the rdma fabric holds back its
  * pushes of records from the Nth in this process on, as a requester that
  * stalled silently would (0: never), until its stall watch posts them.

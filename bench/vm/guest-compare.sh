@@ -15,7 +15,9 @@
 #   FB_ROUNDS (fabsock-bench rounds, 7),
 #   FABSOCK_BENCH_TRANSPORT (FABSOCK_TRANSPORT for the libfabsock column, default rdma: both
 #   processes are on one host, where "auto" would pick shm), SOCKPERF_TIME (5), IPERF3_TIME (3),
-#   FABSOCK_BENCH_HOST_LOAD (this machine's load average when the VM started, for the record).
+#   FABSOCK_BENCH_HOST_LOAD (this machine's load average when the VM started, for the record),
+#   FABSOCK_LIB_B (another build of libfabsock.so: one more column, "build B", measured the same
+#   way in the same rounds: an A/B of two builds side by side).
 . "$(cd "$(dirname "$0")/../../tests/vm" && pwd -P)/lib.sh"
 
 export SOCKPERF_TIME=${SOCKPERF_TIME:-5} IPERF3_TIME=${IPERF3_TIME:-3}
@@ -95,6 +97,11 @@ fi
 if have_fabsock; then
   T_NAMES+=("libfabsock preload") T_ENVS+=("LD_PRELOAD=$FABSOCK_LIB FABSOCK_TRANSPORT=$transport")
   T_BASES+=(21020) T_TOS+=(60) T_FABS+=(stat)
+  # Another build of the library beside it, for an A/B in one run (FABSOCK_LIB_B).
+  if [ -n "${FABSOCK_LIB_B:-}" ] && [ -f "$FABSOCK_LIB_B" ]; then
+    T_NAMES+=("build B preload") T_ENVS+=("LD_PRELOAD=$FABSOCK_LIB_B FABSOCK_TRANSPORT=$transport")
+    T_BASES+=(21030) T_TOS+=(60) T_FABS+=(stat)
+  fi
 fi
 
 # fabsock-bench first, the transports alternating round by round: FB_STATUS[i], and the

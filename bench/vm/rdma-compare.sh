@@ -6,7 +6,7 @@
 # Prints the guest's progress, a table and the JSON; --json also writes the JSON to FILE.
 # Environment: FABSOCK_LIB, FABSOCK_BIN (`make bench-vm` sets them), FABSOCK_BENCH_PROG
 #   (fabsock-bench), FABSOCK_BENCH_TRANSPORT, FB_ROUNDS, SOCKPERF_TIME, IPERF3_TIME (see
-#   guest-compare.sh),
+#   guest-compare.sh), FABSOCK_LIB_B (another build, one more column: see guest-compare.sh),
 #   FABSOCK_BENCH_TIMEOUT (whole VM, default 1200 s), FABSOCK_VM_APPEND (guest kernel
 #   arguments, default idle=poll; see below).
 # Exit status: run-in-vm.sh's (77 with "# SKIP" when this machine cannot run the VM).

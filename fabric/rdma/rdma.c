@@ -15,6 +15,7 @@
 #include "base/clock.h"
 #include "base/lock.h"
 #include "base/log.h"
+#include "fabric/rdma/cq.h"
 #include "fabric/rdma/mr.h"
 #include "fabric/rdma/rdma.h"
 #include "fabric/rdma/rdma_int.h"
@@ -394,12 +395,14 @@ static void fs_rdma_take(struct fs_rdma *r, uint32_t imm)
   }
 }
 
-/* Wake this end's sleepers: write the connection's wake eventfd (it goes
- * away under slock, in fs_rdma_release). */
+/* Wake this end's sleepers: ring the connection's door, or write its wake
+ * eventfd (both go away under slock, in fs_rdma_release). */
 void fs_rdma_wake_local(struct fs_rdma *r)
 {
   fs_lock(&r->slock);
-  if (r->ch.my_efd >= 0)
+  if (r->bell)
+    fs_bell_peer_ring(r->bell, r->bell_slot);
+  else if (r->ch.my_efd >= 0)
     fs_chan_efd_write(r->ch.my_efd);
   fs_unlock(&r->slock);
 }
@@ -408,6 +411,28 @@ void fs_rdma_set_wake(struct fs_rdma *r, int my_efd)
 {
   fs_lock(&r->slock);
   r->ch.my_efd = my_efd;
+  fs_unlock(&r->slock);
+}
+
+/* The agent, for an event of the device's shared completion channel
+ * (fabric/rdma/cq.c): r's CQ has news. */
+static void fs_rdma_cq_event(void *ctx)
+{
+  struct fs_rdma *r = ctx;
+  r->n_event++;
+  fs_rdma_wake_local(r);
+}
+
+bool fs_rdma_own_channel(const struct fs_rdma *r)
+{
+  return r->cc != NULL;
+}
+
+void fs_rdma_set_bell(struct fs_rdma *r, struct fs_bell_peer *bell, uint32_t slot)
+{
+  fs_lock(&r->slock);
+  r->bell = r->bell_held = bell;
+  r->bell_slot = slot;
   fs_unlock(&r->slock);
 }
 
@@ -510,11 +535,12 @@ static void fs_rdma_progress(struct fs_chan *ch)
   }
 }
 
-/* Clear the completion channel, then ask for an event on the next receive. */
+/* A channel of its own: clear it (a channel on the device's is the
+ * agent's to drain, fabric/rdma/cq.h). */
 static void fs_rdma_drain(struct fs_chan *ch)
 {
   struct fs_rdma *r = (struct fs_rdma *)ch;
-  if (r->foreign)
+  if (r->foreign || !r->cc)
     return;
   struct ibv_cq *cq;
   void *ctx;
@@ -524,6 +550,7 @@ static void fs_rdma_drain(struct fs_chan *ch)
   errno = saved;
 }
 
+/* Ask for an event on the next receive (after clearing our channel). */
 static void fs_rdma_arm(struct fs_chan *ch)
 {
   struct fs_rdma *r = (struct fs_rdma *)ch;
@@ -540,8 +567,9 @@ static void fs_rdma_release(struct fs_chan *ch)
   struct fs_rdma *r = (struct fs_rdma *)ch;
   if (r->foreign)
     return; /* the parent's; never touch it here */
-  fs_lock(&r->slock); /* fs_rdma_peer_gone may be writing it */
+  fs_lock(&r->slock); /* fs_rdma_wake_local may be ringing it */
   r->ch.my_efd = -1;               /* the connection closes it next: never again */
+  r->bell = NULL;                  /* its slot may go to another connection */
   fs_unlock(&r->slock);
   fs_rdmacm_retire(r);
 }
@@ -600,7 +628,7 @@ int fs_rdma_qp(struct fs_rdma *r)
   return errno ? -errno : -ENOMEM;
 }
 
-int fs_rdma_new(struct rdma_cm_id *id, uint32_t size, int side, int my_efd, struct fs_rdma **out)
+int fs_rdma_new(struct rdma_cm_id *id, uint32_t size, int side, struct fs_rdma **out)
 {
   struct fs_rdma *r;
   if (posix_memalign((void **)&r, 64, sizeof *r) != 0)
@@ -615,23 +643,12 @@ int fs_rdma_new(struct rdma_cm_id *id, uint32_t size, int side, int my_efd, stru
   if (!(r->pd = fs_rdma_mr_pd(id->verbs)))
     goto fail;
   step = "completion channel";
-  fs_fdreg_make_begin();
-  r->cc = FS_VERBS(ibv_create_comp_channel)(id->verbs);
-  /* Out of the application's low numbers (this is the agent thread), before
-   * a CQ names the channel to the kernel: libibverbs only ever uses the
-   * number it finds in the (public) struct. */
-  if (r->cc)
-    r->cc->fd = fs_fdreg_move_high(r->cc->fd);
-  fs_fdreg_make_end();
-  if (!r->cc)
+  struct ibv_comp_channel *cc = r->cc = fs_rdma_cc_own(id->verbs);
+  if (!cc && !(cc = fs_rdma_cc_shared(id->verbs, fs_rdma_cq_event)))
     goto fail;
   step = "cq";
-  if (!(r->rcq = FS_VERBS(ibv_create_cq)(id->verbs, FS_RDMA_RQ, r, r->cc, 0)) ||
+  if (!(r->rcq = FS_VERBS(ibv_create_cq)(id->verbs, FS_RDMA_RQ, r, cc, 0)) ||
       !(r->scq = FS_VERBS(ibv_create_cq)(id->verbs, FS_RDMA_SQ, r, NULL, 0)))
-    goto fail;
-  step = "fcntl";
-  int fl = FS_REAL(fcntl)(r->cc->fd, F_GETFL, 0);
-  if (fl < 0 || FS_REAL(fcntl)(r->cc->fd, F_SETFL, fl | O_NONBLOCK) < 0)
     goto fail;
   step = "memory registration";
   if ((rc = fs_rdma_mr_get(r->pd, size, &r->g)) < 0)
@@ -662,8 +679,8 @@ int fs_rdma_new(struct rdma_cm_id *id, uint32_t size, int side, int my_efd, stru
   ch->tx = (struct fs_ring){ .ctl = &r->ctl[1], .data = r->g.buf + size, .size = size, .win = win, .win_lim = win };
   ch->me = &r->ep[0];
   ch->peer = &r->ep[1];
-  ch->my_efd = my_efd;
-  ch->wait_fd = r->cc->fd;
+  ch->my_efd = -1;
+  ch->wait_fd = r->cc ? r->cc->fd : -1;
   *out = r;
   return 0;
 fail:
@@ -749,9 +766,9 @@ void fs_rdma_destroy(struct fs_rdma *r)
   if (!r)
     return;
   fs_log(FS_LOG_DEBUG, "rdma channel %p: %llu posts, %llu work requests, %llu receive completions, %llu arms, "
-         "%llu send-queue waits, %llu resumes; tx %llu rx %llu", (void *)r, (unsigned long long)r->n_post,
+         "%llu events, %llu send-queue waits, %llu resumes; tx %llu rx %llu", (void *)r, (unsigned long long)r->n_post,
          (unsigned long long)r->n_wr, (unsigned long long)r->n_cqe, (unsigned long long)r->n_arm,
-         (unsigned long long)r->n_reap_wait, (unsigned long long)r->n_resume, (unsigned long long)r->pub_tail,
+         (unsigned long long)r->n_event, (unsigned long long)r->n_reap_wait, (unsigned long long)r->n_resume, (unsigned long long)r->pub_tail,
          (unsigned long long)r->ctl[0].tail);
   if (r->id) {
     if (r->id->qp) {
@@ -766,14 +783,9 @@ void fs_rdma_destroy(struct fs_rdma *r)
     FS_VERBS(ibv_destroy_cq)(r->rcq);
   if (r->scq)
     FS_VERBS(ibv_destroy_cq)(r->scq);
-  if (r->cc) {
-    /* libibverbs closes it through our close(): ours no longer, and not
-     * to wait for another thread's window (base/fdreg.h) */
-    fs_fdreg_make_begin();
-    fs_fdreg_set(r->cc->fd, false);
-    FS_VERBS(ibv_destroy_comp_channel)(r->cc);
-    fs_fdreg_make_end();
-  }
+  if (r->cc)
+    fs_rdma_cc_own_free(r->cc);
+  fs_bell_peer_put(r->bell_held);
   fs_rdma_mr_put(&r->g);
   free(r);
 }

@@ -48,9 +48,10 @@
  * dead (peer closed) and the TCP socket tells the application the rest.
  *
  * Threads: publish/credit/wake post under one lock; completions are polled
- * by whichever thread looks (try-lock, nobody waits for it); waiters sleep
- * on the completion channel (fs_chan.wait_fd) armed for the receive queue,
- * where data, credits and flags all arrive. */
+ * by whichever thread looks (try-lock, nobody waits for it); waiters arm
+ * the receive queue, where data, credits and flags all arrive, and sleep on
+ * its completion channel (fs_chan.wait_fd) where it has one of its own, or
+ * on what the agent wakes for the device's (fabric/rdma/cq.h). */
 #ifndef FS_FABRIC_RDMA_RDMA_H
 #define FS_FABRIC_RDMA_RDMA_H
 
@@ -120,13 +121,19 @@ struct fs_rdma *fs_rdma_of(struct fs_chan *ch); /* NULL unless ch is rdma */
 
 /* Queue pair, completion queues and registered rings on id's device, and
  * receives posted; the id must have its route resolved (or be a
- * connection request).  side: 0 connecting end, 1 accepting end.  my_efd is
- * the connection's wake eventfd (not owned; -1: none yet, see
- * fs_rdma_set_wake).  0 or -errno. */
-int fs_rdma_new(struct rdma_cm_id *id, uint32_t size, int side, int my_efd, struct fs_rdma **out);
-/* The connection's wake eventfd, made only once the peer accepted (the
- * connecting end): before the attach that publishes the channel. */
+ * connection request).  side: 0 connecting end, 1 accepting end.  0 or
+ * -errno. */
+int fs_rdma_new(struct rdma_cm_id *id, uint32_t size, int side, struct fs_rdma **out);
+/* How this end's waiters are woken, set before the attach that publishes
+ * the channel: the connection's wake eventfd (not owned), or a slot of its
+ * door (the reference is the channel's). */
 void fs_rdma_set_wake(struct fs_rdma *r, int my_efd);
+struct fs_bell_peer;
+void fs_rdma_set_bell(struct fs_rdma *r, struct fs_bell_peer *bell, uint32_t slot);
+/* Its waiters sleep on a completion channel of its own (fabric/rdma/cq.h):
+ * woken by the connection's wake eventfd; else the agent rings them,
+ * through its door where it has one. */
+bool fs_rdma_own_channel(const struct fs_rdma *r);
 
 /* What the peer's handshake said: its region's address and key, and
  * whether the key covers the whole region (FS_RDMACM_F_WHOLE).  Before the

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "base/bell.h"
 #include "base/lock.h"
 #include "fabric/chan.h"
 #include "fabric/rdma/mr.h"
@@ -38,8 +39,13 @@ struct fs_rdma {
   struct fs_chan_ep ep[2];          /* [0] mine, [1] the peer's as last told */
   struct rdma_cm_id *id;
   struct ibv_pd *pd;
-  struct ibv_comp_channel *cc;
+  struct ibv_comp_channel *cc;       /* its own (fs_chan.wait_fd), or NULL: rcq reports to the
+                                       device's (fabric/rdma/cq.h) */
   struct ibv_cq *rcq, *scq;
+  struct fs_bell_peer *bell;        /* this end's waiters: the connection's door (its slot), or
+                                       ch.my_efd; both cleared at release (slock) */
+  struct fs_bell_peer *bell_held;   /* the reference, put at destroy */
+  uint32_t bell_slot;
   struct fs_rdma_region g;           /* our rings (g.buf, g.size) and their registrations */
   uint32_t max_inline;
   uint32_t qpn;                     /* the queue pair's number: completions of a replaced one
@@ -85,7 +91,7 @@ struct fs_rdma {
   bool peer_resumed;                /* the peer's RESUME came (peer_tail), ours maybe not yet */
   uint64_t peer_tail;
   /* counters for the debug log at tear-down (racy increments are fine) */
-  uint64_t n_post, n_wr, n_cqe, n_arm, n_reap_wait, n_resume;
+  uint64_t n_post, n_wr, n_cqe, n_arm, n_event, n_reap_wait, n_resume;
 };
 
 #define FS_RDMA_K_TX 1u
@@ -135,6 +141,8 @@ void fs_rdma_take_key(struct fs_rdma *r, uint32_t v);
 int fs_rdma_qp(struct fs_rdma *r);
 int fs_rdma_reap_now(struct fs_rdma *r);
 bool fs_rdma_take_all(struct fs_rdma *r);
+/* Wake this end's sleepers (any thread; the agent for the device's
+ * completion channel, fabric/rdma/cq.c). */
 void fs_rdma_wake_local(struct fs_rdma *r);
 
 /* heal.c, for rdma.c */

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <stddef.h>
 #include <string.h>
+#include "base/bell.h"
 #include "base/fdreg.h"
 #include "base/proc.h"
 #include "base/hmac.h"
@@ -180,6 +181,35 @@ uint8_t fs_cm_log2(uint32_t v)
   return l;
 }
 
+/* How c's waiters learn of r's news (fs_rdma_wake_local).  A channel on
+ * the device's completion channel: a slot of c's door, rung as a peer on
+ * this host rings it (the door is the engine's choice, host->bell: an
+ * epoll set's, a thread's or the process's; one ringer per door in the
+ * process, fs_bell_peer_own), so that the connection holds no descriptor
+ * of its own.  Else, or where c takes no door, its wake eventfd (its
+ * waiters sleep on their own completion channel beside it: a door is not
+ * looked at there, engine/ready.c).  0, or a reason (no fd to spare, or
+ * closed meanwhile). */
+static int fs_cm_wake(struct fs_link *c, struct fs_rdma *r)
+{
+  int efd, memfd;
+  uint32_t slot;
+  if (!fs_rdma_own_channel(r) && fs_host->bell(c, &efd, &memfd, &slot) == 0) {
+    struct fs_bell_peer *b;
+    int rc = fs_bell_peer_own(efd, memfd, c->fd, &b);
+    if (rc < 0) {
+      fs_log(FS_LOG_INFO, "fd %d: no ringer for its door: %s", c->fd, strerror(-rc));
+      return FS_REASON_RESOURCES;
+    }
+    fs_rdma_set_bell(r, b, slot);
+    return 0;
+  }
+  int status = fs_host->wake(c);
+  if (status == 0)
+    fs_rdma_set_wake(r, c->wake_fd);
+  return status;
+}
+
 /* The channel is the connection's now: the item only maps cm events to it. */
 static void fs_cm_attached(struct fs_cm_item *it)
 {
@@ -243,7 +273,7 @@ static void fs_cm_cli_route(struct fs_cm_item *it)
    * device) kept this connection pending for the whole set-up bound, each
    * blocking receive a non-blocking one, a poll on two fds and another
    * receive (sockperf 1.1-1.4x slower than plain across two guests). */
-  int rc = fs_rdma_new(it->id, it->ring, 0, -1, &it->r);
+  int rc = fs_rdma_new(it->id, it->ring, 0, &it->r);
   if (rc < 0) {
     fs_log(FS_LOG_INFO, "fd %d: rdma resources: %s", it->c->fd, strerror(-rc));
     fs_cm_cli_fail(it, FS_REASON_RESOURCES);
@@ -280,12 +310,11 @@ static void fs_cm_cli_established(struct fs_cm_item *it, const uint8_t *pd, size
     fs_cm_cli_fail(it, FS_REASON_AUTH); /* the disconnect leaves the peer on tcp too */
     return;
   }
-  int status = fs_host->wake(c); /* a reason: no fd to spare, or closed meanwhile */
+  int status = fs_cm_wake(c, it->r);
   if (status) {
     fs_cm_cli_fail(it, status); /* our disconnect leaves the peer on tcp, unattached */
     return;
   }
-  fs_rdma_set_wake(it->r, c->wake_fd);
   fs_rdma_set_peer(it->r, be64toh(m.addr), ntohl(m.rkey), (ntohl(m.flags) & FS_RDMACM_F_WHOLE) != 0);
   if (fs_host->attach(it->c, fs_rdma_chan(it->r)) != 0) {
     fs_cm_drop(it); /* closed meanwhile; the peer sees the disconnect */
@@ -381,15 +410,15 @@ static bool fs_cm_srv_try(struct fs_cm_item *it)
                               (struct sockaddr *)&c->local, NULL, fs_cm_wall_ms(), &M.seen);
   if (status == FS_REASON_AUTH)
     fs_host->refused(c, status);
-  if (status == 0)
-    status = fs_host->wake(c); /* a reason: no fd to spare, or closed meanwhile */
   if (status == 0) {
-    int rc = fs_rdma_new(it->id, it->ring, 1, c->wake_fd, &it->r);
+    int rc = fs_rdma_new(it->id, it->ring, 1, &it->r);
     if (rc < 0) {
       fs_log(FS_LOG_INFO, "fd %d: rdma resources: %s", c->fd, strerror(-rc));
       status = FS_REASON_RESOURCES;
     }
   }
+  if (status == 0)
+    status = fs_cm_wake(c, it->r);
   if (status != 0) {
     fs_log(FS_LOG_INFO, "rdma rendezvous refused for fd %d: %s", c->fd, fs_reason_name(status));
     fs_cm_reject(it, status);

@@ -566,6 +566,12 @@ mc_ok=$hm_ok mc=$hm_tally mc_fds=$hm_fds
 awk -v n=$mc_n '$5 != "rdma" { bad = 1 } END { exit bad || NR != n }' "$T_WORK/mc-stat" || mc_ok=1
 t_check $mc_ok "non-root, memlock $mc_kib KiB, $mc_n connections in one process: all intact and on rdma ($mc; $(grep -m1 '^{' "$T_WORK/mc.out" || tail -n 1 "$T_WORK/mc.out"))"
 t_diag "the server's descriptors with them open: $mc_fds"
+# Completion channels: the first 16 connections of a process have one of their own, the rest
+# share one per device (fabric/rdma/cq.h): with 200 on rdma, the server held 200 of them (and
+# as many wake eventfds) before.  Its device's async fd is one more.
+mc_cc=$(grep -o 'infinibandevent\] x[0-9]*' <<< "$mc_fds" | grep -o '[0-9]*$')
+[ "${mc_cc:-999}" -le 20 ]
+t_check $? "rdma completion channels do not grow with the connections: the server held ${mc_cc:-?} for $mc_n connections (16 of their own at most, one shared)"
 
 }
 # ---- a peer that does not read ----------------------------------------------------------------------
