@@ -198,7 +198,7 @@ int fs_bell_peer_get(int efd, int memfd, int budget_fd, struct fs_bell_peer **ou
   return rc;
 }
 
-int fs_bell_peer_own(int efd, int memfd, int budget_fd, struct fs_bell_peer **out)
+int fs_bell_peer_own(int efd, int memfd, struct fs_bell_peer **out)
 {
   struct stat st;
   if (fstat(memfd, &st) < 0)
@@ -215,7 +215,11 @@ int fs_bell_peer_own(int efd, int memfd, int budget_fd, struct fs_bell_peer **ou
     *out = p;
     return 0;
   }
-  /* New here: dups for fs_bell_peer_get to take (it keeps the eventfd's). */
+  /* New here: dups for fs_bell_peer_get to take (it keeps the eventfd's).
+   * Not within the peers' share (fs_fdreg_share_ok): one per door of our
+   * own, whose number is bounded where they are made (a thread per
+   * connection holds 64 thread doors; counted as peers', the 65th ringer
+   * failed, and 120 of a server's 200 rdma connections stayed on TCP). */
   int e = FS_FDREG_MAKE(FS_REAL(fcntl)(efd, F_DUPFD_CLOEXEC, 0));
   int m = e < 0 ? -1 : FS_FDREG_MAKE(FS_REAL(fcntl)(memfd, F_DUPFD_CLOEXEC, 0));
   if (m < 0) {
@@ -224,7 +228,7 @@ int fs_bell_peer_own(int efd, int memfd, int budget_fd, struct fs_bell_peer **ou
       fs_fdreg_close(e);
     return rc;
   }
-  return fs_bell_peer_get(e, m, budget_fd, out);
+  return fs_bell_peer_get(e, m, -1, out);
 }
 
 void fs_bell_peer_put(struct fs_bell_peer *p)

@@ -88,8 +88,8 @@ void fs_bell_peer_put(struct fs_bell_peer *p);
 /* The same for a bell of this process's own, its fds lent (kept open):
  * a ringer for wakes that start here (rdma's completions, taken by the
  * agent).  The one held if any (no descriptor), else one made from dups
- * of them.  0 or -errno. */
-int fs_bell_peer_own(int efd, int memfd, int budget_fd, struct fs_bell_peer **out);
+ * of them, outside the peers' budget.  0 or -errno. */
+int fs_bell_peer_own(int efd, int memfd, struct fs_bell_peer **out);
 
 /* Ring slot of a peer's bell. */
 static inline void fs_bell_peer_ring(struct fs_bell_peer *p, uint32_t slot)

@@ -196,7 +196,7 @@ static int fs_cm_wake(struct fs_link *c, struct fs_rdma *r)
   uint32_t slot;
   if (!fs_rdma_own_channel(r) && fs_host->bell(c, &efd, &memfd, &slot) == 0) {
     struct fs_bell_peer *b;
-    int rc = fs_bell_peer_own(efd, memfd, c->fd, &b);
+    int rc = fs_bell_peer_own(efd, memfd, &b);
     if (rc < 0) {
       fs_log(FS_LOG_INFO, "fd %d: no ringer for its door: %s", c->fd, strerror(-rc));
       return FS_REASON_RESOURCES;

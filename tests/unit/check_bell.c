@@ -1,7 +1,8 @@
 /* Unit tests for base/bell: a ring is seen once by a drain, the eventfd is
  * written once per drain whatever the number of rings, no ring is lost
  * to concurrent drains (threads ringing and draining at once), a peer's
- * bell is held once per page, and hostile fds (a pipe, an unsealed or
+ * bell is held once per page (and a ringer of our own bell likewise, the
+ * fds lent), and hostile fds (a pipe, an unsealed or
  * short memfd, a page of another format) are refused with nothing kept. */
 #include <check.h>
 #include <errno.h>
@@ -237,6 +238,51 @@ START_TEST(t_peer_budget)
 }
 END_TEST
 
+/* A ringer of one of our own bells (rdma's completions): the lent fds stay
+ * open and ours; one ringer per bell; a ring reaches the owner's drain;
+ * and its share is not the peers' (in a child at 64 fds, where 4 peers'
+ * bells are all a process keeps: a fifth of our own still gets one). */
+static int own_child(void)
+{
+  struct rlimit rl = { 64, 64 };
+  if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+    return 10;
+  int efd[6], memfd[6];
+  struct fs_bell_page *pg[6];
+  for (int i = 0; i < 6; i++)
+    if (fs_bell_make(&efd[i], &memfd[i], &pg[i]) < 0)
+      return 11;
+  struct fs_bell_peer *p[6], *again;
+  for (int i = 0; i < 4; i++)
+    if (fs_bell_peer_get(dup(efd[i]), dup(memfd[i]), 3, &p[i]) != 0)
+      return 12; /* the peers' share, full */
+  if (fs_bell_peer_own(efd[5], memfd[5], &p[5]) != 0 || !p[5])
+    return 13;
+  if (!fd_open(efd[5]) || !fd_open(memfd[5]) || p[5]->efd == efd[5])
+    return 14; /* lent, not taken: the ringer has a dup */
+  if (fs_bell_peer_own(efd[5], memfd[5], &again) != 0 || again != p[5] || fs_bell_peer_count() != 5)
+    return 15; /* one per bell */
+  fs_bell_peer_ring(again, 7);
+  struct seen s = { 0, calloc(FS_BELL_SLOTS, 1) };
+  if (fs_bell_drain(pg[5], efd[5], note, &s) != 1 || s.hit[7] != 1)
+    return 16;
+  fs_bell_peer_put(again);
+  fs_bell_peer_put(p[5]);
+  if (fs_bell_peer_count() != 4 || !fd_open(efd[5]) || !fd_open(memfd[5]))
+    return 17; /* the ringer gone, the bell's own fds still open */
+  free(s.hit);
+  return 0;
+}
+
+START_TEST(t_peer_own)
+{
+  pid_t pid = fork();
+  if (pid == 0)
+    _exit(own_child());
+  ck_child_exits_ok(pid);
+}
+END_TEST
+
 static int memfd_of(size_t size, bool seal, uint32_t magic)
 {
   int fd = memfd_create("t", MFD_ALLOW_SEALING);
@@ -286,6 +332,7 @@ int main(void)
   tcase_add_test(tc, t_peer_held_once);
   tcase_add_test(tc, t_peer_hostile);
   tcase_add_test(tc, t_peer_budget);
+  tcase_add_test(tc, t_peer_own);
   suite_add_tcase(s, tc);
   return run_suite(s, false);
 }
