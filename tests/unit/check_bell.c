@@ -196,6 +196,19 @@ START_TEST(t_peer_held_once)
 }
 END_TEST
 
+/* In a child: RLIMIT_NOFILE lowered to 64 for good, and six bells of
+ * our own.  0, or the step that failed. */
+static int six_bells_at_64(int efd[6], int memfd[6], struct fs_bell_page *pg[6])
+{
+  struct rlimit rl = { 64, 64 };
+  if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+    return 10;
+  for (int i = 0; i < 6; i++)
+    if (fs_bell_make(&efd[i], &memfd[i], &pg[i]) < 0)
+      return 11;
+  return 0;
+}
+
 /* A new peer's bell keeps its eventfd: only within the fd budget of the
  * application's count (3/4 of RLIMIT_NOFILE, base/fdreg.h), and only for
  * a sixteenth of the limit's peer processes.  A bell already held costs
@@ -205,14 +218,10 @@ END_TEST
  * with EMFILE. */
 static int budget_child(void)
 {
-  struct rlimit rl = { 64, 64 };
-  if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
-    return 10;
-  int efd[6], memfd[6];
+  int efd[6], memfd[6], rc;
   struct fs_bell_page *pg[6];
-  for (int i = 0; i < 6; i++)
-    if (fs_bell_make(&efd[i], &memfd[i], &pg[i]) < 0)
-      return 11;
+  if ((rc = six_bells_at_64(efd, memfd, pg)) != 0)
+    return rc;
   struct fs_bell_peer *a = NULL, *b = (void *)1, *c = NULL;
   int e = dup(efd[5]), m = dup(memfd[5]);
   if (fs_bell_peer_get(e, m, 40, &b) != -EMFILE || b != NULL || fd_open(e) || fd_open(m))
@@ -231,10 +240,7 @@ static int budget_child(void)
 
 START_TEST(t_peer_budget)
 {
-  pid_t pid = fork();
-  if (pid == 0)
-    _exit(budget_child());
-  ck_child_exits_ok(pid);
+  ck_in_child(budget_child);
 }
 END_TEST
 
@@ -244,14 +250,10 @@ END_TEST
  * bells are all a process keeps: a fifth of our own still gets one). */
 static int own_child(void)
 {
-  struct rlimit rl = { 64, 64 };
-  if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
-    return 10;
-  int efd[6], memfd[6];
+  int efd[6], memfd[6], rc;
   struct fs_bell_page *pg[6];
-  for (int i = 0; i < 6; i++)
-    if (fs_bell_make(&efd[i], &memfd[i], &pg[i]) < 0)
-      return 11;
+  if ((rc = six_bells_at_64(efd, memfd, pg)) != 0)
+    return rc;
   struct fs_bell_peer *p[6], *again;
   for (int i = 0; i < 4; i++)
     if (fs_bell_peer_get(dup(efd[i]), dup(memfd[i]), 3, &p[i]) != 0)
@@ -276,10 +278,7 @@ static int own_child(void)
 
 START_TEST(t_peer_own)
 {
-  pid_t pid = fork();
-  if (pid == 0)
-    _exit(own_child());
-  ck_child_exits_ok(pid);
+  ck_in_child(own_child);
 }
 END_TEST
 

@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 /* Run suite s as the harness asks (CK_VERBOSITY, CK_TAP_LOG_FILE_NAME,
  * CK_FORK); own_process: every test in a process of its own whatever
@@ -30,6 +31,16 @@ static inline void ck_child_exits_ok(pid_t pid)
   ck_assert_int_eq(waitpid(pid, &st, 0), pid);
   ck_assert(WIFEXITED(st));
   ck_assert_int_eq(WEXITSTATUS(st), 0);
+}
+
+/* fn() in a child process (state it changes for good: limits, tables),
+ * which reports by its exit status: 0 or the step that failed. */
+static inline void ck_in_child(int (*fn)(void))
+{
+  pid_t pid = fork();
+  if (pid == 0)
+    _exit(fn());
+  ck_child_exits_ok(pid);
 }
 
 #endif
