@@ -139,21 +139,30 @@ static int fs_bell_peer_check(int efd, int memfd, struct stat *st)
   return seals >= 0 && (seals & FS_BELL_SEALS) == FS_BELL_SEALS ? 0 : -EPROTO;
 }
 
+/* The ringer held for the bell whose memfd is st (referenced), or NULL;
+ * *kept: how many the process holds. */
+static struct fs_bell_peer *fs_bell_peer_find(const struct stat *st, unsigned *kept)
+{
+  struct fs_bell_peer *p;
+  *kept = 0;
+  pthread_mutex_lock(&fs_bell_lock);
+  for (p = fs_bell_peers; p; p = p->next, ++*kept)
+    if (p->dev == (uint64_t)st->st_dev && p->ino == (uint64_t)st->st_ino) {
+      p->refs++;
+      break;
+    }
+  pthread_mutex_unlock(&fs_bell_lock);
+  return p;
+}
+
 int fs_bell_peer_get(int efd, int memfd, int budget_fd, struct fs_bell_peer **out)
 {
   struct stat st;
   int rc = fs_bell_peer_check(efd, memfd, &st);
   struct fs_bell_peer *p = NULL;
   unsigned kept = 0;
-  if (rc == 0) {
-    pthread_mutex_lock(&fs_bell_lock);
-    for (p = fs_bell_peers; p; p = p->next, kept++)
-      if (p->dev == (uint64_t)st.st_dev && p->ino == (uint64_t)st.st_ino) {
-        p->refs++;
-        break;
-      }
-    pthread_mutex_unlock(&fs_bell_lock);
-  }
+  if (rc == 0)
+    p = fs_bell_peer_find(&st, &kept);
   /* A server with a client process per connection keeps one eventfd per
    * client: without the budget, 100 clients under ulimit -n 128 left its
    * accept() to fail with EMFILE where plain TCP took them all. */
@@ -201,16 +210,10 @@ int fs_bell_peer_get(int efd, int memfd, int budget_fd, struct fs_bell_peer **ou
 int fs_bell_peer_own(int efd, int memfd, struct fs_bell_peer **out)
 {
   struct stat st;
+  unsigned kept;
   if (fstat(memfd, &st) < 0)
     return -errno;
-  pthread_mutex_lock(&fs_bell_lock);
-  struct fs_bell_peer *p = fs_bell_peers;
-  for (; p; p = p->next)
-    if (p->dev == (uint64_t)st.st_dev && p->ino == (uint64_t)st.st_ino) {
-      p->refs++;
-      break;
-    }
-  pthread_mutex_unlock(&fs_bell_lock);
+  struct fs_bell_peer *p = fs_bell_peer_find(&st, &kept);
   if (p) {
     *out = p;
     return 0;
