@@ -24,6 +24,8 @@ static bool fs_rdma_cc_own_take(void)
   return false;
 }
 
+static void fs_rdma_cc_destroy(struct ibv_comp_channel *cc);
+
 /* A completion channel for the library (agent thread), non-blocking. */
 static struct ibv_comp_channel *fs_rdma_cc_make(struct ibv_context *ctx)
 {
@@ -47,7 +49,8 @@ static struct ibv_comp_channel *fs_rdma_cc_make(struct ibv_context *ctx)
   return cc;
 }
 
-void fs_rdma_cc_destroy(struct ibv_comp_channel *cc)
+/* A completion channel of the library's, destroyed. */
+static void fs_rdma_cc_destroy(struct ibv_comp_channel *cc)
 {
   /* libibverbs closes it through our close(): ours no longer, and not to
    * wait for another thread's window (base/fdreg.h) */

@@ -29,7 +29,4 @@ void fs_rdma_cc_own_free(struct ibv_comp_channel *cc);
  * calls fn with the CQ's context.  NULL with errno on failure. */
 struct ibv_comp_channel *fs_rdma_cc_shared(struct ibv_context *ctx, void (*fn)(void *cq_context));
 
-/* A completion channel of the library's, destroyed. */
-void fs_rdma_cc_destroy(struct ibv_comp_channel *cc);
-
 #endif

@@ -431,7 +431,7 @@ bool fs_rdma_own_channel(const struct fs_rdma *r)
 void fs_rdma_set_bell(struct fs_rdma *r, struct fs_bell_peer *bell, uint32_t slot)
 {
   fs_lock(&r->slock);
-  r->bell = r->bell_held = bell;
+  r->bell = bell;
   r->bell_slot = slot;
   fs_unlock(&r->slock);
 }
@@ -569,8 +569,10 @@ static void fs_rdma_release(struct fs_chan *ch)
     return; /* the parent's; never touch it here */
   fs_lock(&r->slock); /* fs_rdma_wake_local may be ringing it */
   r->ch.my_efd = -1;               /* the connection closes it next: never again */
+  struct fs_bell_peer *bell = r->bell;
   r->bell = NULL;                  /* its slot may go to another connection */
   fs_unlock(&r->slock);
+  fs_bell_peer_put(bell);
   fs_rdmacm_retire(r);
 }
 
@@ -785,7 +787,7 @@ void fs_rdma_destroy(struct fs_rdma *r)
     FS_VERBS(ibv_destroy_cq)(r->scq);
   if (r->cc)
     fs_rdma_cc_own_free(r->cc);
-  fs_bell_peer_put(r->bell_held);
+  fs_bell_peer_put(r->bell); /* set, never attached (released: NULL) */
   fs_rdma_mr_put(&r->g);
   free(r);
 }

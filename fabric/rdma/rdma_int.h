@@ -42,9 +42,8 @@ struct fs_rdma {
   struct ibv_comp_channel *cc;       /* its own (fs_chan.wait_fd), or NULL: rcq reports to the
                                        device's (fabric/rdma/cq.h) */
   struct ibv_cq *rcq, *scq;
-  struct fs_bell_peer *bell;        /* this end's waiters: the connection's door (its slot), or
-                                       ch.my_efd; both cleared at release (slock) */
-  struct fs_bell_peer *bell_held;   /* the reference, put at destroy */
+  struct fs_bell_peer *bell;        /* this end's waiters: the connection's door (its slot,
+                                       referenced), or ch.my_efd; both let go at release (slock) */
   uint32_t bell_slot;
   struct fs_rdma_region g;           /* our rings (g.buf, g.size) and their registrations */
   uint32_t max_inline;
