@@ -390,9 +390,12 @@ static void fs_door_home_mark_as(struct fs_conn *c, bool locked)
     (void)pthread_setspecific(fs_door_home_key, h);
   }
   /* Learnt anew in a fork child, whose first thread is the one that forked.
-   * Light: a one-shot client's first blocking receive marks, and never
-   * needs the pid page (fs_door_home_main makes it). */
-  pid_t self = (pid_t)fs_proc_self_light();
+   * Light at a home's first mark: a one-shot client's first blocking
+   * receive marks, and never needs the pid page (fs_door_home_main makes
+   * it).  From its second on, the page: light asked getpid(), a system
+   * call per connection in a server that marks each one (nginx's
+   * recv, a thread per connection's first read). */
+  pid_t self = (pid_t)(h->pid ? fs_proc_self() : fs_proc_self_light());
   if (h->pid != self) {
     h->main = gettid() == self;
     __atomic_store_n(&h->pid, self, __ATOMIC_RELEASE);

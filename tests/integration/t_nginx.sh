@@ -20,11 +20,13 @@
 # In [client] and [both], wrk with a connection per request under strace:
 # no getpeername for a connect that epoll reported done, no getsockname for
 # a connection that never upgrades (its own address is learned when its
-# upgrade is due), and no more epoll_ctl per connection than the same wrk
-# unpreloaded.  In [server] and [both], the workers under strace meanwhile:
-# no getsockname per accepted connection either (nginx listens on a wildcard
-# address, as Debian's default site does; the worker's own address is
-# learned when a peer's rendezvous names the connection).
+# upgrade is due), no getpid per connection, and no more epoll_ctl per
+# connection than the same wrk unpreloaded.  In [server] and [both], the
+# workers under strace meanwhile: no getsockname per accepted connection
+# either (nginx listens on a wildcard address, as Debian's default site
+# does; the worker's own address is learned when a peer's rendezvous names
+# the connection), nor getpid (a thread's mark of each connection it reads
+# asked it: engine/door.c).
 # In [both], the same nginx in the foreground (`daemon off`, as in
 # containers and Type=simple units): its root master, alive, serves the
 # rendezvous name for connections its www-data workers accepted; wrk -c20
@@ -86,25 +88,26 @@ CONF
   # A client's non-blocking connect that epoll reported done (EPOLLOUT, no
   # error) needs no getpeername: it took one per connection, and one per
   # epoll_wait pass until the connect was done.
-  name="wrk, a connection per request: no getpeername once epoll said connected, no getsockname"
+  name="wrk, a connection per request: no getpeername once epoll said connected, no getsockname, no getpid"
   if { [ "$MODE" = client ] || [ "$MODE" = both ]; } && command -v strace >/dev/null; then
     pre_for client
     out=$IT_TMP/wrkc.$MODE
     # No upgrade: a rendezvous asks getpeername of its own (upgrade-point
     # runs start one at every connect).
-    timeout 60 strace -f -c -e trace=connect,getpeername,getsockname,epoll_ctl -o "$IT_TMP/wrkc.strace" \
+    timeout 60 strace -f -c -e trace=connect,getpeername,getsockname,getpid,epoll_ctl -o "$IT_TMP/wrkc.strace" \
       env FABSOCK_UPGRADE_BYTES=1073741824 "${PRE[@]}" wrk -t1 -c4 -d1s -H 'Connection: close' \
       "http://127.0.0.1:$port/f4k" >"$out" 2>&1
     count() { awk -v c="$1" '$NF == c && $4 ~ /^[0-9]+$/ { print $4 }' "$2"; }
     nconn=$(count connect "$IT_TMP/wrkc.strace") npeer=$(count getpeername "$IT_TMP/wrkc.strace")
     nctl=$(count epoll_ctl "$IT_TMP/wrkc.strace") nsock=$(count getsockname "$IT_TMP/wrkc.strace")
-    nconn=${nconn:-0} npeer=${npeer:-0} nctl=${nctl:-0} nsock=${nsock:-0}
+    npid=$(count getpid "$IT_TMP/wrkc.strace")
+    nconn=${nconn:-0} npeer=${npeer:-0} nctl=${nctl:-0} nsock=${nsock:-0} npid=${npid:-0}
     if ! grep -q 'Requests/sec' "$out" || [ "$nconn" -lt 20 ]; then
       tap_not_ok "$name [$MODE]" "wrk under strace: $nconn connects; $(tail -n 2 "$out" | tr '\n' ' ')"
-    elif [ $((npeer * 10)) -lt "$nconn" ] && [ $((nsock * 10)) -lt "$nconn" ]; then
-      tap_ok "$name [$MODE]" "$npeer getpeername, $nsock getsockname for $nconn connects"
+    elif [ $((npeer * 10)) -lt "$nconn" ] && [ $((nsock * 10)) -lt "$nconn" ] && [ $((npid * 10)) -lt "$nconn" ]; then
+      tap_ok "$name [$MODE]" "$npeer getpeername, $nsock getsockname, $npid getpid for $nconn connects"
     else
-      tap_not_ok "$name [$MODE]" "$npeer getpeername, $nsock getsockname for $nconn connects"
+      tap_not_ok "$name [$MODE]" "$npeer getpeername, $nsock getsockname, $npid getpid for $nconn connects"
     fi
     # The same wrk unpreloaded: epoll_ctl per connection is no more than its
     # (a plain registration passes its calls on, an unchanged MOD not even
@@ -133,7 +136,7 @@ CONF
   # The accepting end's own address: one getsockname per connection, the one
   # system call nginx made more than without the library (no rendezvous
   # here: the client never upgrades).
-  name="nginx workers, a connection per request: no getsockname per accepted connection"
+  name="nginx workers, a connection per request: no getsockname or getpid per accepted connection"
   if { [ "$MODE" = server ] || [ "$MODE" = both ]; } && command -v strace >/dev/null; then
     pre_for client
     FABSOCK_UPGRADE_BYTES=1073741824 "${PRE[@]}" timeout 60 wrk -t1 -c4 -d3s -H 'Connection: close' \
@@ -141,17 +144,18 @@ CONF
     wpid=$!
     sleep 0.5
     wpids=$(pgrep -f "nginx: worker" -P "$nginx_pid" | sed 's/^/-p /' | tr '\n' ' ')
-    timeout -s INT 1 strace -f -c -e trace=accept4,getsockname -o "$IT_TMP/wrka.strace" $wpids >/dev/null 2>&1
+    timeout -s INT 1 strace -f -c -e trace=accept4,getsockname,getpid -o "$IT_TMP/wrka.strace" $wpids >/dev/null 2>&1
     wait "$wpid"
     nacc=$(awk '$NF == "accept4" && $4 ~ /^[0-9]+$/ { print $4 }' "$IT_TMP/wrka.strace")
     nsock=$(awk '$NF == "getsockname" && $4 ~ /^[0-9]+$/ { print $4 }' "$IT_TMP/wrka.strace")
-    nacc=${nacc:-0} nsock=${nsock:-0}
+    npid=$(awk '$NF == "getpid" && $4 ~ /^[0-9]+$/ { print $4 }' "$IT_TMP/wrka.strace")
+    nacc=${nacc:-0} nsock=${nsock:-0} npid=${npid:-0}
     if [ "$nacc" -lt 20 ]; then
       tap_not_ok "$name [$MODE]" "too few accepts under strace: $nacc; $(tail -n 2 "$IT_TMP/wrka.$MODE" | tr '\n' ' ')"
-    elif [ $((nsock * 10)) -lt "$nacc" ]; then
-      tap_ok "$name [$MODE]" "$nsock getsockname for $nacc accept4"
+    elif [ $((nsock * 10)) -lt "$nacc" ] && [ $((npid * 10)) -lt "$nacc" ]; then
+      tap_ok "$name [$MODE]" "$nsock getsockname, $npid getpid for $nacc accept4"
     else
-      tap_not_ok "$name [$MODE]" "$nsock getsockname for $nacc accept4"
+      tap_not_ok "$name [$MODE]" "$nsock getsockname, $npid getpid for $nacc accept4"
     fi
   elif [ "$MODE" = server ] || [ "$MODE" = both ]; then
     tap_skip "$name [$MODE]" "no strace"
