@@ -60,10 +60,12 @@ void fs_bell_unmap(struct fs_bell_page *page)
 
 unsigned fs_bell_drain(struct fs_bell_page *page, int efd, void (*fn)(void *arg, uint32_t slot), void *arg)
 {
-  int saved = errno;
-  uint64_t v;
-  (void)FS_REAL(read)(efd, &v, sizeof v);
-  errno = saved;
+  if (efd >= 0) {
+    int saved = errno;
+    uint64_t v;
+    (void)FS_REAL(read)(efd, &v, sizeof v);
+    errno = saved;
+  }
   __atomic_exchange_n(&page->rung, 0, __ATOMIC_SEQ_CST);
   unsigned n = 0;
   for (uint32_t s = 0; s < FS_BELL_SUMS; s++) {

@@ -58,7 +58,9 @@ void fs_bell_unmap(struct fs_bell_page *page);
 
 /* Owner: take every rung slot, calling fn(arg, slot) once for each (in
  * any thread; several drainers get disjoint slots).  efd: read first, so
- * that a level-triggered waiter sleeps again.  Returns the count. */
+ * that a level-triggered waiter sleeps again; -1 where the drainer woke
+ * on an edge (an epoll set's EPOLLET registration: each ring's write is an
+ * edge whatever the count).  Returns the count. */
 unsigned fs_bell_drain(struct fs_bell_page *page, int efd, void (*fn)(void *arg, uint32_t slot), void *arg);
 
 /* Ringer: slot rang (see above); errno is left alone. */

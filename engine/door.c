@@ -133,10 +133,10 @@ static void fs_door_slot_rang(void *arg, uint32_t s)
   fs_conn_put(c);
 }
 
-unsigned fs_door_drain(struct fs_door *d, void (*fn)(void *arg, struct fs_conn *c), void *arg)
+unsigned fs_door_drain(struct fs_door *d, bool edge, void (*fn)(void *arg, struct fs_conn *c), void *arg)
 {
   struct fs_door_drain_arg a = { d, fn, arg };
-  return fs_bell_drain(d->page, d->efd, fs_door_slot_rang, &a);
+  return fs_bell_drain(d->page, edge ? -1 : d->efd, fs_door_slot_rang, &a);
 }
 
 static void (*fs_door_deliver_fn)(void *arg, struct fs_conn *c);
@@ -150,7 +150,7 @@ void fs_door_woken(struct fs_door *d)
 {
   void (*fn)(void *, struct fs_conn *) = __atomic_load_n(&fs_door_deliver_fn, __ATOMIC_ACQUIRE);
   if (fn && fs_door_mine(d))
-    (void)fs_door_drain(d, fn, NULL);
+    (void)fs_door_drain(d, false, fn, NULL);
 }
 
 struct fs_door *fs_door_by_efd(int efd)

@@ -66,8 +66,13 @@ static inline bool fs_door_mine(const struct fs_door *d)
 
 /* Take the rung slots (fs_door_mine only), calling fn(arg, c) for each
  * connection still holding its slot (referenced during the call).  The
- * count of slots taken. */
-unsigned fs_door_drain(struct fs_door *d, void (*fn)(void *arg, struct fs_conn *c), void *arg);
+ * count of slots taken.  edge: the caller woke on an epoll set's
+ * edge-triggered registration of d's eventfd, which is then left unread:
+ * a system call less at each wake of an event loop (a PostgreSQL backend
+ * made one read() per query).  A level-triggered waiter (a blocking call,
+ * a poll) that finds it readable without a ring drains it with a read,
+ * one look more; none is lost either way. */
+unsigned fs_door_drain(struct fs_door *d, bool edge, void (*fn)(void *arg, struct fs_conn *c), void *arg);
 
 /* How a rung connection reaches its waiters (the readiness module's,
  * set before its first door is made: fs_door_deliver there). */

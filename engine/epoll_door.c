@@ -167,7 +167,7 @@ int fs_ep_door_event(struct fs_ep *ep, struct fs_ep_ent *t, struct fs_ep_ent **g
 {
   struct fs_door_here h = { ep, got, 0, max };
   if (fs_door_mine(t->door)) {
-    (void)fs_door_drain(t->door, fs_door_deliver, &h);
+    (void)fs_door_drain(t->door, true, fs_door_deliver, &h); /* an EPOLLET registration */
     return h.n;
   }
   /* Another process's (a fork child's set holding a connection its parent

@@ -11,6 +11,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -89,7 +90,7 @@ START_TEST(t_slots_and_drain)
   fs_bell_ring(d->page, d->efd, sb);
   fs_bell_ring(d->page, d->efd, sa);
   nseen = 0;
-  ck_assert_uint_eq(fs_door_drain(d, note, NULL), 2);
+  ck_assert_uint_eq(fs_door_drain(d, false, note, NULL), 2);
   ck_assert_int_eq(nseen, 2);
   ck_assert((seen[0] == a && seen[1] == b) || (seen[0] == b && seen[1] == a));
   /* A slot given back: a late ring from its old peer names nobody; the
@@ -97,12 +98,12 @@ START_TEST(t_slots_and_drain)
   drop_slot(a);
   fs_bell_ring(d->page, d->efd, sa);
   nseen = 0;
-  ck_assert_uint_eq(fs_door_drain(d, note, NULL), 1);
+  ck_assert_uint_eq(fs_door_drain(d, false, note, NULL), 1);
   ck_assert_int_eq(nseen, 0);
   ck_assert_uint_eq(take_slot(d, c), sa);
   fs_bell_ring(d->page, d->efd, sa);
   nseen = 0;
-  fs_door_drain(d, note, NULL);
+  fs_door_drain(d, false, note, NULL);
   ck_assert_int_eq(nseen, 1);
   ck_assert_ptr_eq(seen[0], c);
   /* A connection whose object now names another door is not named. */
@@ -111,7 +112,7 @@ START_TEST(t_slots_and_drain)
   c->door = other;
   fs_bell_ring(d->page, d->efd, sa);
   nseen = 0;
-  fs_door_drain(d, note, NULL);
+  fs_door_drain(d, false, note, NULL);
   ck_assert_int_eq(nseen, 0);
   c->door = d;
   fs_door_put(other);
@@ -129,6 +130,44 @@ START_TEST(t_slots_and_drain)
   fs_conn_put(a);
   fs_conn_put(b);
   fs_conn_put(c);
+}
+END_TEST
+
+/* An event loop's drain (edge) leaves the eventfd unread, a read less per
+ * wake; each ring after it is still an edge, and a level-triggered
+ * waiter's drain (a blocking call, a poll) reads it, so that it sleeps. */
+START_TEST(t_edge_drain)
+{
+  struct fs_door *d;
+  ck_assert_int_eq(fs_door_new(&d), 0);
+  struct fs_conn *a = conn_new();
+  uint32_t sa = take_slot(d, a);
+  int ep = epoll_create1(EPOLL_CLOEXEC);
+  ck_assert_int_ge(ep, 0);
+  struct epoll_event ev = { .events = EPOLLIN | EPOLLET }, out;
+  ck_assert_int_eq(epoll_ctl(ep, EPOLL_CTL_ADD, d->efd, &ev), 0);
+  struct pollfd p = { d->efd, POLLIN, 0 };
+  for (int round = 0; round < 3; round++) {
+    fs_bell_ring(d->page, d->efd, sa);
+    ck_assert_int_eq(epoll_wait(ep, &out, 1, 0), 1);
+    ck_assert_int_eq(epoll_wait(ep, &out, 1, 0), 0); /* one edge per ring */
+    nseen = 0;
+    ck_assert_uint_eq(fs_door_drain(d, true, note, NULL), 1);
+    ck_assert_int_eq(nseen, 1);
+    ck_assert_ptr_eq(seen[0], a);
+    ck_assert_int_eq(poll(&p, 1, 0), 1); /* left unread */
+  }
+  /* The level drain reads it: a waiter polling it sleeps again. */
+  nseen = 0;
+  ck_assert_uint_eq(fs_door_drain(d, false, note, NULL), 0);
+  ck_assert_int_eq(poll(&p, 1, 0), 0);
+  fs_bell_ring(d->page, d->efd, sa);
+  ck_assert_int_eq(poll(&p, 1, 0), 1);
+  ck_assert_int_eq(epoll_wait(ep, &out, 1, 0), 1);
+  close(ep);
+  drop_slot(a);
+  fs_door_put(d);
+  fs_conn_put(a);
 }
 END_TEST
 
@@ -356,6 +395,7 @@ int main(void)
   Suite *s = suite_create("door");
   TCase *tc = tcase_create("core");
   tcase_add_test(tc, t_slots_and_drain);
+  tcase_add_test(tc, t_edge_drain);
   tcase_add_test(tc, t_only_the_maker_drains);
   tcase_add_test(tc, t_child_watches);
   tcase_add_test(tc, t_thread_doors);
