@@ -15,6 +15,7 @@
 #include "engine/agent.h"
 #include "engine/fdtab.h"
 #include "engine/sock.h"
+#include "engine/wait.h"
 
 /* fn(fd) for each descriptor of msg's SCM_RIGHTS messages. */
 static void fs_adopt_each_fd(const struct msghdr *msg, void (*fn)(int fd))
@@ -36,6 +37,7 @@ static void fs_adopt_leaving(int fd)
   struct fs_conn *c = fs_fdtab_get(fd);
   if (!c)
     return;
+  fs_wait_timeo_forget(c); /* the receiver may set them */
   if (fs_conn_state(c) == FS_STATE_LISTEN) {
     c->listener_shared = true; /* as after fork: both may accept now */
   } else {
@@ -53,6 +55,7 @@ bool fs_adopt_listener(int fd, int dom, bool shared)
   struct fs_conn *c = fs_fdtab_get(fd);
   if (!c)
     return false;
+  fs_wait_timeo_forget(c); /* set by whoever made it */
   if (shared)
     c->listener_shared = true;
   fs_sock_listening(c, fd);

@@ -116,6 +116,9 @@ struct fs_conn {
   uint32_t sndbuf, rcvbuf;    /* SO_SNDBUF/SO_RCVBUF set through us (the kernel's
                                  doubled values; 0: never); atomic */
   uint32_t peer_rcvbuf;       /* the peer's SO_RCVBUF as last seen (txlock) */
+  int32_t timeo[2];           /* SO_SNDTIMEO [0] and SO_RCVTIMEO [1] as the kernel
+                                 has them, ms: -1 none, 0 not known here (ask it:
+                                 engine/wait.h, fs_wait_timeo_of); atomic */
   uint32_t nfds;              /* fds in this process naming it; atomic */
   uint32_t visit;             /* dedupe mark for whole-table walks */
   uint32_t ino;               /* accepted end: the socket's inode (stat, holders) */

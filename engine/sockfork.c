@@ -15,6 +15,7 @@
 #include "engine/cutover.h"
 #include "engine/fdtab.h"
 #include "engine/sock.h"
+#include "engine/wait.h"
 #include "engine/wake.h"
 #include "fabric/chan.h"
 #include "base/real.h"
@@ -114,6 +115,7 @@ static void fs_sock_fork_fix(int fd, struct fs_conn *c, void *arg)
   }
   if (ch)
     c->fork_shared = true; /* in both processes */
+  fs_wait_timeo_forget(c); /* either may set them now */
   if (fs_conn_state(c) == FS_STATE_LISTEN)
     c->listener_shared = true;
   /* Two processes now share the TCP socket: our byte counts no longer see

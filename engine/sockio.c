@@ -315,7 +315,7 @@ static ssize_t fs_sockio_fabric_send(struct fs_conn *c, int fd, struct fs_chan *
     if (fs_chan_arm_tx(ch, need))
       continue;
     if (budget == -2)
-      budget = fs_wait_timeo(fd, SO_SNDTIMEO);
+      budget = fs_wait_timeo_of(c, fd, true);
     struct pollfd p = { fd, POLLRDHUP, 0 };
     if (FS_REAL(poll)(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR))) {
       if (sent)
@@ -582,7 +582,7 @@ static int fs_sockio_rx_gather(struct fs_conn *c, int fd, size_t need, bool peek
       break;
     }
     if (*budget == -2)
-      *budget = fs_wait_timeo(fd, SO_RCVTIMEO);
+      *budget = fs_wait_timeo_of(c, fd, false);
     if ((rc = fs_wait_sleep(c, fd, false, need, budget)) < 0)
       break;
   }
@@ -672,7 +672,7 @@ static ssize_t fs_sockio_fabric_recv(struct fs_conn *c, int fd, struct fs_io *io
     if (nonblock)
       return got ? (ssize_t)got : gather_rc ? gather_rc : -EAGAIN;
     if (budget == -2)
-      budget = fs_wait_timeo(fd, SO_RCVTIMEO);
+      budget = fs_wait_timeo_of(c, fd, false);
     fs_cutover_service(c, fd);
     if (waited && !slept_at)
       slept_at = fs_clock_us();

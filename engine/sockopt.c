@@ -13,6 +13,7 @@
 #include "engine/cutover.h"
 #include "engine/overhang.h"
 #include "engine/sockopt.h"
+#include "engine/wait.h"
 #include "fabric/chan.h"
 
 /* Kernel TCP holds at most about the sender's SO_SNDBUF plus the receiver's
@@ -78,6 +79,15 @@ void fs_sockopt_set(struct fs_conn *c, int fd, int level, int name, const void *
     int v = *(const int *)val;
     __atomic_store_n(&c->rcvlowat, v < 0 ? (uint32_t)INT32_MAX : v == 0 ? 1u : (uint32_t)v, __ATOMIC_RELAXED);
   }
+  /* SO_RCVTIMEO / SO_SNDTIMEO (either time layout): as the kernel took
+   * them, where this process knows them (engine/wait.h). */
+  bool rcvt = name == SO_RCVTIMEO, sndt = name == SO_SNDTIMEO;
+#if defined(SO_RCVTIMEO_NEW) && defined(SO_SNDTIMEO_NEW)
+  rcvt = rcvt || name == SO_RCVTIMEO_NEW;
+  sndt = sndt || name == SO_SNDTIMEO_NEW;
+#endif
+  if (level == SOL_SOCKET && (rcvt || sndt) && __atomic_load_n(&c->timeo[rcvt], __ATOMIC_RELAXED))
+    __atomic_store_n(&c->timeo[rcvt], fs_wait_timeo(fd, rcvt ? SO_RCVTIMEO : SO_SNDTIMEO), __ATOMIC_RELAXED);
   if (level == IPPROTO_TCP && name == TCP_CORK && len >= (socklen_t)sizeof(int))
     c->cork_app = c->cork_kernel = *(const int *)val != 0;
   /* Urgent data has no place on a fabric: keep such a connection on TCP. */

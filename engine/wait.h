@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "engine/conn.h"
 #include "fabric/chan.h"
@@ -136,5 +137,27 @@ static inline void fs_wait_adapt(struct fs_conn *c, uint64_t w_us)
 
 /* SO_RCVTIMEO / SO_SNDTIMEO of fd in ms, -1 if none. */
 int fs_wait_timeo(int fd, int opt);
+
+/* The same for connection c's fd, a sender's (tx) or a receiver's: from
+ * c->timeo where this process knows it, else the kernel's.  A blocking
+ * call asked the kernel at each wait: a system call per round trip of a
+ * ping-pong that sleeps (sockperf's getsockopt, 0.8 per message).  Known
+ * from a socket() made here (none) and an accept() of a listener known
+ * (the kernel copies the listener's), then kept by setsockopt through us;
+ * not known where another process may set it unseen (inherited across
+ * exec, received, forked or passed on). */
+static inline int fs_wait_timeo_of(struct fs_conn *c, int fd, bool tx)
+{
+  int32_t ms = __atomic_load_n(&c->timeo[!tx], __ATOMIC_RELAXED);
+  return ms ? ms : fs_wait_timeo(fd, tx ? SO_SNDTIMEO : SO_RCVTIMEO);
+}
+
+/* c's timeouts are no longer this process's alone to know (a fork, an fd
+ * passed on). */
+static inline void fs_wait_timeo_forget(struct fs_conn *c)
+{
+  __atomic_store_n(&c->timeo[0], 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&c->timeo[1], 0, __ATOMIC_RELAXED);
+}
 
 #endif

@@ -24,6 +24,7 @@
 #include "engine/sockopt.h"
 #include "engine/sockio.h"
 #include "engine/sock.h"
+#include "engine/wait.h"
 #include "fabric/ring.h"
 #include "tests/unit/check_run.h"
 #include "tests/unit/pair.h"
@@ -626,6 +627,60 @@ START_TEST(t_peek_past_a_switch)
 }
 END_TEST
 
+/* SO_RCVTIMEO on a ring: the wait ends with EAGAIN after the timeout,
+ * whether this process knows the value (set through setsockopt here: no
+ * getsockopt at each wait) or not (set where it could not see: the
+ * kernel's value is asked). */
+static uint64_t mono_ms(void)
+{
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000u + (uint64_t)t.tv_nsec / 1000000u;
+}
+
+static void set_timeo(struct pair *p, int opt, int ms, bool through_us)
+{
+  struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
+  ck_assert_int_eq(setsockopt(p->sv[0], SOL_SOCKET, opt, &tv, sizeof tv), 0);
+  if (through_us)
+    fs_sockopt_set(p->c, p->sv[0], SOL_SOCKET, opt, &tv, sizeof tv);
+}
+
+START_TEST(t_rcvtimeo_on_the_ring)
+{
+  struct pair p;
+  pair_new(&p);
+  p.c->timeo[0] = p.c->timeo[1] = -1; /* as a socket() made here */
+  set_timeo(&p, SO_RCVTIMEO, 150, true);
+  set_timeo(&p, SO_SNDTIMEO, 1500, true);
+  /* The kernel's values (it keeps them in ticks: 150 may read 152). */
+  ck_assert_int_eq(p.c->timeo[1], fs_wait_timeo(p.sv[0], SO_RCVTIMEO));
+  ck_assert_int_ge(p.c->timeo[1], 150);
+  ck_assert_int_eq(p.c->timeo[0], fs_wait_timeo(p.sv[0], SO_SNDTIMEO));
+  ck_assert_int_ge(p.c->timeo[0], 1500);
+  char b[16];
+  uint64_t t0 = mono_ms();
+  ck_assert_int_eq(recv_flags(&p, b, sizeof b, 0), -EAGAIN);
+  ck_assert_uint_ge(mono_ms() - t0, 140); /* it waited its timeout, not less */
+  /* Cleared through us: none again (bytes end the wait). */
+  set_timeo(&p, SO_RCVTIMEO, 0, true);
+  ck_assert_int_eq(p.c->timeo[1], -1);
+  peer_put(&p, 0, 10);
+  ck_assert_int_eq(recv_flags(&p, b, sizeof b, 0), 10);
+  /* Not known here (forked, passed on): a value set unseen still holds. */
+  fs_wait_timeo_forget(p.c);
+  set_timeo(&p, SO_RCVTIMEO, 120, false);
+  ck_assert_int_eq(p.c->timeo[1], 0);
+  t0 = mono_ms();
+  ck_assert_int_eq(recv_flags(&p, b, sizeof b, 0), -EAGAIN);
+  ck_assert_uint_ge(mono_ms() - t0, 110);
+  /* ... and a set through us then keeps it unknown (another may set it). */
+  set_timeo(&p, SO_RCVTIMEO, 0, true);
+  ck_assert_int_eq(p.c->timeo[1], 0);
+}
+END_TEST
+
+
 int main(void)
 {
   Suite *s = suite_create("sockio");
@@ -644,6 +699,7 @@ int main(void)
   tcase_add_test(tc, t_read_past_a_switch_resets);
   tcase_add_test(tc, t_read_past_a_switch_keeps_the_rest);
   tcase_add_test(tc, t_peek_past_a_switch);
+  tcase_add_test(tc, t_rcvtimeo_on_the_ring);
   suite_add_tcase(s, tc);
   return run_suite(s, true);
 }
