@@ -88,7 +88,8 @@ void fs_door_woken(struct fs_door *d);
  * one of its connections watches it through an epoll set of its own,
  * holding the door's eventfd edge-triggered (each ring writes it: an edge
  * in every set watching it, reported while the eventfd is still readable,
- * which a drain by the parent ends: docs/design.md 1.7), made at its first
+ * which a drain by the parent's blocking call or poll ends; its event
+ * loop's leaves it readable, a look more here: docs/design.md 1.7), made at its first
  * such wait and closed at the thread's exit.  The watch clears the page's `rung`
  * after each edge, so that the ringer writes the eventfd again.  Returns
  * the fd to sleep on, or -1 (no fd to spare: the slices remain). */
