@@ -508,6 +508,22 @@ real_python() {
 have_ipv6() { [ -r /proc/net/if_inet6 ] && grep -q ' lo$' /proc/net/if_inet6; }
 ms_now() { date +%s%3N; }
 
+# A server that prints "exchanged" once its first bytes went, then waits
+# for a hold file, and its client (start_bg_client): it_exchanged_fabric
+# PORT checks that the connection is on the expected fabric; it_release_reap
+# HOLD lets the server go on and reaps both.  A failure sets rc=1 (and adds
+# to detail); SRC: the server's exit status.
+it_exchanged_fabric() {
+  for _ in $(seq 200); do grep -q '^exchanged' "$SERVER_LOG" && break; sleep 0.05; done
+  expect_fabric "$1" "$(fabric_expected)" 10 || { rc=1; detail+="$FABRIC_DETAIL; "; }
+}
+it_release_reap() {
+  touch "$1"
+  wait "$SERVER_PID"; SRC=$?; it_forget "$SERVER_PID"
+  if [ -n "${BG_PID:-}" ]; then wait "$BG_PID" || rc=1; it_forget "$BG_PID"; BG_PID=; fi
+  [ "$SRC" -eq 0 ] || rc=1
+}
+
 # ---- fabric checks (fabsock stat --json) ------------------------------------
 # fabric_enabled: are fabric checks on (FABSOCK_EXPECT_FABRIC set, a preload)?
 fabric_enabled() { [ -n "$FABSOCK_EXPECT_FABRIC" ] && [ -n "$FABSOCK_LIB" ] && [ "$MODE" != plain ]; }

@@ -36,13 +36,9 @@ for MODE in $(it_modes); do
   else
     port=$(cat "$pf")
     start_bg_client forkwait-$how "$IT_PYTHON" "$IT_DIR/forkwait.py" client "$port"
-    for _ in $(seq 200); do grep -q '^exchanged' "$SERVER_LOG" && break; sleep 0.05; done
-    expect_fabric "$port" "$(fabric_expected)" 10 || { rc=1; detail="$FABRIC_DETAIL; "; }
+    it_exchanged_fabric "$port"
   fi
-  touch "$hold"
-  wait "$SERVER_PID"; src=$?; it_forget "$SERVER_PID"
-  [ -n "${BG_PID:-}" ] && { wait "$BG_PID" || rc=1; it_forget "$BG_PID"; BG_PID=; }
-  [ "$src" -eq 0 ] || rc=1
+  it_release_reap "$hold"
   phases=('parent before' 'child recv' 'child poll' 'child epoll' 'parent after')
   [ $how = child-first ] && phases=('child recv' 'child poll' 'child epoll' 'parent after')
   [ $how = child-only ] && phases=('child recv' 'child poll' 'child epoll')
@@ -52,7 +48,7 @@ for MODE in $(it_modes); do
     detail+="$ph ${secs:-?} s; "
     [ -n "$line" ] && awk -v s="$secs" 'BEGIN { exit !(s < 1.5) }' || rc=1
   done
-  tap_result $rc "$name [$MODE]" "${detail%; } (server exit $src)" "$SERVER_LOG" "$BG_LOG"
+  tap_result $rc "$name [$MODE]" "${detail%; } (server exit $SRC)" "$SERVER_LOG" "$BG_LOG"
  done
 done
 it_done

@@ -22,17 +22,13 @@ for MODE in $(it_modes); do
   else
     port=$(cat "$pf")
     start_bg_client timeo "$IT_PYTHON" "$IT_DIR/timeo.py" client "$port"
-    for _ in $(seq 200); do grep -q '^exchanged' "$SERVER_LOG" && break; sleep 0.05; done
-    expect_fabric "$port" "$(fabric_expected)" 10 || { rc=1; detail="$FABRIC_DETAIL; "; }
+    it_exchanged_fabric "$port"
   fi
-  touch "$hold"
-  wait "$SERVER_PID"; src=$?; it_forget "$SERVER_PID"
-  [ -n "${BG_PID:-}" ] && { wait "$BG_PID" || rc=1; it_forget "$BG_PID"; BG_PID=; }
-  [ "$src" -eq 0 ] || rc=1
+  it_release_reap "$hold"
   for c in inherited set forked cleared; do
     line=$(grep -m1 "^$c ok" "$SERVER_LOG") || { rc=1; line="$c: not ok"; }
     detail+="${line#* ok }; "
   done
-  tap_result $rc "$name [$MODE]" "${detail%; } (server exit $src)" "$SERVER_LOG" "$BG_LOG"
+  tap_result $rc "$name [$MODE]" "${detail%; } (server exit $SRC)" "$SERVER_LOG" "$BG_LOG"
 done
 it_done
