@@ -1,4 +1,4 @@
-# ab-common.sh: what the builds-alternating benchmarks share (libs-ab.sh,
+# ab-common.sh: what the builds-alternating benchmarks share (libs-ab.sh, calls-ab.sh,
 # proxy-db.sh; doorbell.sh its arguments and rounds), sourced by them, and
 # median for servers-common.sh too.
 #   ab_parse NAME "$@"   -r ROUNDS -s SECONDS LIB...: sets rounds (default 3),
