@@ -338,10 +338,7 @@ void fs_sock_accepted(struct fs_conn *lc, int lfd, int nfd, int flags, const str
   /* A listener bound to one address: ours is its (one getsockname less). */
   c->local_known = fs_addr_take(&c->local, (const struct sockaddr *)&lc->local, sizeof lc->local);
   c->nonblock = (flags & SOCK_NONBLOCK) != 0;
-  /* An accepted socket inherits the listener's buffer sizes and timeouts. */
-  c->sndbuf = __atomic_load_n(&lc->sndbuf, __ATOMIC_RELAXED), c->rcvbuf = __atomic_load_n(&lc->rcvbuf, __ATOMIC_RELAXED);
-  for (int i = 0; i < 2; i++)
-    c->timeo[i] = __atomic_load_n(&lc->timeo[i], __ATOMIC_RELAXED);
+  fs_sockopt_inherit(c, lc);
   if (fs_fdtab_install(nfd, c) == 0) {
     fs_sock_established(c, nfd, FS_DIR_ACCEPT);
     if (lc->listener_shared || !__atomic_load_n(&lc->served, __ATOMIC_ACQUIRE))

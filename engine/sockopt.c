@@ -97,6 +97,14 @@ void fs_sockopt_set(struct fs_conn *c, int fd, int level, int name, const void *
   }
 }
 
+void fs_sockopt_inherit(struct fs_conn *c, const struct fs_conn *lc)
+{
+  c->sndbuf = __atomic_load_n(&lc->sndbuf, __ATOMIC_RELAXED);
+  c->rcvbuf = __atomic_load_n(&lc->rcvbuf, __ATOMIC_RELAXED);
+  for (int i = 0; i < 2; i++)
+    c->timeo[i] = __atomic_load_n(&lc->timeo[i], __ATOMIC_RELAXED);
+}
+
 bool fs_sockopt_kernel_only(int level, int name, const void *val, socklen_t len)
 {
   if (level != SOL_SOCKET)

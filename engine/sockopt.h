@@ -32,6 +32,10 @@ void fs_sockopt_switch_push(struct fs_conn *c);
 /* After the application's setsockopt succeeded on a tracked socket. */
 void fs_sockopt_set(struct fs_conn *c, int fd, int level, int name, const void *val, socklen_t len);
 
+/* c was just accepted from listener lc: the kernel copied lc's buffer sizes
+ * and timeouts to it, and so does this. */
+void fs_sockopt_inherit(struct fs_conn *c, const struct fs_conn *lc);
+
 /* Is this (successful) setsockopt one whose effect the kernel alone gives,
  * so that the connection must go back to TCP for good (fs_sock_to_kernel,
  * kernel-io)?  SO_ZEROCOPY on (MSG_ZEROCOPY's completions come on the
