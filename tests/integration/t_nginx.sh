@@ -88,6 +88,8 @@ CONF
   # A client's non-blocking connect that epoll reported done (EPOLLOUT, no
   # error) needs no getpeername: it took one per connection, and one per
   # epoll_wait pass until the connect was done.
+  # The calls strace -c counted for one system call name.
+  count() { awk -v c="$1" '$NF == c && $4 ~ /^[0-9]+$/ { print $4 }' "$2"; }
   name="wrk, a connection per request: no getpeername once epoll said connected, no getsockname, no getpid"
   if { [ "$MODE" = client ] || [ "$MODE" = both ]; } && command -v strace >/dev/null; then
     pre_for client
@@ -97,7 +99,6 @@ CONF
     timeout 60 strace -f -c -e trace=connect,getpeername,getsockname,getpid,epoll_ctl -o "$IT_TMP/wrkc.strace" \
       env FABSOCK_UPGRADE_BYTES=1073741824 "${PRE[@]}" wrk -t1 -c4 -d1s -H 'Connection: close' \
       "http://127.0.0.1:$port/f4k" >"$out" 2>&1
-    count() { awk -v c="$1" '$NF == c && $4 ~ /^[0-9]+$/ { print $4 }' "$2"; }
     nconn=$(count connect "$IT_TMP/wrkc.strace") npeer=$(count getpeername "$IT_TMP/wrkc.strace")
     nctl=$(count epoll_ctl "$IT_TMP/wrkc.strace") nsock=$(count getsockname "$IT_TMP/wrkc.strace")
     npid=$(count getpid "$IT_TMP/wrkc.strace")
@@ -146,9 +147,9 @@ CONF
     wpids=$(pgrep -f "nginx: worker" -P "$nginx_pid" | sed 's/^/-p /' | tr '\n' ' ')
     timeout -s INT 1 strace -f -c -e trace=accept4,getsockname,getpid -o "$IT_TMP/wrka.strace" $wpids >/dev/null 2>&1
     wait "$wpid"
-    nacc=$(awk '$NF == "accept4" && $4 ~ /^[0-9]+$/ { print $4 }' "$IT_TMP/wrka.strace")
-    nsock=$(awk '$NF == "getsockname" && $4 ~ /^[0-9]+$/ { print $4 }' "$IT_TMP/wrka.strace")
-    npid=$(awk '$NF == "getpid" && $4 ~ /^[0-9]+$/ { print $4 }' "$IT_TMP/wrka.strace")
+    nacc=$(count accept4 "$IT_TMP/wrka.strace")
+    nsock=$(count getsockname "$IT_TMP/wrka.strace")
+    npid=$(count getpid "$IT_TMP/wrka.strace")
     nacc=${nacc:-0} nsock=${nsock:-0} npid=${npid:-0}
     if [ "$nacc" -lt 20 ]; then
       tap_not_ok "$name [$MODE]" "too few accepts under strace: $nacc; $(tail -n 2 "$IT_TMP/wrka.$MODE" | tr '\n' ' ')"
