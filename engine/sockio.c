@@ -288,9 +288,12 @@ static ssize_t fs_sockio_fabric_send(struct fs_conn *c, int fd, struct fs_chan *
     /* Room for 4 KiB (or the rest) at least, but never more than half of
      * what the ring may hold now: a window (rdma's first page) or a small
      * SO_SNDBUF never offers 4 KiB, and the wait would end only at its bound. */
-    size_t need = total - sent < 4096 ? total - sent : 4096, most = fs_ring_limit(&ch->tx) / 2;
+    size_t lim = fs_ring_limit(&ch->tx), need = total - sent < 4096 ? total - sent : 4096, most = lim / 2;
     if (need > most)
       need = most ? most : 1;
+    /* Woken once a third of the ring is free (or the rest fits), as the
+     * kernel wakes a TCP writer: not at each of the reader's reads. */
+    size_t wake = lim / 3 < total - sent ? lim / 3 : total - sent;
     /* A ring that cannot grow (rdma past the memlock limit): TCP's buffers
      * take what a program writes before it reads, where the ring's window
      * would leave both ends waiting for each other.  (An end shared since
@@ -303,7 +306,7 @@ static ssize_t fs_sockio_fabric_send(struct fs_conn *c, int fd, struct fs_chan *
         break;
     }
     if (nonblock) {
-      if (fs_chan_arm_tx(ch, need))
+      if (fs_chan_arm_tx(ch, need, wake))
         continue;
       break;
     }
@@ -312,7 +315,7 @@ static ssize_t fs_sockio_fabric_send(struct fs_conn *c, int fd, struct fs_chan *
     uint64_t spun;
     if (fs_wait_spin(c, fs_wait_cond_tx, ch, &need, &spun))
       continue;
-    if (fs_chan_arm_tx(ch, need))
+    if (fs_chan_arm_tx(ch, need, wake))
       continue;
     if (budget == -2)
       budget = fs_wait_timeo_of(c, fd, true);

@@ -75,7 +75,7 @@ void fs_wait_pass_wake(struct fs_conn *c, struct fs_chan *ch, bool tx)
    * the peer's SWITCH in the ring at once: only it can tell, so it looks. */
   bool over = sl == FS_SLEEP_TCP || fs_wait_over(ch, otx, need);
   if (!over)
-    over = otx ? fs_chan_arm_tx(ch, need) : fs_chan_arm_rx(ch) && fs_wait_over(ch, false, need);
+    over = otx ? fs_chan_arm_tx(ch, need, need) : fs_chan_arm_rx(ch) && fs_wait_over(ch, false, need);
   if (over)
     fs_chan_efd_write(__atomic_load_n(&c->wake_fd, __ATOMIC_ACQUIRE)); /* (a lease that left: -1) */
 }

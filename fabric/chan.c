@@ -23,8 +23,7 @@ void fs_chan_shared_publish(struct fs_chan *ch)
 void fs_chan_shared_credit(struct fs_chan *ch)
 {
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
-  if (__atomic_load_n(&ch->rx.ctl->want_space, __ATOMIC_RELAXED) &&
-      __atomic_exchange_n(&ch->rx.ctl->want_space, 0, __ATOMIC_ACQ_REL))
+  if (__atomic_load_n(&ch->rx.ctl->want_space, __ATOMIC_RELAXED) && fs_ring_room_reached(&ch->rx))
     ch->ops->wake_peer(ch);
 }
 
@@ -49,9 +48,9 @@ bool fs_chan_arm_rx(struct fs_chan *ch)
   return fs_chan_rx_ready(ch) || fs_chan_peer_closed(ch);
 }
 
-bool fs_chan_arm_tx(struct fs_chan *ch, size_t need)
+bool fs_chan_arm_tx(struct fs_chan *ch, size_t need, size_t wake)
 {
-  __atomic_store_n(&ch->tx.ctl->want_space, 1, __ATOMIC_RELAXED);
+  fs_ring_want_space(&ch->tx, wake > need ? wake : need);
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
   ch->ops->arm(ch);
   fs_chan_progress(ch);

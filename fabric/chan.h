@@ -154,9 +154,11 @@ bool fs_chan_yes(struct fs_chan *ch);
 bool fs_chan_no(struct fs_chan *ch);
 size_t fs_chan_trim_none(struct fs_chan *ch, bool *all);
 
-/* Declare interest before sleeping; return true if already ready. */
+/* Declare interest before sleeping; return true if already ready.  tx:
+ * ready with `need` bytes of room, woken once `wake` (at least need) fit
+ * (fs_ring_want_space). */
 bool fs_chan_arm_rx(struct fs_chan *ch);
-bool fs_chan_arm_tx(struct fs_chan *ch, size_t need);
+bool fs_chan_arm_tx(struct fs_chan *ch, size_t need, size_t wake);
 /* Withdraw that interest (rx: data, tx: room): a waiter that woke for
  * something else and is off to work must not cost its peer a wake-up per
  * message until it sleeps again.  Only for a waiter that knows nobody else

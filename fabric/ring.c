@@ -124,6 +124,54 @@ size_t fs_ring_space_for(struct fs_ring *r, size_t want)
   return fs_ring_place(r, want, &skip);
 }
 
+/* The head at which fs_ring_place finds room for `want` (a lower bound
+ * where the window leaves a choice), at most tail: at tail (the ring
+ * empty) whatever fits in it has room. */
+static uint64_t fs_ring_room_head(const struct fs_ring *r, size_t want)
+{
+  const uint64_t ovh = FS_RING_RESERVE + FS_RING_HDR;
+  uint64_t w = FS_ALIGN8(want ? want : 1), tail = __atomic_load_n(&r->ctl->tail, __ATOMIC_RELAXED);
+  uint32_t cap = __atomic_load_n(&r->cap, __ATOMIC_RELAXED), win = fs_ring_win(r), o = fs_ring_off(r, tail);
+  uint64_t lim = cap && cap < r->size ? cap : r->size, at = tail;
+  /* At tail: lim - (tail - head) >= w + ovh, as fs_ring_place. */
+  if (!win || o + FS_RING_HDR + w <= win)
+    at = tail + w + ovh > lim ? tail + w + ovh - lim : 0;
+  /* Behind a SKIP at the next lap: the SKIP's span s as well. */
+  if (win && o != 0 && w + FS_RING_HDR <= win) {
+    uint64_t s = r->size - o, a = tail + w + ovh > lim ? tail + w + ovh - lim : 0;
+    uint64_t b = tail + s + w + ovh > r->size ? tail + s + w + ovh - r->size : 0;
+    if (b > a)
+      a = b;
+    if (a < at)
+      at = a;
+  }
+  return at < tail ? at : tail;
+}
+
+void fs_ring_want_space(struct fs_ring *r, size_t want)
+{
+  uint64_t at = fs_ring_room_head(r, want), head = fs_ring_load(&r->ctl->head);
+  if (at <= head) { /* room now, by the numbers (a look raced a read): any */
+    __atomic_store_n(&r->ctl->want_space, FS_RING_WANT_ANY, __ATOMIC_RELAXED);
+    return;
+  }
+  __atomic_store_n(&r->ctl->space_at, (uint32_t)at, __ATOMIC_RELAXED);
+  __atomic_store_n(&r->ctl->want_space, FS_RING_WANT_AT, __ATOMIC_RELEASE);
+}
+
+bool fs_ring_room_reached(struct fs_ring *r)
+{
+  uint32_t w = __atomic_load_n(&r->ctl->want_space, __ATOMIC_ACQUIRE);
+  if (!w)
+    return false;
+  if (w == FS_RING_WANT_AT) {
+    uint32_t head = (uint32_t)__atomic_load_n(&r->ctl->head, __ATOMIC_RELAXED);
+    if ((int32_t)(head - __atomic_load_n(&r->ctl->space_at, __ATOMIC_RELAXED)) < 0)
+      return false;
+  }
+  return __atomic_exchange_n(&r->ctl->want_space, 0, __ATOMIC_ACQ_REL) != 0;
+}
+
 /* The producer asks the fabric to lift its window's limit (once). */
 static inline void fs_ring_ask(struct fs_ring *r)
 {

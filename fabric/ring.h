@@ -10,6 +10,14 @@
  *   step: want_data (the consumer sleeps) beside tail, want_space (the
  *   producer sleeps) beside head, so a busy ring moves no line for them.
  *   (v1 had them the other way round: a line crossed twice per record.)
+ *   want_space is 1 (wake me at the next room freed) or 2 (wake me once
+ *   head reaches space_at, the low 32 bits of a position, compared
+ *   modulo 2^32): a producer asleep for room a third of its ring wide is
+ *   not woken at each of the consumer's reads only to sleep again (as the
+ *   kernel's TCP wakes a writer when a third of its buffer is free).  A
+ *   consumer that knows only 1 wakes at once on 2 as well (sooner, never
+ *   wrong), and space_at is at or below the tail the producer had when it
+ *   slept, so a consumer that empties the ring always wakes it.
  *   The data holds records, each 8-byte aligned:
  *
  *     u32 type | u32 len | payload[len] | pad to a multiple of 8
@@ -63,9 +71,9 @@ struct fs_ring_ctl {
   uint64_t tail __attribute__((aligned(64))); /* producer; atomic */
   uint32_t want_data;                          /* consumer waits for data; atomic */
   uint64_t head __attribute__((aligned(64))); /* consumer; atomic */
-  uint32_t want_space;                         /* producer waits for room; atomic */
+  uint32_t want_space;                         /* producer waits for room (1, 2); atomic */
   uint32_t size;
-  uint32_t pad;
+  uint32_t space_at;                           /* want_space 2: wake at this head; atomic */
 } __attribute__((aligned(64)));
 
 /* A view of one ring: control block + data, both in a shared mapping. */
@@ -138,6 +146,19 @@ static inline size_t fs_ring_space(struct fs_ring *r)
 {
   return fs_ring_space_for(r, 1);
 }
+
+/* Producer, about to sleep for room: declare it (want_space, space_at)
+ * so that the consumer wakes it once a record of `want` bytes fits, not
+ * before (at most when the ring is empty).  The caller fences, then
+ * looks again (Dekker with fs_ring_room_reached). */
+#define FS_RING_WANT_ANY 1
+#define FS_RING_WANT_AT 2
+void fs_ring_want_space(struct fs_ring *r, size_t want);
+
+/* Consumer, after consuming: is the producer's wait for room over (it
+ * waits, and head reached what it asked)?  Clears its want_space if so:
+ * the caller then wakes it. */
+bool fs_ring_room_reached(struct fs_ring *r);
 
 /* Producer: append one DATA record with up to `len` bytes gathered from iov
  * starting at byte `skip`; returns bytes taken (0 if full). */

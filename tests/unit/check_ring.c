@@ -1,6 +1,6 @@
 /* Unit tests for fabric/ring: record framing, wrap-around, partial reads,
  * peek, control records, the producer's window (SKIP records), and a
- * hostile producer. */
+ * hostile producer, and the producer's wake for room (want_space). */
 #include <check.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -439,6 +439,75 @@ static void trim_stream(struct fs_ring *pr, struct fs_ring *co, uint32_t *wseq, 
   }
 }
 
+/* A producer asleep for room (fs_ring_want_space) is woken by the
+ * consumer's read that makes room for what it asked, not before and not
+ * after (fs_ring_room_reached), whatever the ring's state: its window
+ * (behind a SKIP or not), its cap, the wrap.  Asked for more than the
+ * ring can give (near a window's end, or more than it holds), when the
+ * ring is empty.  A peer that sets
+ * want_space 1 (older builds) is woken at the first read. */
+START_TEST(t_want_space)
+{
+  srand(45);
+  uint8_t buf[700];
+  int exact = 0, skipped = 0;
+  for (int trial = 0; trial < 3000; trial++) {
+    setup();
+    int kind = trial % 3;
+    if (kind == 1)
+      r.win = 1024;
+    if (kind == 2)
+      r.cap = 1500;
+    for (int i = rand() % 40; i > 0; i--) { /* a random state */
+      (void)put(buf, 1 + (size_t)rand() % 600);
+      (void)get(buf, 1 + (size_t)rand() % 600, false);
+    }
+    size_t want = 1 + (size_t)rand() % (fs_ring_limit(&r) / 2);
+    while (put(buf, 1 + (size_t)rand() % 600) > 0)
+      ;
+    if (fs_ring_space_for(&r, want) >= want)
+      continue;
+    uint64_t tail = ctl.tail;
+    fs_ring_want_space(&r, want);
+    ck_assert_uint_ne(ctl.want_space, 0);
+    bool woken = false;
+    skipped += r.win && (ctl.tail & (RSZ - 1)) + FS_RING_HDR + want > r.win;
+    for (int i = 0; i < 100 && !woken; i++) {
+      ck_assert_int_ge(get(buf, 1 + (size_t)rand() % 200, false), 0);
+      woken = fs_ring_room_reached(&r);
+      /* (empty: no more room comes, however little there is) */
+      bool room = fs_ring_space_for(&r, want) >= want || fs_ring_empty(&r);
+      ck_assert_msg(woken == room, "trial %d: woken %d, room %d (want %zu, head %llu, tail %llu)", trial, woken, room,
+                    want, (unsigned long long)ctl.head, (unsigned long long)ctl.tail);
+    }
+    ck_assert(woken);
+    ck_assert_uint_eq(ctl.want_space, 0);
+    ck_assert_uint_le(ctl.head, tail);
+    exact++;
+  }
+  ck_assert_int_gt(exact, 1000);
+  ck_assert_int_gt(skipped, 50);
+  /* More than the ring holds: when it is empty. */
+  setup();
+  while (put(buf, 500) > 0)
+    ;
+  fs_ring_want_space(&r, 2 * RSZ);
+  while (!fs_ring_empty(&r)) {
+    ck_assert(!fs_ring_room_reached(&r));
+    (void)get(buf, 300, false);
+  }
+  ck_assert(fs_ring_room_reached(&r));
+  /* An older producer's 1: the first read. */
+  setup();
+  while (put(buf, 500) > 0)
+    ;
+  __atomic_store_n(&ctl.want_space, FS_RING_WANT_ANY, __ATOMIC_RELAXED);
+  (void)get(buf, 1, false);
+  ck_assert(fs_ring_room_reached(&r));
+  ck_assert(!fs_ring_room_reached(&r)); /* once */
+}
+END_TEST
+
 /* fs_ring_trim on a shared memfd ring seen through two mappings, as the two
  * processes of a shm channel see it: the producer gives back the pages of
  * the free space only (the unread bytes stay intact for the consumer), the
@@ -539,6 +608,7 @@ int main(void)
   tcase_add_test(tc, t_skip_transparent);
   tcase_add_test(tc, t_hostile_skip);
   tcase_add_test(tc, t_trim_shared);
+  tcase_add_test(tc, t_want_space);
   suite_add_tcase(s, tc);
   return run_suite(s, false);
 }
