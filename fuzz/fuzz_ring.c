@@ -7,7 +7,8 @@
  * Input: [1: log2 size - 6, mod 5; bit 7: the honest producer keeps a
  * window of a quarter of the ring (SKIP records)][then ops, each 1 opcode
  * byte + args]:
- *   0 ctl:  8-byte tail, 8-byte head (the peer scribbles both)
+ *   0 ctl:  8-byte tail, 8-byte head (the peer scribbles both, and from
+ *           their bits its want_space and space_at)
  *   1 data: 2-byte offset, 1-byte n, n bytes written into the ring data
  *   2 put:  an honest producer appends DATA of 1-byte length
  *   3 get:  2-byte max, 1-byte skip, peek bit: fs_ring_get_data into 3 iovs
@@ -59,6 +60,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
       take(&p, end, &h, 8);
       ctl.tail = t;
       ctl.head = h;
+      ctl.want_space = (uint32_t)(t >> 62);
+      ctl.space_at = (uint32_t)(h >> 32);
       break;
     }
     case 1: {
@@ -77,6 +80,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
       size_t room = fs_ring_space_for(&r, n);
       size_t put = fs_ring_put_data(&r, &iov, 1, 0, n);
       CHECK(put <= n && put <= room);
+      if (!put) /* a producer about to sleep (its peer's head is anything) */
+        fs_ring_want_space(&r, n);
       break;
     }
     case 3: {
@@ -91,6 +96,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
       size_t mx = max % (cap - sk + 1);
       ssize_t n = fs_ring_get_data(&r, iov, 3, sk, mx, pk & 1);
       CHECK(n == -EPROTO || (n >= 0 && (size_t)n <= mx));
+      if (fs_ring_room_reached(&r)) /* the wake a consumer owes: once */
+        CHECK(ctl.want_space == 0);
       break;
     }
     case 4: {
