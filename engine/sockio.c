@@ -288,12 +288,12 @@ static ssize_t fs_sockio_fabric_send(struct fs_conn *c, int fd, struct fs_chan *
     /* Room for 4 KiB (or the rest) at least, but never more than half of
      * what the ring may hold now: a window (rdma's first page) or a small
      * SO_SNDBUF never offers 4 KiB, and the wait would end only at its bound. */
-    size_t lim = fs_ring_limit(&ch->tx), need = total - sent < 4096 ? total - sent : 4096, most = lim / 2;
+    size_t need = total - sent < 4096 ? total - sent : 4096, most = fs_ring_limit(&ch->tx) / 2;
     if (need > most)
       need = most ? most : 1;
-    /* Woken once a third of the ring is free (or the rest fits), as the
-     * kernel wakes a TCP writer: not at each of the reader's reads. */
-    size_t wake = lim / 3 < total - sent ? lim / 3 : total - sent;
+    /* Woken at the writable mark (or once the rest fits), as the kernel
+     * wakes a TCP writer: not at each of the reader's reads. */
+    size_t wake = fs_chan_tx_mark(ch) < total - sent ? fs_chan_tx_mark(ch) : total - sent;
     /* A ring that cannot grow (rdma past the memlock limit): TCP's buffers
      * take what a program writes before it reads, where the ring's window
      * would leave both ends waiting for each other.  (An end shared since

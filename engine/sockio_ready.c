@@ -34,8 +34,8 @@ short fs_sockio_ready(struct fs_conn *c, struct fs_chan *ch, short want, short k
   if (arm) {
     if (want & POLLIN)
       __atomic_store_n(&ch->rx.ctl->want_data, 1, __ATOMIC_RELAXED);
-    if ((want & POLLOUT) && c->tx_flow == FS_FLOW_FABRIC) /* as fs_chan_tx_ready */
-      fs_ring_want_space(&ch->tx, fs_ring_limit(&ch->tx) / 3);
+    if ((want & POLLOUT) && c->tx_flow == FS_FLOW_FABRIC)
+      fs_ring_want_space(&ch->tx, fs_chan_tx_mark(ch));
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     ch->ops->arm(ch);
   }

@@ -23,7 +23,7 @@ void fs_chan_shared_publish(struct fs_chan *ch)
 void fs_chan_shared_credit(struct fs_chan *ch)
 {
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
-  if (__atomic_load_n(&ch->rx.ctl->want_space, __ATOMIC_RELAXED) && fs_ring_room_reached(&ch->rx))
+  if (fs_ring_room_reached(&ch->rx))
     ch->ops->wake_peer(ch);
 }
 
@@ -32,11 +32,7 @@ bool fs_chan_tx_ready(struct fs_chan *ch)
   fs_chan_progress(ch);
   if (fs_chan_cramped(ch))
     return true; /* a send goes back to TCP where it would wait (engine/sockio.c) */
-  /* As the kernel's TCP (sk_stream_is_writeable): writable while at least a
-   * third of the buffer is free, not at the first free byte.  A program that
-   * writes a block in blocking mode whenever poll says writable (socat) must
-   * not find itself blocked on a ring its peer, doing the same, fills. */
-  size_t want = fs_ring_limit(&ch->tx) / 3;
+  size_t want = fs_chan_tx_mark(ch);
   return fs_ring_space_for(&ch->tx, want) >= want;
 }
 

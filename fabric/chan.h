@@ -182,6 +182,17 @@ static inline bool fs_chan_rx_ready(struct fs_chan *ch)
 }
 bool fs_chan_tx_ready(struct fs_chan *ch);
 
+/* The room that makes tx writable, as the kernel's TCP
+ * (sk_stream_is_writeable): a third of what the ring may hold, not its
+ * first free byte.  A program that writes a block in blocking mode whenever
+ * poll says writable (socat) must not find itself blocked on a ring its
+ * peer, doing the same, fills.  A sleeping sender asks to be woken at it
+ * too (fs_ring_want_space), so readiness and wake agree. */
+static inline size_t fs_chan_tx_mark(struct fs_chan *ch)
+{
+  return fs_ring_limit(&ch->tx) / 3;
+}
+
 static inline bool fs_chan_peer_closed(const struct fs_chan *ch)
 {
   return __atomic_load_n(&ch->peer->closed, __ATOMIC_ACQUIRE) != 0;

@@ -133,17 +133,17 @@ static uint64_t fs_ring_room_head(const struct fs_ring *r, size_t want)
   uint64_t w = FS_ALIGN8(want ? want : 1), tail = __atomic_load_n(&r->ctl->tail, __ATOMIC_RELAXED);
   uint32_t cap = __atomic_load_n(&r->cap, __ATOMIC_RELAXED), win = fs_ring_win(r), o = fs_ring_off(r, tail);
   uint64_t lim = cap && cap < r->size ? cap : r->size, at = tail;
-  /* At tail: lim - (tail - head) >= w + ovh, as fs_ring_place. */
-  if (!win || o + FS_RING_HDR + w <= win)
-    at = tail + w + ovh > lim ? tail + w + ovh - lim : 0;
+  /* Below the cap: lim - (tail - head) >= w + ovh, as fs_ring_place. */
+  uint64_t capped = tail + w + ovh > lim ? tail + w + ovh - lim : 0;
+  if (!win || o + FS_RING_HDR + w <= win) /* at tail */
+    at = capped;
   /* Behind a SKIP at the next lap: the SKIP's span s as well. */
   if (win && o != 0 && w + FS_RING_HDR <= win) {
-    uint64_t s = r->size - o, a = tail + w + ovh > lim ? tail + w + ovh - lim : 0;
-    uint64_t b = tail + s + w + ovh > r->size ? tail + s + w + ovh - r->size : 0;
-    if (b > a)
-      a = b;
-    if (a < at)
-      at = a;
+    uint64_t s = r->size - o, b = tail + s + w + ovh > r->size ? tail + s + w + ovh - r->size : 0;
+    if (b < capped)
+      b = capped;
+    if (b < at)
+      at = b;
   }
   return at < tail ? at : tail;
 }
