@@ -103,7 +103,7 @@ int fs_fdreg_move_high(int fd)
 
 int fs_fdreg_move_high_now(int fd)
 {
-  if (fd >= 0 && !__atomic_load_n(&fs_fdreg_grown, __ATOMIC_RELAXED) && fs_proc_threads() != 1) {
+  if (fd >= 0 && !__atomic_load_n(&fs_fdreg_grown, __ATOMIC_RELAXED) && !fs_proc_single_threaded()) {
     fs_fdreg_set(fd, true);
     return fd; /* growing a shared table would hold this thread ~10 ms */
   }

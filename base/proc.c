@@ -22,6 +22,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#if defined(__has_include)
+#if __has_include(<sys/single_threaded.h>)
+#include <sys/single_threaded.h>
+#define FS_HAVE_SINGLE_THREADED 1
+#endif
+#endif
+#ifndef FS_HAVE_SINGLE_THREADED
+#define FS_HAVE_SINGLE_THREADED 0
+#endif
+
 #include "base/aside.h"
 #include "base/hot.h"
 #include "base/fdreg.h"
@@ -193,6 +203,15 @@ int fs_proc_threads(void)
   int n = stat("/proc/self/task", &st) == 0 && st.st_nlink > 2 ? (int)(st.st_nlink - 2) : -1;
   errno = saved;
   return n;
+}
+
+bool fs_proc_single_threaded(void)
+{
+#if FS_HAVE_SINGLE_THREADED
+  if (__libc_single_threaded)
+    return true;
+#endif
+  return fs_proc_threads() == 1;
 }
 
 /* The page holding the pid; FS_PROC_SELF_NONE where the kernel has no

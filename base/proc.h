@@ -28,6 +28,12 @@ int fs_proc_as_room(size_t bytes);
  * two plus that), or -1 if it cannot be told. */
 int fs_proc_threads(void);
 
+/* Has the process one thread now?  Without a system call where glibc says
+ * it never made a second (__libc_single_threaded, 2.32), else as
+ * fs_proc_threads.  (A thread made by a bare clone, not pthread_create,
+ * escapes glibc's count: such a process is told it has one.) */
+bool fs_proc_single_threaded(void);
+
 /* This process's pid, without a system call after the first in each
  * process: kept in a page a child finds zeroed (MADV_WIPEONFORK), whatever
  * made it (fork, _Fork, a bare clone).  Not for a vfork child, which shares

@@ -437,25 +437,32 @@ static int fs_agent_start(void)
    * Alone, its own goes up there too, before anything refers to it: at
    * the lowest free number it took the one the application's next
    * socket() or open() expected, for good. */
-  bool reserved = fs_proc_threads() == 1;
-  if (reserved) {
-    fs_fdreg_reserve(A.evfd);
-    A.evfd = fs_fdreg_high(A.evfd);
-  }
+  bool reserved = fs_proc_single_threaded();
+  if (reserved)
+    A.evfd = fs_fdreg_high(A.evfd); /* up there: the table grows to it (fs_fdreg_reserve's work) */
   fs_fdreg_set(A.evfd, true);
   fs_fdreg_make_end();
   A.evwatch = (struct fs_agent_watch){ .fd = A.evfd, .fn = fs_agent_evfd };
+  /* Every signal blocked on the agent: the application's handlers run on
+   * its own threads.  Given with the attributes where glibc can (2.32):
+   * masking ours around the create cost two system calls more. */
   sigset_t all, old;
   sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
   pthread_attr_t at;
   pthread_attr_init(&at);
   pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
   pthread_attr_setstacksize(&at, 256 * 1024);
+  bool masked = false;
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 32))
+  masked = pthread_attr_setsigmask_np(&at, &all) == 0;
+#endif
+  if (!masked)
+    pthread_sigmask(SIG_SETMASK, &all, &old);
   pthread_t tid;
   int rc = pthread_create(&tid, &at, fs_agent_main, reserved ? &A : NULL);
   pthread_attr_destroy(&at);
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (!masked)
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
   what = "pthread_create";
   thread = true;
   if ((err = rc) != 0)
@@ -474,27 +481,26 @@ fail:;
   return -EAGAIN;
 }
 
+/* Job j off the queue (it is there). */
+static void fs_agent_unqueue(struct fs_agent_job *j)
+{
+  pthread_mutex_lock(&A.qlock);
+  for (struct fs_agent_job **pp = &A.jobs; *pp; pp = &(*pp)->next)
+    if (*pp == j) {
+      *pp = j->next;
+      break;
+    }
+  pthread_mutex_unlock(&A.qlock);
+}
+
 static void fs_agent_queue(struct fs_conn *c, void (*fn)(struct fs_conn *c))
 {
   struct fs_agent_job *j = malloc(sizeof *j);
-  int rc = -ENOMEM;
-  /* Started already: not the agent lock, which the agent holds through a
-   * whole batch of rendezvous (wrk -c400 upgrading at connect against a
-   * server without libfabsock: the application's connect()s queued behind
-   * 400 attempts, and 332 of its requests timed out). */
-  if (j && __atomic_load_n(&A.running, __ATOMIC_ACQUIRE)) {
-    rc = 0;
-  } else if (j) {
-    pthread_mutex_lock(&A.lock);
-    rc = fs_agent_start();
-    pthread_mutex_unlock(&A.lock);
-  }
-  if (rc < 0) {
+  if (!j) {
     if (!fn)
       fs_host->failed(&c->link, FS_REASON_RESOURCES);
     else
       fn(c); /* last resort: inline */
-    free(j);
     return;
   }
   fs_conn_get(c);
@@ -506,11 +512,41 @@ static void fs_agent_queue(struct fs_conn *c, void (*fn)(struct fs_conn *c))
     c->upgrade_due = j->due;
     __atomic_store_n(&c->upgrade_lazy, true, __ATOMIC_RELEASE);
   }
+  fs_proc_fork_work_add(FS_FORK_AGENT);
+  /* Not started: queued first, then the thread, whose first look takes it
+   * (no kick: an eventfd write, on the receive that crossed a one-shot
+   * client's threshold).  Started already: not the agent lock, which the
+   * agent holds through a whole batch of rendezvous (wrk -c400 upgrading at
+   * connect against a server without libfabsock: the application's
+   * connect()s queued behind 400 attempts, and 332 of its requests timed
+   * out). */
+  if (!__atomic_load_n(&A.running, __ATOMIC_ACQUIRE)) {
+    pthread_mutex_lock(&A.lock);
+    if (!A.running) {
+      pthread_mutex_lock(&A.qlock);
+      j->next = A.jobs;
+      A.jobs = j;
+      pthread_mutex_unlock(&A.qlock);
+      int rc = fs_agent_start();
+      pthread_mutex_unlock(&A.lock);
+      if (rc < 0) {
+        fs_agent_unqueue(j);
+        __atomic_store_n(&c->upgrade_lazy, false, __ATOMIC_RELAXED);
+        if (!fn)
+          fs_host->failed(&c->link, FS_REASON_RESOURCES);
+        else
+          fn(c); /* last resort: inline */
+        fs_conn_put(c);
+        free(j);
+      }
+      return;
+    }
+    pthread_mutex_unlock(&A.lock);
+  }
   /* A delayed upgrade rides on the agent's next wake when that comes no
    * later than one more delay: with a connection a request (ab: 20,000 a
    * second) the agent wakes once in a while for a batch, not once per
    * connection, and the application pays no eventfd write each time. */
-  fs_proc_fork_work_add(FS_FORK_AGENT);
   pthread_mutex_lock(&A.qlock);
   j->next = A.jobs;
   A.jobs = j;

@@ -135,6 +135,20 @@ struct fs_door *fs_door_proc_get(void);
 /* The calling thread sleeps on c, which has no door yet. */
 void fs_door_home_mark(struct fs_conn *c);
 
+/* The same for a sleep on the TCP socket alone (a blocking receive, a
+ * poll), but not while c has moved under half its upgrade threshold: no
+ * rendezvous can come for it yet (the connecting end asks once the bytes
+ * either way reach the threshold, and its threshold crossing claims c,
+ * fs_door_home_claim), and a process's first mark cost three system calls
+ * (a thread key made once, getpid, gettid) on the first receive of every
+ * one-shot client.  A connection marked later, or never, has the
+ * process's door. */
+static inline void fs_door_home_mark_blind(struct fs_conn *c)
+{
+  if (c->tcp_tx + c->tcp_rx >= c->policy.upgrade_bytes / 2)
+    fs_door_home_mark(c);
+}
+
 /* The calling thread's I/O on c crossed the upgrade threshold (or its
  * connect queued an upgrade at 0 bytes): it marks c unless a thread did
  * already, before the rendezvous is queued (locked: the caller holds

@@ -105,7 +105,7 @@ int fs_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const
     /* No wake fd yet to sleep on: the attach of a channel that comes
      * meanwhile waits for us (engine/wake.h). */
     if (!ch && fs_wake_none(c) && (fds[i].events & (POLLIN | POLLRDNORM))) {
-      fs_door_home_mark(c); /* its peer will ring this thread's door */
+      fs_door_home_mark_blind(c); /* its peer will ring this thread's door */
       if (fs_wake_blind_enter(c))
         st[i] |= FS_READY_BLIND;
       else

@@ -717,7 +717,7 @@ static ssize_t fs_sock_recv_up(struct fs_conn *c, int fd, struct fs_io *io)
    * with O_NONBLOCK: other processes set it), so an attach waits for it. */
   bool blind = !ch && fs_wake_none(c) && !fs_overhang_len(c);
   if (blind)
-    fs_door_home_mark(c); /* its peer will ring this thread's door */
+    fs_door_home_mark_blind(c); /* its peer will ring this thread's door */
   if (blind && !(blind = fs_wake_blind_enter(c)))
     ch = fs_cutover_chan_known(c, false); /* attached just now */
   if (blind || (!ch && (c->no_upgrade || c->wake_fd < 0) && !fs_overhang_len(c))) {

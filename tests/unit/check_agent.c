@@ -8,7 +8,9 @@
 #include <check.h>
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stddef.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,6 +114,42 @@ START_TEST(t_quiet_connection_upgrades_at_the_lazy_deadline)
   ck_assert_uint_eq(fs_agent_wake_at(), UINT64_MAX);
   close(sv[0]);
   close(sv[1]);
+}
+END_TEST
+
+/* The agent blocks every signal the application may handle (its handlers
+ * run on the application's threads): given with the thread's attributes,
+ * not by masking the caller's around the create. */
+START_TEST(t_agent_blocks_signals)
+{
+  sigset_t before, after;
+  pthread_sigmask(SIG_SETMASK, NULL, &before);
+  ck_assert_int_eq(fs_agent_ensure(), 0);
+  pthread_sigmask(SIG_SETMASK, NULL, &after);
+  for (int sig = 1; sig < 32; sig++)
+    ck_assert_int_eq(sigismember(&before, sig), sigismember(&after, sig)); /* ours untouched */
+  DIR *d = opendir("/proc/self/task");
+  ck_assert_ptr_nonnull(d);
+  int agents = 0;
+  for (struct dirent *e; (e = readdir(d));) {
+    if (e->d_name[0] == '.' || atoi(e->d_name) == getpid())
+      continue;
+    char path[300], line[256];
+    snprintf(path, sizeof path, "/proc/self/task/%s/status", e->d_name);
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    unsigned long long blk = 0;
+    while (fgets(line, sizeof line, f))
+      if (sscanf(line, "SigBlk: %llx", &blk) == 1)
+        break;
+    fclose(f);
+    int want[] = { SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGCHLD, SIGPIPE, SIGALRM, SIGIO, SIGWINCH };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+      ck_assert_msg(blk >> (want[i] - 1) & 1, "signal %d not blocked on the agent (SigBlk %llx)", want[i], blk);
+    agents++;
+  }
+  closedir(d);
+  ck_assert_int_eq(agents, 1);
 }
 END_TEST
 
@@ -317,6 +355,7 @@ int main(void)
   tcase_set_timeout(tc, 30);
   tcase_add_test(tc, t_delayed_upgrade_waits_for_a_nudge);
   tcase_add_test(tc, t_quiet_connection_upgrades_at_the_lazy_deadline);
+  tcase_add_test(tc, t_agent_blocks_signals);
   suite_add_tcase(s, tc);
   TCase *tw = tcase_create("watches");
   tcase_set_timeout(tw, 60);

@@ -5,6 +5,7 @@
  * handlers registered at the first fork work, not before. */
 #include <check.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/resource.h>
@@ -47,6 +48,30 @@ static unsigned long long vm_now(void)
  * of its limit: under ulimit -v they took all that was left, and a client
  * plain TCP served failed with MemoryError.  No limit: always room.  errno
  * is kept either way. */
+static void *idle_thread(void *arg)
+{
+  int *go = arg;
+  while (!__atomic_load_n(go, __ATOMIC_ACQUIRE))
+    usleep(1000);
+  return NULL;
+}
+
+/* One thread: told without a system call where glibc can; two: told. */
+START_TEST(t_single_threaded)
+{
+  ck_assert(fs_proc_single_threaded()); /* each test runs in a forked child */
+  int go = 0;
+  pthread_t t;
+  ck_assert_int_eq(pthread_create(&t, NULL, idle_thread, &go), 0);
+  ck_assert(!fs_proc_single_threaded());
+  __atomic_store_n(&go, 1, __ATOMIC_RELEASE);
+  pthread_join(t, NULL);
+  for (int i = 0; i < 1000 && !fs_proc_single_threaded(); i++)
+    usleep(1000); /* the kernel reaps the thread a little after the join */
+  ck_assert(fs_proc_single_threaded());
+}
+END_TEST
+
 START_TEST(t_as_room)
 {
   errno = 5;
@@ -117,6 +142,7 @@ int main(void)
   Suite *s = suite_create("proc");
   TCase *tc = tcase_create("self");
   tcase_add_test(tc, t_self_in_children);
+  tcase_add_test(tc, t_single_threaded);
   tcase_add_test(tc, t_as_room);
   tcase_add_test(tc, t_atfork_armed_at_first_work);
   suite_add_tcase(s, tc);
