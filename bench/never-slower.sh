@@ -10,6 +10,11 @@
 # of percent):
 #   start      /bin/true in a shell loop (us per process start; target: at
 #              most 100 us more than plain)
+#   oneshot    a one-shot client's whole life: bench/oneshot (connect, an
+#              HTTP GET of 4 KiB from that nginx, read to the end, exit), 300
+#              in one shell (us per process; target as start: the reply
+#              crosses the upgrade threshold, which a process that ends
+#              within the delay must not pay for)
 #   wrk-close  nginx as Debian ships it (servers-common.sh), wrk -t2 -c8 with
 #              "Connection: close": a connection per request (requests/s)
 #   wrk-c50    the same with keep-alive connections (the servers issue's 2x)
@@ -54,6 +59,8 @@ lib=$(readlink -f "$1")
 here=$(cd "$(dirname "$0")" && pwd)
 bench=$(dirname "$lib")/../bench/fabsock-bench
 [ -x "$bench" ] || bench=$here/../build/bench/fabsock-bench
+oneshot=$(dirname "$lib")/../bench/oneshot
+[ -x "$oneshot" ] || oneshot=$here/../build/bench/oneshot
 tmp=$(mktemp -d /tmp/fabsock-never-slower.XXXXXX) && chmod 755 "$tmp" || exit 1
 NGINX_PORT=18296 PG_PORT=18297 IPERF_PORT=18298 NOPEER_PORT=18299
 pre() { if [ "$1" = plain ]; then echo env; else echo "env LD_PRELOAD=$1"; fi; }
@@ -65,6 +72,7 @@ have_iperf=0; command -v iperf3 >/dev/null && have_iperf=1
 have_curl=0; command -v curl >/dev/null && have_curl=$have_nginx
 have_psql=0; [ $have_pg = 1 ] && [ -x "$PGBIN/psql" ] && have_psql=1
 have_bench=0; [ -x "$bench" ] && have_bench=1
+have_oneshot=0; [ -x "$oneshot" ] && have_oneshot=$have_nginx
 
 put() { echo "$3" >>"$tmp/$1.$2"; } # put ROW SIDE VALUE
 sides=(plain "$lib")
@@ -73,6 +81,10 @@ side_name() { if [ "$1" = plain ]; then echo plain; else echo lib; fi; }
 start_us() { # us per /bin/true start, 300 of them in one shell
   $(pre "$1") bash -c 't0=$EPOCHREALTIME; for i in $(seq 300); do /bin/true; done; t1=$EPOCHREALTIME;
     awk -v a="$t0" -v b="$t1" "BEGIN { printf \"%.1f\", (b - a) * 1e6 / 300 }"'
+}
+oneshot_us() { # SIDE: us per one-shot client process (bench/oneshot, GET /f4k), 300 in one shell
+  $(pre "$1") bash -c 't0=$EPOCHREALTIME; for i in $(seq 300); do "$0" "$1" /f4k || exit 1; done; t1=$EPOCHREALTIME;
+    awk -v a="$t0" -v b="$t1" "BEGIN { printf \"%.1f\", (b - a) * 1e6 / 300 }"' "$oneshot" "$NGINX_PORT"
 }
 iperf_bps() { # SIDE [ARGS]: bits/s received, one stream
   local s=$1; shift
@@ -101,6 +113,9 @@ for r in $(seq "$rounds"); do
       put wrkclose $n "${v:-nan}"; line="$line wrk-close ${v:-?}"
       v=$($(pre "$s") wrk -t2 -c50 -d"${secs}"s http://127.0.0.1:$NGINX_PORT/f4k 2>/dev/null | awk '/Requests\/sec/ {print $2}')
       put wrkc50 $n "${v:-nan}"; line="$line wrk-c50 ${v:-?}"
+      if [ $have_oneshot = 1 ]; then
+        v=$(oneshot_us "$s"); put oneshot $n "${v:-nan}"; line="$line oneshot ${v:-?}us"
+      fi
       if [ $have_curl = 1 ]; then
         v=$(for _ in 1 2 3 4 5; do $(pre "$s") curl -s -o /dev/null -w '%{speed_download}\n' \
           http://127.0.0.1:$NGINX_PORT/f20m; done | median)
@@ -196,6 +211,9 @@ def paired(row, kind="ratio"):
 
 pm, lm, f = paired("start", kind="diff")
 add("start", "process start, /bin/true", "us", pm, lm, f, "<= +100 us", lambda x: x <= 100)
+pm, lm, f = paired("oneshot", kind="diff")
+add("oneshot", "a one-shot client process: connect, GET 4 KiB from nginx, exit", "us", pm, lm, f, "<= +100 us",
+    lambda x: x <= 100)
 for row, what, unit, tgt in (("wrkclose", "nginx, wrk -c8, a connection per request", "req/s", 1.0),
                              ("pgbenchC", "pgbench -S -C -c 8, a connection per transaction", "tps", 1.0),
                              ("psql", "psql, a client process per query", "queries/s", 1.0),
