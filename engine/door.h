@@ -136,7 +136,7 @@ struct fs_door *fs_door_proc_get(void);
 void fs_door_home_mark(struct fs_conn *c);
 
 /* The same for a sleep on the TCP socket alone (a blocking receive, a
- * poll), but not while c has moved under half its upgrade threshold: no
+ * poll), but only once c has moved half its upgrade threshold: no
  * rendezvous can come for it yet (the connecting end asks once the bytes
  * either way reach the threshold, and its threshold crossing claims c,
  * fs_door_home_claim), and a process's first mark cost three system calls
