@@ -78,14 +78,13 @@ put() { echo "$3" >>"$tmp/$1.$2"; } # put ROW SIDE VALUE
 sides=(plain "$lib")
 side_name() { if [ "$1" = plain ]; then echo plain; else echo lib; fi; }
 
-start_us() { # us per /bin/true start, 300 of them in one shell
-  $(pre "$1") bash -c 't0=$EPOCHREALTIME; for i in $(seq 300); do /bin/true; done; t1=$EPOCHREALTIME;
-    awk -v a="$t0" -v b="$t1" "BEGIN { printf \"%.1f\", (b - a) * 1e6 / 300 }"'
+runs_us() { # SIDE PROG [ARG...]: us per run of PROG, 300 of them in one shell under SIDE
+  local s=$1; shift
+  $(pre "$s") bash -c 't0=$EPOCHREALTIME; for i in $(seq 300); do "$@" || exit 1; done; t1=$EPOCHREALTIME;
+    awk -v a="$t0" -v b="$t1" "BEGIN { printf \"%.1f\", (b - a) * 1e6 / 300 }"' runs_us "$@"
 }
-oneshot_us() { # SIDE: us per one-shot client process (bench/oneshot, GET /f4k), 300 in one shell
-  $(pre "$1") bash -c 't0=$EPOCHREALTIME; for i in $(seq 300); do "$0" "$1" /f4k || exit 1; done; t1=$EPOCHREALTIME;
-    awk -v a="$t0" -v b="$t1" "BEGIN { printf \"%.1f\", (b - a) * 1e6 / 300 }"' "$oneshot" "$NGINX_PORT"
-}
+start_us() { runs_us "$1" /bin/true; }                            # us per process start
+oneshot_us() { runs_us "$1" "$oneshot" "$NGINX_PORT" /f4k; }      # us per one-shot client (GET 4 KiB)
 iperf_bps() { # SIDE [ARGS]: bits/s received, one stream
   local s=$1; shift
   $(pre "$s") iperf3 -s -1 -p $IPERF_PORT >/dev/null 2>&1 &

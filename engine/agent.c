@@ -493,14 +493,21 @@ static void fs_agent_unqueue(struct fs_agent_job *j)
   pthread_mutex_unlock(&A.qlock);
 }
 
+/* A job the agent cannot take (no memory, no thread): an upgrade fails
+ * (resources), any other job runs here and now, as a last resort. */
+static void fs_agent_refused(struct fs_conn *c, void (*fn)(struct fs_conn *c))
+{
+  if (!fn)
+    fs_host->failed(&c->link, FS_REASON_RESOURCES);
+  else
+    fn(c);
+}
+
 static void fs_agent_queue(struct fs_conn *c, void (*fn)(struct fs_conn *c))
 {
   struct fs_agent_job *j = malloc(sizeof *j);
   if (!j) {
-    if (!fn)
-      fs_host->failed(&c->link, FS_REASON_RESOURCES);
-    else
-      fn(c); /* last resort: inline */
+    fs_agent_refused(c, fn);
     return;
   }
   fs_conn_get(c);
@@ -532,10 +539,7 @@ static void fs_agent_queue(struct fs_conn *c, void (*fn)(struct fs_conn *c))
       if (rc < 0) {
         fs_agent_unqueue(j);
         __atomic_store_n(&c->upgrade_lazy, false, __ATOMIC_RELAXED);
-        if (!fn)
-          fs_host->failed(&c->link, FS_REASON_RESOURCES);
-        else
-          fn(c); /* last resort: inline */
+        fs_agent_refused(c, fn);
         fs_conn_put(c);
         free(j);
       }

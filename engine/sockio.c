@@ -293,7 +293,7 @@ static ssize_t fs_sockio_fabric_send(struct fs_conn *c, int fd, struct fs_chan *
       need = most ? most : 1;
     /* Woken at the writable mark (or once the rest fits), as the kernel
      * wakes a TCP writer: not at each of the reader's reads. */
-    size_t wake = fs_chan_tx_mark(ch) < total - sent ? fs_chan_tx_mark(ch) : total - sent;
+    size_t mark = fs_chan_tx_mark(ch), wake = mark < total - sent ? mark : total - sent;
     /* A ring that cannot grow (rdma past the memlock limit): TCP's buffers
      * take what a program writes before it reads, where the ring's window
      * would leave both ends waiting for each other.  (An end shared since
