@@ -1,9 +1,11 @@
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 #include <sys/types.h>
 
+#include "base/kcopy.h"
 #include "base/real.h"
 #include "fabric/ring.h"
 
@@ -14,6 +16,29 @@ static inline uint32_t fs_ring_off(const struct fs_ring *r, uint64_t pos)
   return (uint32_t)(pos & (r->size - 1));
 }
 
+/* n bytes between the ring at `at` and buf (to_ring: into the ring): by
+ * the kernel while this end's budget lasts and the copy is a page or more
+ * (struct fs_ring's kcopy), else, or for what the kernel did not copy, by
+ * memcpy. */
+static void fs_ring_copy(struct fs_ring *r, uint8_t *at, void *buf, size_t n, bool to_ring)
+{
+  size_t k = 0;
+  uint32_t b = __atomic_load_n(&r->kcopy, __ATOMIC_RELAXED);
+  if (__builtin_expect(b != 0, 0) && n >= FS_RING_KC_MIN) {
+    size_t charge = n > FS_RING_KC_CHARGE ? n : FS_RING_KC_CHARGE;
+    __atomic_store_n(&r->kcopy, b > charge ? b - (uint32_t)charge : 0, __ATOMIC_RELAXED);
+    k = to_ring ? fs_kcopy_to_map(at, buf, n) : fs_kcopy_from_map(buf, at, n);
+    if (k == 0 && !fs_kcopy_usable())
+      __atomic_store_n(&r->kcopy, 0, __ATOMIC_RELAXED);
+  }
+  if (k < n) {
+    if (to_ring)
+      memcpy(at + k, (const uint8_t *)buf + k, n - k);
+    else
+      memcpy((uint8_t *)buf + k, at + k, n - k);
+  }
+}
+
 /* Copy n bytes into the ring at position pos, wrapping. */
 static void fs_ring_write_at(struct fs_ring *r, uint64_t pos, const void *src, size_t n)
 {
@@ -21,20 +46,20 @@ static void fs_ring_write_at(struct fs_ring *r, uint64_t pos, const void *src, s
   size_t first = r->size - off;
   if (first > n)
     first = n;
-  memcpy(r->data + off, src, first);
+  fs_ring_copy(r, r->data + off, (void *)src, first, true);
   if (n > first)
-    memcpy(r->data, (const uint8_t *)src + first, n - first);
+    fs_ring_copy(r, r->data, (uint8_t *)src + first, n - first, true);
 }
 
-static void fs_ring_read_at(const struct fs_ring *r, uint64_t pos, void *dst, size_t n)
+static void fs_ring_read_at(struct fs_ring *r, uint64_t pos, void *dst, size_t n)
 {
   uint32_t off = fs_ring_off(r, pos);
   size_t first = r->size - off;
   if (first > n)
     first = n;
-  memcpy(dst, r->data + off, first);
+  fs_ring_copy(r, r->data + off, dst, first, false);
   if (n > first)
-    memcpy((uint8_t *)dst + first, r->data, n - first);
+    fs_ring_copy(r, r->data, (uint8_t *)dst + first, n - first, false);
 }
 
 /* Positions in use (tail - head), from the cached head if that leaves at
@@ -269,22 +294,41 @@ size_t fs_ring_put_data(struct fs_ring *r, const struct iovec *iov, int iovcnt, 
   return len;
 }
 
-/* Read up to n bytes of fd into dst: pread at off, or read at its position
- * (off -1).  Short only at the file's end; -errno if nothing came. */
-static ssize_t fs_ring_read_file(int fd, off_t off, uint8_t *dst, size_t n)
+/* Read up to n bytes of fd into the ring at dst: pread at off, or read at
+ * its position (off -1).  Short only at the file's end; -errno if nothing
+ * came.  While the kernel copies for this end, through a buffer of ours
+ * (a pread straight into a page of the ring is a first touch of it too). */
+static ssize_t fs_ring_read_file(struct fs_ring *r, int fd, off_t off, uint8_t *dst, size_t n)
 {
-  size_t got = 0;
+  size_t got = 0, blen = 0;
   int saved = errno; /* the application's, unless this fails */
-  while (got < n) {
-    ssize_t r = off < 0 ? FS_REAL(read)(fd, dst + got, n - got) : pread(fd, dst + got, n - got, off + (off_t)got);
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r < 0 && !got)
-      return -errno;
-    if (r <= 0)
-      break;
-    got += (size_t)r;
+  uint8_t *bounce = NULL;
+  if (__atomic_load_n(&r->kcopy, __ATOMIC_RELAXED) && n >= FS_RING_KC_MIN && fs_kcopy_usable()) {
+    blen = n < FS_RING_KC_CHARGE ? n : FS_RING_KC_CHARGE;
+    bounce = malloc(blen); /* NULL: straight into the ring */
   }
+  while (got < n) {
+    size_t want = n - got;
+    uint8_t *to = dst + got;
+    if (bounce) {
+      want = want < blen ? want : blen;
+      to = bounce;
+    }
+    ssize_t k = off < 0 ? FS_REAL(read)(fd, to, want) : pread(fd, to, want, off + (off_t)got);
+    if (k < 0 && errno == EINTR)
+      continue;
+    if (k < 0 && !got) {
+      int err = errno;
+      free(bounce);
+      return -err;
+    }
+    if (k <= 0)
+      break;
+    if (bounce)
+      fs_ring_copy(r, dst + got, bounce, (size_t)k, true);
+    got += (size_t)k;
+  }
+  free(bounce);
   errno = saved;
   return (ssize_t)got;
 }
@@ -297,9 +341,9 @@ ssize_t fs_ring_put_file(struct fs_ring *r, int fd, off_t off, size_t len, bool 
     return 0;
   uint32_t at = fs_ring_off(r, tail + FS_RING_HDR);
   size_t first = r->size - at < len ? r->size - at : len;
-  ssize_t n = fs_ring_read_file(fd, off, r->data + at, first);
+  ssize_t n = fs_ring_read_file(r, fd, off, r->data + at, first);
   if (n == (ssize_t)first && first < len) { /* wrapped: the rest at the ring's start */
-    ssize_t m = fs_ring_read_file(fd, off < 0 ? off : off + n, r->data, len - first);
+    ssize_t m = fs_ring_read_file(r, fd, off < 0 ? off : off + n, r->data, len - first);
     if (m > 0)
       n += m;
   }
@@ -392,8 +436,8 @@ int fs_ring_peek(const struct fs_ring *r, uint32_t *type, uint32_t *len, uint64_
   *type = hdr[0] & 0xff;
   *len = hdr[1];
   *val = 0;
-  if (*type == FS_REC_SWITCH || *type == FS_REC_REVERT)
-    fs_ring_read_at(r, head + FS_RING_HDR, val, 8);
+  if (*type == FS_REC_SWITCH || *type == FS_REC_REVERT) /* 8-aligned: never wraps */
+    memcpy(val, r->data + fs_ring_off(r, head + FS_RING_HDR), 8);
   return 1;
 }
 
@@ -577,5 +621,7 @@ ssize_t fs_ring_trim(struct fs_ring *r, bool *empty)
     done += (ssize_t)n;
     pos += n;
   }
+  if (done) /* those pages are new again to whoever touches them next */
+    __atomic_store_n(&r->kcopy, __atomic_load_n(&r->kcopy0, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
   return done;
 }

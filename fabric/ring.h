@@ -111,7 +111,20 @@ struct fs_ring {
    * until head moves, a trim has nothing more to give back. */
   uint64_t trim_head;
   bool trim_held;
+  /* This end's budget of kernel copies (base/kcopy.h), in bytes: while it
+   * lasts, a copy of a page or more into or out of the ring is made by the
+   * kernel and takes at least FS_RING_KC_CHARGE of it; 0: memcpy.  The
+   * fabric sets it (shm: FS_RING_WIN_GROW times the first window, so a
+   * transfer that ends before its window would grow never touches the
+   * ring's pages itself); a trim that gave pages back sets it again to
+   * kcopy0.  Its own, never shared.  Atomic (a trim may run beside). */
+  uint32_t kcopy, kcopy0;
 };
+
+/* Copies smaller than a page go by memcpy: a small message's page is
+ * written again and again, and its one trap is soon paid back. */
+#define FS_RING_KC_MIN 4096u
+#define FS_RING_KC_CHARGE (64u << 10)
 
 /* A ring larger than this starts with this window (fabric's choice: shm;
  * rdma starts with its registered first page, and win_lim).

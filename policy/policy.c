@@ -565,6 +565,7 @@ static uint32_t fs_policy_ring FS_HOT;  /* FABSOCK_SHM_RING, bytes; 0 = the fabr
 static uint32_t fs_policy_drop FS_HOT;  /* FABSOCK_TEST_RDMA_DROP or _WEDGE: test seams, see policy.h */
 static bool fs_policy_wedge FS_HOT;     /* ... it was _WEDGE */
 static bool fs_policy_door FS_HOT = true; /* FABSOCK_DOORBELL (0: off) */
+static bool fs_policy_kc FS_HOT = true;   /* FABSOCK_KCOPY (0: off) */
 static uint32_t fs_policy_own_cc FS_HOT = FS_POLICY_RDMA_OWN_CC; /* FABSOCK_RDMA_OWN_CHANNELS */
 static struct fs_policy fs_policy_fallback; /* no rules, every match tcp */
 static bool fs_policy_hooks_any FS_HOT;  /* some connection may get inspection hooks */
@@ -620,6 +621,12 @@ static void fs_policy_load(void)
     if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0)
       fs_log(FS_LOG_WARN, "FABSOCK_DOORBELL: '%.32s' taken as 1", v);
     fs_policy_door = strcmp(v, "0") != 0;
+  }
+  v = getenv("FABSOCK_KCOPY");
+  if (v != NULL && *v) {
+    if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0)
+      fs_log(FS_LOG_WARN, "FABSOCK_KCOPY: '%.32s' taken as 1", v);
+    fs_policy_kc = strcmp(v, "0") != 0;
   }
   v = getenv("FABSOCK_RDMA_OWN_CHANNELS");
   if (v != NULL && *v) {
@@ -699,6 +706,12 @@ bool fs_policy_doorbell(void)
 {
   (void)fs_policy_get(NULL);
   return fs_policy_door;
+}
+
+bool fs_policy_kcopy(void)
+{
+  (void)fs_policy_get(NULL);
+  return fs_policy_kc;
 }
 
 uint32_t fs_policy_rdma_own(void)

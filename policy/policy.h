@@ -93,6 +93,10 @@ uint32_t fs_policy_ring_size(void);
  * own (engine/door.h). */
 bool fs_policy_doorbell(void);
 
+/* FABSOCK_KCOPY (default 1; 0: off): a shm ring's ends copy through the
+ * kernel while the ring is new (fabric/ring.h, kcopy; base/kcopy.h). */
+bool fs_policy_kcopy(void);
+
 /* FABSOCK_RDMA_OWN_CHANNELS (default FS_POLICY_RDMA_OWN_CC): how many rdma
  * connections of the process at a time have a completion channel and a
  * wake eventfd of their own, the rest sharing one per device

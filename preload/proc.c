@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "base/aside.h"
+#include "base/kcopy.h"
 #include "base/reason.h"
 #include "engine/agent.h"
 #include "engine/cancel.h"
@@ -257,6 +258,7 @@ void fs_preload_confined(void)
   fs_sock_kernel_only(FS_REASON_SANDBOX);
   fs_stat_shutdown(); /* its unlink at exit would be refused, or kill the process */
   fs_aside_forbid();  /* the filter may refuse clone and close_range */
+  fs_kcopy_forbid();  /* and process_vm_readv/writev */
   errno = saved;
 }
 

@@ -130,8 +130,13 @@ static struct fs_chan *fs_shm_view(void *map, size_t len, uint32_t ring, int sid
   ch->peer = &h->ep[!side];
   /* A large ring is written in its first part until the stream proves long
    * (fabric/ring.h, SKIP): its pages cost a fault each when first written. */
-  ch->tx = (struct fs_ring){ .ctl = &h->ctl[side], .data = data + (size_t)side * ring, .size = ring, .win = fs_ring_win0(ring) };
-  ch->rx = (struct fs_ring){ .ctl = &h->ctl[!side], .data = data + (size_t)!side * ring, .size = ring };
+  /* Its first pages are written and read by the kernel (fabric/ring.h,
+   * kcopy) until FS_RING_WIN_GROW windows went through. */
+  uint32_t kc = fs_policy_kcopy() ? FS_RING_WIN_GROW * (fs_ring_win0(ring) ? fs_ring_win0(ring) : ring) : 0;
+  ch->tx = (struct fs_ring){ .ctl = &h->ctl[side], .data = data + (size_t)side * ring, .size = ring,
+                             .win = fs_ring_win0(ring), .kcopy = kc, .kcopy0 = kc };
+  ch->rx = (struct fs_ring){ .ctl = &h->ctl[!side], .data = data + (size_t)!side * ring, .size = ring,
+                             .kcopy = kc, .kcopy0 = kc };
   return ch;
 }
 

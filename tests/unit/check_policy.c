@@ -464,6 +464,30 @@ START_TEST(env_transport_forces)
 }
 END_TEST
 
+/* FABSOCK_KCOPY, read once at the first policy lookup: 0 turns kernel
+ * copies into new shm rings off; unset, 1 or anything else (warned) on. */
+static int kcopy_env(const char *v, bool want)
+{
+  if (v)
+    setenv("FABSOCK_KCOPY", v, 1);
+  else
+    unsetenv("FABSOCK_KCOPY");
+  return fs_policy_kcopy() == want ? 0 : 1;
+}
+static int kcopy_unset(void) { return kcopy_env(NULL, true); }
+static int kcopy_zero(void) { return kcopy_env("0", false); }
+static int kcopy_one(void) { return kcopy_env("1", true); }
+static int kcopy_junk(void) { return kcopy_env("yes please", true); }
+
+START_TEST(env_kcopy)
+{
+  ck_in_child(kcopy_unset);
+  ck_in_child(kcopy_zero);
+  ck_in_child(kcopy_one);
+  ck_in_child(kcopy_junk);
+}
+END_TEST
+
 START_TEST(env_errors)
 {
   static const struct { const char *name, *val, *err; } cases[] = {
@@ -686,6 +710,7 @@ int main(void)
   tcase_add_test(tc, env_overrides);
   tcase_add_test(tc, env_transport_forces);
   tcase_add_test(tc, env_errors);
+  tcase_add_test(tc, env_kcopy);
   tcase_add_test(tc, rdma_key);
   suite_add_tcase(s, tc);
   tc = tcase_create("hostile");

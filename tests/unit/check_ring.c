@@ -508,6 +508,20 @@ START_TEST(t_want_space)
 }
 END_TEST
 
+/* A memfd of a page of control words and sz bytes of ring, mapped twice
+ * (the producer's view in *pa, the consumer's in *pb): its fd. */
+static int shared_pair(size_t sz, uint8_t **pa, uint8_t **pb)
+{
+  size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+  int fd = memfd_create("check-ring", 0);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(ftruncate(fd, (off_t)(pg + sz)), 0);
+  *pa = mmap(NULL, pg + sz, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  *pb = mmap(NULL, pg + sz, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ck_assert(*pa != MAP_FAILED && *pb != MAP_FAILED);
+  return fd;
+}
+
 /* fs_ring_trim on a shared memfd ring seen through two mappings, as the two
  * processes of a shm channel see it: the producer gives back the pages of
  * the free space only (the unread bytes stay intact for the consumer), the
@@ -516,12 +530,8 @@ END_TEST
 START_TEST(t_trim_shared)
 {
   size_t pg = (size_t)sysconf(_SC_PAGESIZE), sz = 16 * pg;
-  int fd = memfd_create("check-ring", 0);
-  ck_assert_int_ge(fd, 0);
-  ck_assert_int_eq(ftruncate(fd, (off_t)(pg + sz)), 0);
-  uint8_t *pa = mmap(NULL, pg + sz, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  uint8_t *pb = mmap(NULL, pg + sz, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  ck_assert(pa != MAP_FAILED && pb != MAP_FAILED);
+  uint8_t *pa, *pb;
+  int fd = shared_pair(sz, &pa, &pb);
   struct fs_ring pr = { .ctl = (struct fs_ring_ctl *)pa, .data = pa + pg, .size = (uint32_t)sz };
   struct fs_ring co = { .ctl = (struct fs_ring_ctl *)pb, .data = pb + pg, .size = (uint32_t)sz };
   uint32_t wseq = 0, rseq = 0;
@@ -590,6 +600,88 @@ START_TEST(t_trim_shared)
 }
 END_TEST
 
+/* Kernel copies (struct fs_ring's kcopy, base/kcopy.h) on a shared memfd
+ * ring seen through two mappings: copies of a page or more take at least
+ * FS_RING_KC_CHARGE of the end's budget each (the two parts of a record
+ * that wraps each count), smaller ones none; the bytes are exact while the
+ * budget lasts, after it ran out, and from a file (sendfile's bounce); a
+ * trim that gave pages back restores the producer's budget. */
+static void kc_put(struct fs_ring *pr, const uint8_t *b, size_t n)
+{
+  struct iovec v = { (void *)b, n };
+  ck_assert_uint_eq(fs_ring_put_data(pr, &v, 1, 0, n), n);
+}
+
+static void kc_get(struct fs_ring *co, const uint8_t *want, size_t n)
+{
+  static uint8_t got[70000];
+  ck_assert_uint_le(n, sizeof got);
+  struct iovec v = { got, n };
+  ck_assert_int_eq(fs_ring_get_data(co, &v, 1, 0, n, false), (ssize_t)n);
+  ck_assert_int_eq(memcmp(got, want, n), 0);
+}
+
+START_TEST(t_kcopy_budget)
+{
+  size_t pg = (size_t)sysconf(_SC_PAGESIZE), sz = 64u << 10;
+  uint32_t B = 4 * FS_RING_KC_CHARGE, C = FS_RING_KC_CHARGE;
+  uint8_t *pa, *pb;
+  int fd = shared_pair(sz, &pa, &pb);
+  struct fs_ring pr = { .ctl = (struct fs_ring_ctl *)pa, .data = pa + pg, .size = (uint32_t)sz, .kcopy = B, .kcopy0 = B };
+  struct fs_ring co = { .ctl = (struct fs_ring_ctl *)pb, .data = pb + pg, .size = (uint32_t)sz, .kcopy = B, .kcopy0 = B };
+  static uint8_t b[70000];
+  for (size_t i = 0; i < sizeof b; i++)
+    b[i] = (uint8_t)(i * 13 + 5);
+  kc_put(&pr, b, 100); /* small: memcpy, no charge */
+  ck_assert_uint_eq(pr.kcopy, B);
+  kc_get(&co, b, 100);
+  ck_assert_uint_eq(co.kcopy, B);
+  kc_put(&pr, b + 1, 5000);
+  ck_assert_uint_eq(pr.kcopy, B - C);
+  kc_get(&co, b + 1, 5000);
+  ck_assert_uint_eq(co.kcopy, B - C);
+  kc_put(&pr, b + 2, 40000); /* in one piece */
+  kc_get(&co, b + 2, 40000);
+  ck_assert_uint_eq(pr.kcopy, B - 2 * C);
+  ck_assert_uint_eq(co.kcopy, B - 2 * C);
+  /* This one reaches past the ring's end, both parts a page or more: two
+   * copies each way, the budget spent. */
+  uint64_t off = pr.ctl->tail % sz + FS_RING_HDR;
+  ck_assert(off + FS_RING_KC_MIN <= sz && off + 40000 >= sz + FS_RING_KC_MIN);
+  kc_put(&pr, b + 3, 40000);
+  kc_get(&co, b + 3, 40000);
+  ck_assert_uint_eq(pr.kcopy, 0);
+  ck_assert_uint_eq(co.kcopy, 0);
+  /* Spent: exact still, by memcpy, and the budget stays at 0. */
+  for (int i = 0; i < 6; i++) {
+    kc_put(&pr, b + 4 + i, 30000);
+    kc_get(&co, b + 4 + i, 30000);
+  }
+  ck_assert_uint_eq(pr.kcopy, 0);
+  ck_assert_uint_eq(co.kcopy, 0);
+  /* A trim gave the pages back: the producer's budget is whole again. */
+  bool empty;
+  ck_assert_int_gt(fs_ring_trim(&pr, &empty), 0);
+  ck_assert(empty);
+  ck_assert_uint_eq(pr.kcopy, B);
+  /* From a file, through the bounce buffer while the budget lasts. */
+  char path[] = "/tmp/check_ring_kc.XXXXXX";
+  int ff = mkstemp(path);
+  ck_assert_int_ge(ff, 0);
+  unlink(path);
+  ck_assert_int_eq(write(ff, b, 50000), 50000);
+  bool end = false;
+  ssize_t n = fs_ring_put_file(&pr, ff, 7, 50000, &end);
+  ck_assert_int_gt(n, 8192);
+  ck_assert_uint_lt(pr.kcopy, B);
+  kc_get(&co, b + 7, (size_t)n);
+  close(ff);
+  munmap(pa, pg + sz);
+  munmap(pb, pg + sz);
+  close(fd);
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("ring");
@@ -608,6 +700,7 @@ int main(void)
   tcase_add_test(tc, t_skip_transparent);
   tcase_add_test(tc, t_hostile_skip);
   tcase_add_test(tc, t_trim_shared);
+  tcase_add_test(tc, t_kcopy_budget);
   tcase_add_test(tc, t_want_space);
   suite_add_tcase(s, tc);
   return run_suite(s, false);
