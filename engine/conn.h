@@ -130,6 +130,8 @@ struct fs_conn {
   size_t ovh_off, ovh_len;    /* where they start in ovh, how many are left (atomic) */
   uint64_t trim_tx;           /* agent: fab_tx at its last trim pass (engine/trim.c) */
   bool trimmed;               /* agent: tx ring trimmed empty since fab_tx last moved */
+  uint64_t trim_rx;           /* agent: fab_rx at its last trim pass */
+  uint8_t rx_quiet;           /* agent: passes since fab_rx last moved (to 2) */
   uint64_t crossed_ns;        /* accepting end: when the threshold was crossed */
   uint64_t upgrade_due;       /* connecting end: when its queued upgrade may run */
   uint64_t hold_ns;           /* agent: when a request first waited for its use */

@@ -7,6 +7,7 @@
 #include "engine/conn.h"
 #include "engine/fdtab.h"
 #include "fabric/chan.h"
+#include "fabric/ring.h"
 
 static uint32_t fs_trim_nchan FS_HOT; /* atomic */
 
@@ -29,6 +30,16 @@ static void fs_trim_one(int fd, struct fs_conn *c, void *arg)
   struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
   if (!ch || c->reverted)
     return;
+  /* Nothing came for two whole periods: the peer's own pass has given
+   * our rx ring's pages back by now (its tx ring), so our next reads of
+   * them copy through the kernel again (fabric/ring.h, kcopy). */
+  uint64_t rx = __atomic_load_n(&c->fab_rx, __ATOMIC_RELAXED);
+  if (rx != c->trim_rx) {
+    c->trim_rx = rx;
+    c->rx_quiet = 0;
+  } else if (c->rx_quiet < 2 && ++c->rx_quiet == 2) {
+    fs_ring_kcopy_renew(&ch->rx);
+  }
   uint64_t tx = __atomic_load_n(&c->fab_tx, __ATOMIC_RELAXED);
   if (tx != c->trim_tx) {
     c->trim_tx = tx;

@@ -621,7 +621,7 @@ ssize_t fs_ring_trim(struct fs_ring *r, bool *empty)
     done += (ssize_t)n;
     pos += n;
   }
-  if (done) /* those pages are new again to whoever touches them next */
-    __atomic_store_n(&r->kcopy, __atomic_load_n(&r->kcopy0, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
+  if (done)
+    fs_ring_kcopy_renew(r);
   return done;
 }

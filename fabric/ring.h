@@ -117,9 +117,18 @@ struct fs_ring {
    * fabric sets it (shm: FS_RING_WIN_GROW times the first window, so a
    * transfer that ends before its window would grow never touches the
    * ring's pages itself); a trim that gave pages back sets it again to
-   * kcopy0.  Its own, never shared.  Atomic (a trim may run beside). */
+   * kcopy0 (fs_ring_kcopy_renew).  Its own, never shared.  Atomic (a trim
+   * may run beside). */
   uint32_t kcopy, kcopy0;
 };
+
+/* This end's kernel-copy budget back to its start: the ring's pages were
+ * given back (a trim, ours of our tx ring or the peer's of our rx ring),
+ * and are new again to whoever touches them next. */
+static inline void fs_ring_kcopy_renew(struct fs_ring *r)
+{
+  __atomic_store_n(&r->kcopy, __atomic_load_n(&r->kcopy0, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
+}
 
 /* Copies smaller than a page go by memcpy: a small message's page is
  * written again and again, and its one trap is soon paid back. */
