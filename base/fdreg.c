@@ -49,11 +49,33 @@ bool fs_fdreg_is(int fd)
   return (__atomic_load_n(&fs_fdreg_bits[fd / 64], __ATOMIC_ACQUIRE) >> (fd & 63)) & 1;
 }
 
-/* The soft RLIMIT_NOFILE (1024 where it cannot be read or is infinite). */
-static unsigned long fs_fdreg_limit(void)
+/* The soft RLIMIT_NOFILE (1024 where it cannot be read or is infinite),
+ * asked once and again only after the process changed it: every high fd
+ * asked it, 8 times per rendezvous at each end.  Another process may change
+ * our limit (prlimit --pid) unseen: lower, a dup up there fails and the fd
+ * stays where it was (fs_fdreg_high); higher, our fds sit lower than they
+ * could.  Neither breaks anything. */
+static unsigned long fs_fdreg_lim FS_HOT; /* 0: ask; atomic */
+
+static unsigned long fs_fdreg_limit_ask(void)
 {
   struct rlimit rl;
-  return getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? (unsigned long)rl.rlim_cur : 1024;
+  unsigned long l = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur > 0
+                        ? (unsigned long)rl.rlim_cur
+                        : 1024;
+  __atomic_store_n(&fs_fdreg_lim, l, __ATOMIC_RELAXED);
+  return l;
+}
+
+static unsigned long fs_fdreg_limit(void)
+{
+  unsigned long l = __atomic_load_n(&fs_fdreg_lim, __ATOMIC_RELAXED);
+  return l ? l : fs_fdreg_limit_ask();
+}
+
+void fs_fdreg_limit_changed(void)
+{
+  __atomic_store_n(&fs_fdreg_lim, 0, __ATOMIC_RELAXED);
 }
 
 /* The top quarter of RLIMIT_NOFILE: where the engine stops accelerating. */
@@ -216,15 +238,12 @@ DIR *fs_fdreg_opendir(const char *path)
  * no (ulimit may have been raised). */
 bool fs_fdreg_budget_ok(int fd, int need)
 {
-  static unsigned long cached FS_HOT;
-  unsigned long lim = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+  unsigned long lim = fs_fdreg_limit();
   /* fd stands for the application's count (it takes the lowest free
    * numbers); ours are counted: both together stay under 3/4. */
   unsigned long n = (unsigned long)fd + __atomic_load_n(&fs_fdreg_n, __ATOMIC_RELAXED) + (unsigned long)need;
-  if (lim == 0 || n > lim / 4 * 3) {
-    lim = fs_fdreg_limit();
-    __atomic_store_n(&cached, lim, __ATOMIC_RELAXED);
-  }
+  if (n > lim / 4 * 3)
+    lim = fs_fdreg_limit_ask(); /* raised, perhaps by another process (prlimit --pid) */
   return fd >= 0 && n <= lim / 4 * 3;
 }
 

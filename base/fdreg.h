@@ -29,6 +29,9 @@ void fs_fdreg_close(int fd);
  * if there is no room up there, or fd < 0, or on the aside thread, whose
  * table is its own: base/aside.h). */
 int fs_fdreg_high(int fd);
+/* The process changed its RLIMIT_NOFILE (preload/proc.c, after setrlimit
+ * or prlimit): fs_fdreg_high asks it again. */
+void fs_fdreg_limit_changed(void);
 /* Grow the kernel's fd table to reach fs_fdreg_high's numbers now (a dup
  * of fd up there, closed at once; errno kept).  The kernel grows a table
  * more than one thread shares only after an RCU grace period

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "base/aside.h"
+#include "base/fdreg.h"
 #include "base/kcopy.h"
 #include "base/reason.h"
 #include "engine/agent.h"
@@ -210,16 +211,24 @@ static void fs_rlimit_point(pid_t pid, int resource, const struct rlimit *l)
     fs_nproc_limiting(); /* errno kept */
 }
 
+/* After the call: a new RLIMIT_NOFILE of ours is asked again (base/fdreg.h). */
+static int fs_rlimit_done(pid_t pid, int resource, const struct rlimit *l, int rc)
+{
+  if (resource == RLIMIT_NOFILE && l && (pid == 0 || pid == getpid()))
+    fs_fdreg_limit_changed();
+  return rc;
+}
+
 FS_EXPORT int setrlimit(__rlimit_resource_t resource, const struct rlimit *l)
 {
   fs_rlimit_point(0, resource, l);
-  return FS_REAL(setrlimit)(resource, l);
+  return fs_rlimit_done(0, resource, l, FS_REAL(setrlimit)(resource, l));
 }
 
 FS_EXPORT int prlimit(pid_t pid, __rlimit_resource_t resource, const struct rlimit *l, struct rlimit *old)
 {
   fs_rlimit_point(pid, resource, l);
-  return FS_REAL(prlimit)(pid, resource, l, old);
+  return fs_rlimit_done(pid, resource, l, FS_REAL(prlimit)(pid, resource, l, old));
 }
 
 /* struct rlimit64 is struct rlimit where long is 64 bits (what we build for). */

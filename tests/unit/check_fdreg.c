@@ -6,6 +6,7 @@
  * found the device's fd at the number it had just closed).  Its own
  * window, one of our numbers, and a fork child never wait. */
 #include <check.h>
+#include <sys/resource.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -210,6 +211,43 @@ START_TEST(t_make_macros)
 }
 END_TEST
 
+/* RLIMIT_NOFILE is asked once, then again only when told it changed
+ * (preload/proc.c after setrlimit): a lower limit set behind its back
+ * leaves a high fd where it was made (the dup up there fails), never
+ * anything worse; once told, the new top quarter is used. */
+static int high_eventfd(void)
+{
+  int fd = fs_fdreg_high(eventfd(0, EFD_CLOEXEC));
+  ck_assert_int_ge(fd, 0);
+  return fd;
+}
+
+START_TEST(t_limit_asked_once)
+{
+  struct rlimit rl;
+  ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+  ck_assert_uint_ge(rl.rlim_max, 4000);
+  rl.rlim_cur = 4000;
+  ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+  fs_fdreg_limit_changed();
+  int fd = high_eventfd();
+  ck_assert_int_ge(fd, 3000);
+  close(fd);
+  rl.rlim_cur = 2000; /* behind its back */
+  ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+  errno = 0;
+  fd = high_eventfd();
+  ck_assert_int_lt(fd, 1500); /* still aimed at 3000: stayed low */
+  ck_assert_int_eq(errno, 0);
+  close(fd);
+  fs_fdreg_limit_changed();
+  fd = high_eventfd();
+  ck_assert_int_ge(fd, 1500);
+  ck_assert_int_lt(fd, 2000);
+  close(fd);
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("fdreg");
@@ -220,6 +258,7 @@ int main(void)
   tcase_add_test(tc, t_make_macros);
   tcase_add_test(tc, t_no_cancel_inside_window);
   tcase_add_test(tc, t_gives_up_on_a_stuck_window);
+  tcase_add_test(tc, t_limit_asked_once);
   suite_add_tcase(s, tc);
   return run_suite(s, true);
 }
