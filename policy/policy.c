@@ -587,6 +587,18 @@ static const char *fs_policy_getenv(const char *name)
   return getenv(name);
 }
 
+/* A switch that is on unless set to 0 (anything but 0 or 1 is warned of
+ * and taken as 1); unset or empty leaves *on as it is. */
+static void fs_policy_env_switch(const char *name, bool *on)
+{
+  const char *v = getenv(name);
+  if (v == NULL || !*v)
+    return;
+  if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0)
+    fs_log(FS_LOG_WARN, "%s: '%.32s' taken as 1", name, v);
+  *on = strcmp(v, "0") != 0;
+}
+
 static void fs_policy_load(void)
 {
   const char *v;
@@ -616,18 +628,8 @@ static void fs_policy_load(void)
       n <<= 20;
     fs_policy_ring = n > UINT32_MAX ? 0 : (uint32_t)n; /* the fabric checks the bounds */
   }
-  v = getenv("FABSOCK_DOORBELL");
-  if (v != NULL && *v) {
-    if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0)
-      fs_log(FS_LOG_WARN, "FABSOCK_DOORBELL: '%.32s' taken as 1", v);
-    fs_policy_door = strcmp(v, "0") != 0;
-  }
-  v = getenv("FABSOCK_KCOPY");
-  if (v != NULL && *v) {
-    if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0)
-      fs_log(FS_LOG_WARN, "FABSOCK_KCOPY: '%.32s' taken as 1", v);
-    fs_policy_kc = strcmp(v, "0") != 0;
-  }
+  fs_policy_env_switch("FABSOCK_DOORBELL", &fs_policy_door);
+  fs_policy_env_switch("FABSOCK_KCOPY", &fs_policy_kc);
   v = getenv("FABSOCK_RDMA_OWN_CHANNELS");
   if (v != NULL && *v) {
     char *end;
