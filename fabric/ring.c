@@ -39,27 +39,26 @@ static void fs_ring_copy(struct fs_ring *r, uint8_t *at, void *buf, size_t n, bo
   }
 }
 
-/* Copy n bytes into the ring at position pos, wrapping. */
-static void fs_ring_write_at(struct fs_ring *r, uint64_t pos, const void *src, size_t n)
+/* n bytes between the ring at position pos and buf, wrapping. */
+static void fs_ring_copy_at(struct fs_ring *r, uint64_t pos, void *buf, size_t n, bool to_ring)
 {
   uint32_t off = fs_ring_off(r, pos);
   size_t first = r->size - off;
   if (first > n)
     first = n;
-  fs_ring_copy(r, r->data + off, (void *)src, first, true);
+  fs_ring_copy(r, r->data + off, buf, first, to_ring);
   if (n > first)
-    fs_ring_copy(r, r->data, (uint8_t *)src + first, n - first, true);
+    fs_ring_copy(r, r->data, (uint8_t *)buf + first, n - first, to_ring);
 }
 
-static void fs_ring_read_at(struct fs_ring *r, uint64_t pos, void *dst, size_t n)
+static inline void fs_ring_write_at(struct fs_ring *r, uint64_t pos, const void *src, size_t n)
 {
-  uint32_t off = fs_ring_off(r, pos);
-  size_t first = r->size - off;
-  if (first > n)
-    first = n;
-  fs_ring_copy(r, r->data + off, dst, first, false);
-  if (n > first)
-    fs_ring_copy(r, r->data, (uint8_t *)dst + first, n - first, false);
+  fs_ring_copy_at(r, pos, (void *)src, n, true);
+}
+
+static inline void fs_ring_read_at(struct fs_ring *r, uint64_t pos, void *dst, size_t n)
+{
+  fs_ring_copy_at(r, pos, dst, n, false);
 }
 
 /* Positions in use (tail - head), from the cached head if that leaves at
