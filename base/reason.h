@@ -30,7 +30,8 @@
   X(KERNEL_IO,   "kernel-io")       /* splice, tee, copy_file_range, stdio, O_ASYNC: the kernel serves it */ \
   X(IO_URING,    "io-uring")        /* the process set up an io_uring: its rings bypass us */ \
   X(SANDBOX,     "sandbox")         /* the process confined itself (seccomp): only its own calls */ \
-  X(PEER_TCP,    "peer-tcp")        /* the peer went back to TCP for good (fd-passed, exec, ...) */
+  X(PEER_TCP,    "peer-tcp")        /* the peer went back to TCP for good (fd-passed, exec, ...) */ \
+  X(CLOSED,      "closed")          /* an end closed the connection while its rendezvous ran */
 
 enum fs_reason {
 #define FS_REASON_X_ENUM(id, str) FS_REASON_##id,

@@ -199,17 +199,28 @@ static bool fs_rdv_srv_try(struct fs_rdv_item *it)
       return true;
     }
     /* Accepted, but another process holds it (handed over: node cluster's
-     * primary accepts, a worker serves): the client looks for that one. */
+     * primary accepts, a worker serves): the client looks for that one.
+     * Or accepted and closed already (a connection per request, upgrading
+     * at once): it never will be found, and held to the deadline (2 s) a
+     * connection rate's requests filled the FS_RDV_MAX_PEND slots, each
+     * looked for on every tick, and nearly every later connection stayed
+     * on TCP.  Answered at once now. */
     uint32_t uid, ino = 0;
+    uint8_t st = 0;
     int pids[1];
     uint64_t now = fs_clock_ns();
     bool look = now >= it->look_ns; /* a netlink query and a table scan: every 50 ms at most */
-    if (look)
+    if (look && !it->shared_listener) {
       it->look_ns = now + 50000000u;
-    if (!it->shared_listener && look &&
-        fs_rdv_diag((struct sockaddr *)&it->tp, (struct sockaddr *)&it->tl, &uid, &ino) == 0 && ino != 0 &&
-        fs_stat_holders(ino, pids, 1) > 0)
-      it->shared_listener = true;
+      int rc = fs_rdv_diag((struct sockaddr *)&it->tp, (struct sockaddr *)&it->tl, &uid, &ino, &st);
+      if (fs_rdv_diag_ended(rc, ino, st)) {
+        fs_rdv_reply(it->ufd, FS_REASON_CLOSED, -1);
+        fs_rdv_drop(it);
+        return true;
+      }
+      if (rc == 0 && ino != 0 && fs_stat_holders(ino, pids, 1) > 0)
+        it->shared_listener = true;
+    }
     if (it->shared_listener) {
       fs_rdv_reply(it->ufd, FS_REASON_NOT_OWNER, -1);
       fs_rdv_drop(it);
@@ -360,6 +371,14 @@ static void fs_rdv_tick(void)
         }
         it->deadline = now + (uint64_t)FS_RDV_SPENT_MS * 1000000u;
       }
+      continue;
+    }
+    /* Closed (or given up for good) while its rendezvous ran: let the
+     * request go now, and the server with it (our socket's EOF), rather
+     * than at the reply or the set-up bound, seconds later. */
+    if ((it->kind == K_CLI || it->kind == K_CLI_RETRY) && !fs_host->may_upgrade(it->c)) {
+      fs_host->failed(it->c, FS_REASON_CLOSED); /* an earlier reason stays */
+      fs_rdv_drop(it);
       continue;
     }
     if (it->kind == K_SRV && it->state == S_HELD && fs_rdv_srv_try(it))

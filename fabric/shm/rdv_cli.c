@@ -74,7 +74,7 @@ static int fs_rdv_attempt(struct fs_link *c, bool holder_only, uint64_t give_up,
   int reason = 0, ufd = -1, memfd = -1, dupfd = -1;
   bool via_holder = holder_only;
   struct fs_chan *ch = NULL;
-  int rc = fs_rdv_diag((struct sockaddr *)&c->peer, (struct sockaddr *)&c->local, &uid, &inode);
+  int rc = fs_rdv_diag((struct sockaddr *)&c->peer, (struct sockaddr *)&c->local, &uid, &inode, NULL);
   if (rc == -ENOENT)
     return FS_FABRIC_PASS(FS_REASON_REMOTE_HOST); /* another host */
   if (rc < 0)

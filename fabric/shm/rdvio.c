@@ -215,7 +215,8 @@ int fs_rdv_check_req(const struct fs_rdv_req *r, size_t len, int nfds)
 #include <linux/sock_diag.h>
 #include <netinet/in.h>
 
-int fs_rdv_diag(const struct sockaddr *local, const struct sockaddr *peer, uint32_t *uid, uint32_t *inode)
+int fs_rdv_diag(const struct sockaddr *local, const struct sockaddr *peer, uint32_t *uid, uint32_t *inode,
+                uint8_t *state)
 {
   struct fs_addr_ip l, p;
   fs_addr_ip_of(local, &l);
@@ -267,6 +268,8 @@ int fs_rdv_diag(const struct sockaddr *local, const struct sockaddr *peer, uint3
       *uid = m->idiag_uid;
       if (inode)
         *inode = m->idiag_inode;
+      if (state)
+        *state = m->idiag_state;
       rc = 0;
       break;
     }
@@ -399,4 +402,27 @@ int fs_rdv_dial_holder(const struct sockaddr *peer, uint32_t diag_uid, uint32_t 
     reason = FS_REASON_NOT_OWNER;
   /* A child forked a moment ago lists the socket before it serves its name. */
   return reason == FS_REASON_NO_PEER ? FS_RDV_AGAIN : reason;
+}
+
+bool fs_rdv_diag_ended(int rc, uint32_t inode, uint8_t state)
+{
+  if (rc == -ENOENT)
+    return true;
+  if (rc < 0)
+    return false;
+  if (state == TCP_LISTEN)
+    return true;
+  if (inode != 0)
+    return false;
+  switch (state) {
+  case TCP_FIN_WAIT1:
+  case TCP_FIN_WAIT2:
+  case TCP_TIME_WAIT:
+  case TCP_CLOSE:
+  case TCP_LAST_ACK:
+  case TCP_CLOSING:
+    return true;
+  default:
+    return false;
+  }
 }

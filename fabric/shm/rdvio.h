@@ -55,8 +55,18 @@ void fs_rdv_closefds(int *fds, int n);
 
 /* Look up the local socket whose local address is `local` and peer `peer`
  * (NETLINK_SOCK_DIAG exact match).  0 and *uid (and *inode, if not NULL: 0
- * when no process holds the socket any more) on success, -ENOENT if none. */
-int fs_rdv_diag(const struct sockaddr *local, const struct sockaddr *peer, uint32_t *uid, uint32_t *inode);
+ * when no process holds the socket any more, or none has accepted it yet;
+ * *state, if not NULL: its TCP state, TCP_ESTABLISHED ...) on success,
+ * -ENOENT if none. */
+int fs_rdv_diag(const struct sockaddr *local, const struct sockaddr *peer, uint32_t *uid, uint32_t *inode,
+                uint8_t *state);
+/* Did the connection fs_rdv_diag looked up end, from what it returned (rc,
+ * inode, state)?  Gone (-ENOENT); or its socket gone and the lookup fell
+ * through to the listener on its port (state LISTEN: the kernel's lookup
+ * matches listeners too); or no process holds it (inode 0) in a closing
+ * state: it will never be accepted or used again.  Inode 0 in
+ * ESTABLISHED or CLOSE_WAIT is also a socket still in an accept queue. */
+bool fs_rdv_diag_ended(int rc, uint32_t inode, uint8_t state);
 
 /* Whom a connecting end asks (its agent).  Internal answers besides 0 and
  * the FS_REASON_* codes: look again later (the peer's socket is held by

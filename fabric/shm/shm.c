@@ -54,13 +54,15 @@ static void fs_shm_wake_peer(struct fs_chan *ch)
 }
 
 /* Same host: the kernel knows whether any process still holds the peer's
- * socket (sock_diag: an orphan has inode 0, a gone one is not found). */
+ * socket (sock_diag: an orphan has inode 0, a gone one is not found, or
+ * found as its listener: the lookup falls through to one). */
 static bool fs_shm_peer_gone(struct fs_chan *ch, const struct sockaddr *local, const struct sockaddr *peer)
 {
   (void)ch;
   uint32_t uid, inode = 1;
-  int rc = fs_rdv_diag(peer, local, &uid, &inode);
-  return rc == -ENOENT || (rc == 0 && inode == 0);
+  uint8_t st = 0;
+  int rc = fs_rdv_diag(peer, local, &uid, &inode, &st);
+  return fs_rdv_diag_ended(rc, inode, st) || (rc == 0 && inode == 0);
 }
 
 static size_t fs_shm_trim(struct fs_chan *ch, bool *all)

@@ -5,6 +5,7 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pwd.h>
 #include <string.h>
@@ -416,17 +417,64 @@ START_TEST(t_diag)
   uint32_t uid = 12345;
   /* the server end: local = client's peer, peer = client's local */
   uint32_t inode = 0;
-  ck_assert_int_eq(fs_rdv_diag((struct sockaddr *)&p, (struct sockaddr *)&l, &uid, &inode), 0);
+  uint8_t st = 0;
+  ck_assert_int_eq(fs_rdv_diag((struct sockaddr *)&p, (struct sockaddr *)&l, &uid, &inode, &st), 0);
   ck_assert_uint_eq(uid, geteuid());
   ck_assert_uint_ne(inode, 0); /* held by this process */
+  ck_assert_uint_eq(st, TCP_ESTABLISHED);
+  ck_assert(!fs_rdv_diag_ended(0, inode, st));
   struct sockaddr_in nowhere = { .sin_family = AF_INET, .sin_port = htons(9) };
   inet_pton(AF_INET, "192.0.2.1", &nowhere.sin_addr);
-  ck_assert_int_eq(fs_rdv_diag((struct sockaddr *)&nowhere, (struct sockaddr *)&l, &uid, NULL), -ENOENT);
-  /* The server end closed (no process holds it: an orphan in FIN_WAIT, or
-   * gone): what the shm fabric's peer_gone takes for a dead peer. */
+  ck_assert_int_eq(fs_rdv_diag((struct sockaddr *)&nowhere, (struct sockaddr *)&l, &uid, NULL, NULL), -ENOENT);
+  /* The client closed first: the server end in CLOSE_WAIT is still held,
+   * and one in an accept queue shows the same state: not taken for closed. */
+  FS_REAL(close)(cfd);
+  for (int i = 0; i < 200 && st != TCP_CLOSE_WAIT; i++) {
+    ck_assert_int_eq(fs_rdv_diag((struct sockaddr *)&p, (struct sockaddr *)&l, &uid, &inode, &st), 0);
+    usleep(1000);
+  }
+  ck_assert_uint_eq(st, TCP_CLOSE_WAIT);
+  ck_assert(!fs_rdv_diag_ended(0, inode, st));
+  /* The server end closed (no process holds it: an orphan in LAST_ACK, or
+   * gone): what the shm fabric's peer_gone takes for a dead peer, and the
+   * rendezvous for a connection that ended. */
   FS_REAL(close)(sfd);
-  int rc = fs_rdv_diag((struct sockaddr *)&p, (struct sockaddr *)&l, &uid, &inode);
-  ck_assert(rc == -ENOENT || (rc == 0 && inode == 0));
+  int rc = fs_rdv_diag((struct sockaddr *)&p, (struct sockaddr *)&l, &uid, &inode, &st);
+  ck_assert_msg(fs_rdv_diag_ended(rc, inode, st), "rc %d inode %u state %u", rc, inode, st);
+  /* (gone, or found as the listener on its port: state LISTEN, inode not 0) */
+}
+END_TEST
+
+/* A request for a connection this process accepted and closed already (a
+ * connection per request, upgrading at once) is answered `closed` at once:
+ * held to its deadline, such requests filled the listener's slots and the
+ * connections after them stayed on TCP. */
+START_TEST(t_closed_before_the_request)
+{
+  pair_setup_timeout(600000);
+  struct sockaddr_storage l, p;
+  socklen_t ll = sizeof l, pl = sizeof p;
+  getsockname(cfd, (struct sockaddr *)&l, &ll);
+  getpeername(cfd, (struct sockaddr *)&p, &pl);
+  struct fs_conn *t = fs_fdtab_take(sfd);
+  ck_assert_ptr_nonnull(t);
+  fs_sock_close(t, sfd);
+  FS_REAL(close)(sfd);
+  uint32_t uid, inode = 1;
+  uint8_t st = 0;
+  int rc = 0;
+  for (int i = 0; i < 200; i++) { /* the orphan's state once its FIN is out */
+    rc = fs_rdv_diag((struct sockaddr *)&p, (struct sockaddr *)&l, &uid, &inode, &st);
+    if (fs_rdv_diag_ended(rc, inode, st))
+      break;
+    usleep(1000);
+  }
+  ck_assert_msg(fs_rdv_diag_ended(rc, inode, st), "rc %d inode %u state %u", rc, inode, st);
+  struct vreq r;
+  vreq_send(&r);
+  /* The first look answers it, not the hold's end (timeout). */
+  ck_assert_int_eq(reply_status(r.u, 10000), FS_REASON_CLOSED);
+  vreq_free(&r);
 }
 END_TEST
 
@@ -661,6 +709,7 @@ int main(void)
   tcase_add_test(tc, t_held_until_first_use);
   tcase_add_test(tc, t_held_then_handed_on);
   tcase_add_test(tc, t_held_unused_attaches_later);
+  tcase_add_test(tc, t_closed_before_the_request);
   suite_add_tcase(s, tc);
   return run_suite(s, false);
 }
