@@ -24,6 +24,7 @@
 #include "engine/agent.h"
 #include "base/addr.h"
 #include "base/fdreg.h"
+#include "base/reason.h"
 #include "fabric/shm/rdv_int.h"
 #include "engine/sock.h"
 #include "engine/fdtab.h"
@@ -478,6 +479,57 @@ START_TEST(t_closed_before_the_request)
 }
 END_TEST
 
+/* The connecting end's application closes the connection while its
+ * request is held (here: the accepted end unused, held until its first
+ * use, a quarter of a 600 s bound): the client lets the request go at its
+ * next tick and the server drops its side on the EOF, where both waited for
+ * the reply or their bounds (the client's 600 s too). */
+START_TEST(t_client_closed_lets_go)
+{
+  pair_setup_timeout(600000);
+  FS_REAL(close)(cfd); /* a tracked client instead of pair_setup's plain one */
+  cfd = FS_REAL(socket)(AF_INET, SOCK_STREAM, 0);
+  fs_sock_created(cfd, AF_INET, SOCK_STREAM, 0);
+  ck_assert_int_eq(FS_REAL(connect)(cfd, (struct sockaddr *)&laddr, sizeof laddr), 0);
+  struct fs_conn *cc = fs_fdtab_get(cfd);
+  ck_assert_ptr_nonnull(cc);
+  fs_sock_connect_done(cc, cfd, 0, (struct sockaddr *)&laddr, sizeof laddr);
+  cc->policy.timeout_ms = 600000;
+  int s2 = FS_REAL(accept)(lfd, NULL, NULL);
+  ck_assert_int_ge(s2, 0);
+  struct fs_conn *lc = fs_fdtab_get(lfd);
+  fs_sock_accepted(lc, lfd, s2, 0, NULL, 0);
+  fs_conn_put(lc);
+  struct fs_conn *sc = fs_fdtab_get(s2);
+  ck_assert_ptr_nonnull(sc);
+  sc->policy.timeout_ms = 600000;
+  fs_conn_put(sc);
+  fs_agent_upgrade(cc);
+  int i;
+  for (i = 0; i < 1000 && __atomic_load_n(&fs_rdv_a.npend, __ATOMIC_ACQUIRE) == 0; i++)
+    usleep(10000);
+  ck_assert_msg(__atomic_load_n(&fs_rdv_a.npend, __ATOMIC_ACQUIRE) > 0, "the request never reached the server");
+  usleep(100000);
+  ck_assert_int_gt(__atomic_load_n(&fs_rdv_a.npend, __ATOMIC_ACQUIRE), 0); /* held: s2 is unused */
+  struct fs_conn *t = fs_fdtab_take(cfd);
+  ck_assert_ptr_nonnull(t);
+  fs_sock_close(t, cfd);
+  FS_REAL(close)(cfd);
+  cfd = -1;
+  for (i = 0; i < 1000 && __atomic_load_n(&fs_rdv_a.npend, __ATOMIC_ACQUIRE) > 0; i++)
+    usleep(10000);
+  ck_assert_msg(__atomic_load_n(&fs_rdv_a.npend, __ATOMIC_ACQUIRE) == 0, "the server still holds the request");
+  /* Let go for its close, not answered at the hold's end (2 s: timeout). */
+  for (i = 0; i < 1000 && __atomic_load_n(&cc->reason, __ATOMIC_ACQUIRE) != FS_REASON_CLOSED; i++)
+    usleep(10000);
+  ck_assert_str_eq(fs_reason_name(cc->reason), "closed");
+  fs_conn_put(cc);
+  t = fs_fdtab_take(s2);
+  fs_sock_close(t, s2);
+  FS_REAL(close)(s2);
+}
+END_TEST
+
 /* An accepted end whose peer is on another host, where no fabric of its
  * policy reaches another host (here: shm alone), says remote-host once it
  * crosses its threshold, not pending; it is not given up before its time
@@ -710,6 +762,7 @@ int main(void)
   tcase_add_test(tc, t_held_then_handed_on);
   tcase_add_test(tc, t_held_unused_attaches_later);
   tcase_add_test(tc, t_closed_before_the_request);
+  tcase_add_test(tc, t_client_closed_lets_go);
   suite_add_tcase(s, tc);
   return run_suite(s, false);
 }
