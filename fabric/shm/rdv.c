@@ -213,7 +213,7 @@ static bool fs_rdv_srv_try(struct fs_rdv_item *it)
     if (look && !it->shared_listener) {
       it->look_ns = now + 50000000u;
       int rc = fs_rdv_diag((struct sockaddr *)&it->tp, (struct sockaddr *)&it->tl, &uid, &ino, &st);
-      if (fs_rdv_diag_ended(rc, ino, st)) {
+      if (fs_rdv_diag_ended(rc, ino, st, false)) {
         fs_rdv_reply(it->ufd, FS_REASON_CLOSED, -1);
         fs_rdv_drop(it);
         return true;

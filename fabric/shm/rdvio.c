@@ -404,14 +404,14 @@ int fs_rdv_dial_holder(const struct sockaddr *peer, uint32_t diag_uid, uint32_t 
   return reason == FS_REASON_NO_PEER ? FS_RDV_AGAIN : reason;
 }
 
-bool fs_rdv_diag_ended(int rc, uint32_t inode, uint8_t state)
+bool fs_rdv_diag_ended(int rc, uint32_t inode, uint8_t state, bool accepted)
 {
   if (rc == -ENOENT)
     return true;
   if (rc < 0)
     return false;
   if (state == TCP_LISTEN)
-    return true;
+    return accepted;
   if (inode != 0)
     return false;
   switch (state) {

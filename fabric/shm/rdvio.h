@@ -61,12 +61,15 @@ void fs_rdv_closefds(int *fds, int n);
 int fs_rdv_diag(const struct sockaddr *local, const struct sockaddr *peer, uint32_t *uid, uint32_t *inode,
                 uint8_t *state);
 /* Did the connection fs_rdv_diag looked up end, from what it returned (rc,
- * inode, state)?  Gone (-ENOENT); or its socket gone and the lookup fell
+ * inode, state)?  Gone (-ENOENT); or no process holds it (inode 0) in a
+ * closing state: it will never be accepted or used again (inode 0 in
+ * ESTABLISHED or CLOSE_WAIT is also a socket still in an accept queue).
+ * accepted: it is known to have been accepted, so a lookup that fell
  * through to the listener on its port (state LISTEN: the kernel's lookup
- * matches listeners too); or no process holds it (inode 0) in a closing
- * state: it will never be accepted or used again.  Inode 0 in
- * ESTABLISHED or CLOSE_WAIT is also a socket still in an accept queue. */
-bool fs_rdv_diag_ended(int rc, uint32_t inode, uint8_t state);
+ * matches listeners too) means its socket is gone; before that, it may
+ * mean a connection the listener has not made yet (a SYN cookie's ACK
+ * dropped on a full accept queue: the client retransmits). */
+bool fs_rdv_diag_ended(int rc, uint32_t inode, uint8_t state, bool accepted);
 
 /* Whom a connecting end asks (its agent).  Internal answers besides 0 and
  * the FS_REASON_* codes: look again later (the peer's socket is held by

@@ -62,7 +62,7 @@ static bool fs_shm_peer_gone(struct fs_chan *ch, const struct sockaddr *local, c
   uint32_t uid, inode = 1;
   uint8_t st = 0;
   int rc = fs_rdv_diag(peer, local, &uid, &inode, &st);
-  return fs_rdv_diag_ended(rc, inode, st) || (rc == 0 && inode == 0);
+  return fs_rdv_diag_ended(rc, inode, st, true) || (rc == 0 && inode == 0);
 }
 
 static size_t fs_shm_trim(struct fs_chan *ch, bool *all)
