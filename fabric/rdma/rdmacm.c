@@ -6,30 +6,30 @@
 #include <arpa/inet.h>
 #include <endian.h>
 #include <errno.h>
-#include <stddef.h>
-#include <string.h>
-#include "base/bell.h"
-#include "base/fdreg.h"
-#include "base/proc.h"
-#include "base/hmac.h"
-#include "base/lock.h"
-#include "base/reason.h"
-#include "fabric/rdma/rdmacm.h"
-#include "fabric/rdma/rdmacm_int.h"
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <stddef.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "fabric/rdma/verbs.h"
-
 #include "base/addr.h"
+#include "base/bell.h"
 #include "base/clock.h"
+#include "base/fdreg.h"
+#include "base/hmac.h"
+#include "base/lock.h"
 #include "base/log.h"
+#include "base/proc.h"
 #include "base/real.h"
+#include "base/reason.h"
+#include "fabric/diag.h"
 #include "fabric/fabric.h"
 #include "fabric/rdma/rdma.h"
+#include "fabric/rdma/rdmacm.h"
+#include "fabric/rdma/rdmacm_int.h"
+#include "fabric/rdma/verbs.h"
 
 struct fs_cm_state fs_cm_m; /* all zero: FS_CM_UNPROBED, and an unlocked mutex */
 #define M fs_cm_m
@@ -85,12 +85,11 @@ static bool fs_cm_probe(void)
   }
   /* librdmacm opens a device (two fds) the first time an id needs it, at a
    * time only the network decides: open them all now, and move them out of
-   * the application's low numbers (this thread runs beside the application,
-   * which may be closing everything).  Nothing has used them yet, and
-   * libibverbs and its providers only ever use the numbers in the (public)
-   * context, so renumbering them is safe here.  The list is never freed:
-   * it holds librdmacm's reference on each device, without which it closes
-   * the device and opens it again, at a low number, when an id needs it. */
+   * the application's low numbers (the application may be closing
+   * everything).  Unused yet, and libibverbs and its providers use only the
+   * numbers in the (public) context: safe to renumber.  The list is never
+   * freed: it holds librdmacm's reference on each device, without which it
+   * reopens the device, at a low number, when an id needs it. */
   M.devs = FS_VERBS(rdma_get_devices)(&n);
   for (int i = 0; M.devs && i < n; i++) {
     M.devs[i]->cmd_fd = fs_fdreg_move_high(M.devs[i]->cmd_fd);
@@ -183,13 +182,12 @@ uint8_t fs_cm_log2(uint32_t v)
 
 /* How c's waiters learn of r's news (fs_rdma_wake_local).  A channel on
  * the device's completion channel: a slot of c's door, rung as a peer on
- * this host rings it (the door is the engine's choice, host->bell: an
- * epoll set's, a thread's or the process's; one ringer per door in the
- * process, fs_bell_peer_own), so that the connection holds no descriptor
- * of its own.  Else, or where c takes no door, its wake eventfd (its
- * waiters sleep on their own completion channel beside it: a door is not
- * looked at there, engine/ready.c).  0, or a reason (no fd to spare, or
- * closed meanwhile). */
+ * this host rings it (host->bell: an epoll set's, a thread's or the
+ * process's door; one ringer per door, fs_bell_peer_own), so the
+ * connection holds no descriptor of its own.  Else, or where c takes no
+ * door, its wake eventfd (its waiters sleep on their own completion channel
+ * beside it: no door is looked at there, engine/ready.c).  0, or a reason
+ * (no fd to spare, or closed meanwhile). */
 static int fs_cm_wake(struct fs_link *c, struct fs_rdma *r)
 {
   int efd, memfd;
@@ -382,13 +380,18 @@ static bool fs_cm_srv_try(struct fs_cm_item *it)
   struct fs_link *c = fs_host->find((struct sockaddr *)&it->tl, (struct sockaddr *)&it->tp);
   if (!c) {
     struct fs_link *l = it->listener ? it->listener->c : NULL;
-    int all = fs_host->refuse_all();
-    if (all || (l && l->listener_shared)) { /* io_uring here, or another process holds it */
-      fs_cm_reject(it, all ? all : FS_REASON_NOT_OWNER);
+    /* io_uring here, or another process holds it; or accepted and closed
+     * already (a connection per request, upgrading at once): never found. */
+    int why = fs_host->refuse_all();
+    if (!why && l && l->listener_shared)
+      why = FS_REASON_NOT_OWNER;
+    if (!why && fs_diag_ended_look((struct sockaddr *)&it->tl, (struct sockaddr *)&it->tp, &it->look_ns))
+      why = FS_REASON_CLOSED;
+    if (why) {
+      fs_cm_reject(it, why);
       fs_cm_drop(it);
-      return true;
     }
-    return false;
+    return why != 0;
   }
   /* Only until accept() has set it up (opening hooks): not host->hold's
    * wait for the connection's first use, which shm takes.  An rdma_cm
@@ -642,6 +645,10 @@ void fs_rdmacm_tick(void)
                  (void *)it->r, FS_RDMACM_LINGER_MS);
         fs_cm_chan_free(it, it->r);
       }
+      continue;
+    }
+    if (it->kind == CM_CLI && it->c && !fs_host->may_upgrade(it->c)) {
+      fs_cm_cli_fail(it, FS_REASON_CLOSED); /* closed meanwhile: now, not at the set-up bound */
       continue;
     }
     if (it->kind == CM_SRV && it->held && fs_cm_srv_try(it))

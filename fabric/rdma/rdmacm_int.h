@@ -27,6 +27,7 @@ enum fs_cm_kind { CM_LISTENER = 1, CM_CLI, CM_SRV, CM_CHAN };
 struct fs_cm_item {
   enum fs_cm_kind kind;
   bool held;                    /* CM_SRV: waiting for accept() */
+  uint64_t look_ns;             /* CM_SRV held: when to ask again whether its connection ended */
   bool lingering;               /* CM_CHAN: retired, its last writes landing */
   struct rdma_cm_id *id;        /* CHAN: the id the peer knows the channel by */
   struct fs_link *c;            /* LISTENER (NULL: orphan), CLI, SRV: referenced */

@@ -23,6 +23,7 @@
 #include "base/real.h"
 #include "base/reason.h"
 #include "base/stat.h"
+#include "fabric/diag.h"
 #include "fabric/fabric.h"
 #include "fabric/shm/rdv.h"
 #include "fabric/shm/shm.h"
@@ -212,8 +213,8 @@ static bool fs_rdv_srv_try(struct fs_rdv_item *it)
     bool look = now >= it->look_ns; /* a netlink query and a table scan: every 50 ms at most */
     if (look && !it->shared_listener) {
       it->look_ns = now + 50000000u;
-      int rc = fs_rdv_diag((struct sockaddr *)&it->tp, (struct sockaddr *)&it->tl, &uid, &ino, &st);
-      if (fs_rdv_diag_ended(rc, ino, st, false)) {
+      int rc = fs_diag_lookup((struct sockaddr *)&it->tp, (struct sockaddr *)&it->tl, &uid, &ino, &st);
+      if (fs_diag_ended(rc, ino, st, false)) {
         fs_rdv_reply(it->ufd, FS_REASON_CLOSED, -1);
         fs_rdv_drop(it);
         return true;

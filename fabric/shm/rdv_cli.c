@@ -16,6 +16,7 @@
 #include "base/real.h"
 #include "base/reason.h"
 #include "base/stat.h"
+#include "fabric/diag.h"
 #include "fabric/shm/rdv.h"
 #include "fabric/shm/rdv_int.h"
 #include "fabric/shm/shm.h"
@@ -74,7 +75,7 @@ static int fs_rdv_attempt(struct fs_link *c, bool holder_only, uint64_t give_up,
   int reason = 0, ufd = -1, memfd = -1, dupfd = -1;
   bool via_holder = holder_only;
   struct fs_chan *ch = NULL;
-  int rc = fs_rdv_diag((struct sockaddr *)&c->peer, (struct sockaddr *)&c->local, &uid, &inode, NULL);
+  int rc = fs_diag_lookup((struct sockaddr *)&c->peer, (struct sockaddr *)&c->local, &uid, &inode, NULL);
   if (rc == -ENOENT)
     return FS_FABRIC_PASS(FS_REASON_REMOTE_HOST); /* another host */
   if (rc < 0)

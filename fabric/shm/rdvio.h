@@ -53,24 +53,6 @@ ssize_t fs_rdv_recvfds(int ufd, void *msg, size_t len, int *fds, int max, int *n
 /* Close the received fds still open in fds[0..n) and forget them. */
 void fs_rdv_closefds(int *fds, int n);
 
-/* Look up the local socket whose local address is `local` and peer `peer`
- * (NETLINK_SOCK_DIAG exact match).  0 and *uid (and *inode, if not NULL: 0
- * when no process holds the socket any more, or none has accepted it yet;
- * *state, if not NULL: its TCP state, TCP_ESTABLISHED ...) on success,
- * -ENOENT if none. */
-int fs_rdv_diag(const struct sockaddr *local, const struct sockaddr *peer, uint32_t *uid, uint32_t *inode,
-                uint8_t *state);
-/* Did the connection fs_rdv_diag looked up end, from what it returned (rc,
- * inode, state)?  Gone (-ENOENT); or no process holds it (inode 0) in a
- * closing state: it will never be accepted or used again (inode 0 in
- * ESTABLISHED or CLOSE_WAIT is also a socket still in an accept queue).
- * accepted: it is known to have been accepted, so a lookup that fell
- * through to the listener on its port (state LISTEN: the kernel's lookup
- * matches listeners too) means its socket is gone; before that, it may
- * mean a connection the listener has not made yet (a SYN cookie's ACK
- * dropped on a full accept queue: the client retransmits). */
-bool fs_rdv_diag_ended(int rc, uint32_t inode, uint8_t state, bool accepted);
-
 /* Whom a connecting end asks (its agent).  Internal answers besides 0 and
  * the FS_REASON_* codes: look again later (the peer's socket is held by
  * more than one process, or by none yet); nobody lists the peer's socket,

@@ -11,6 +11,7 @@
 #include "base/bell.h"
 #include "base/fdreg.h"
 #include "base/proc.h"
+#include "fabric/diag.h"
 #include "fabric/shm/rdv.h"
 #include "fabric/shm/shm.h"
 #include "policy/policy.h"
@@ -61,8 +62,8 @@ static bool fs_shm_peer_gone(struct fs_chan *ch, const struct sockaddr *local, c
   (void)ch;
   uint32_t uid, inode = 1;
   uint8_t st = 0;
-  int rc = fs_rdv_diag(peer, local, &uid, &inode, &st);
-  return fs_rdv_diag_ended(rc, inode, st, true) || (rc == 0 && inode == 0);
+  int rc = fs_diag_lookup(peer, local, &uid, &inode, &st);
+  return fs_diag_ended(rc, inode, st, true) || (rc == 0 && inode == 0);
 }
 
 static size_t fs_shm_trim(struct fs_chan *ch, bool *all)

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "fabric/shm/rdv.h"
+#include "fabric/diag.h"
 #include "fabric/shm/rdvio.h"
 #include "fabric/shm/shm.h"
 #include "engine/adopt.h"
@@ -419,33 +420,33 @@ START_TEST(t_diag)
   /* the server end: local = client's peer, peer = client's local */
   uint32_t inode = 0;
   uint8_t st = 0;
-  ck_assert_int_eq(fs_rdv_diag((struct sockaddr *)&p, (struct sockaddr *)&l, &uid, &inode, &st), 0);
+  ck_assert_int_eq(fs_diag_lookup((struct sockaddr *)&p, (struct sockaddr *)&l, &uid, &inode, &st), 0);
   ck_assert_uint_eq(uid, geteuid());
   ck_assert_uint_ne(inode, 0); /* held by this process */
   ck_assert_uint_eq(st, TCP_ESTABLISHED);
-  ck_assert(!fs_rdv_diag_ended(0, inode, st, false));
+  ck_assert(!fs_diag_ended(0, inode, st, false));
   struct sockaddr_in nowhere = { .sin_family = AF_INET, .sin_port = htons(9) };
   inet_pton(AF_INET, "192.0.2.1", &nowhere.sin_addr);
-  ck_assert_int_eq(fs_rdv_diag((struct sockaddr *)&nowhere, (struct sockaddr *)&l, &uid, NULL, NULL), -ENOENT);
+  ck_assert_int_eq(fs_diag_lookup((struct sockaddr *)&nowhere, (struct sockaddr *)&l, &uid, NULL, NULL), -ENOENT);
   /* The client closed first: the server end in CLOSE_WAIT is still held,
    * and one in an accept queue shows the same state: not taken for closed. */
   FS_REAL(close)(cfd);
   for (int i = 0; i < 200 && st != TCP_CLOSE_WAIT; i++) {
-    ck_assert_int_eq(fs_rdv_diag((struct sockaddr *)&p, (struct sockaddr *)&l, &uid, &inode, &st), 0);
+    ck_assert_int_eq(fs_diag_lookup((struct sockaddr *)&p, (struct sockaddr *)&l, &uid, &inode, &st), 0);
     usleep(1000);
   }
   ck_assert_uint_eq(st, TCP_CLOSE_WAIT);
-  ck_assert(!fs_rdv_diag_ended(0, inode, st, false));
+  ck_assert(!fs_diag_ended(0, inode, st, false));
   /* The server end closed (no process holds it: an orphan in LAST_ACK, or
    * gone): what the shm fabric's peer_gone takes for a dead peer, and the
    * rendezvous for a connection that ended. */
   FS_REAL(close)(sfd);
-  int rc = fs_rdv_diag((struct sockaddr *)&p, (struct sockaddr *)&l, &uid, &inode, &st);
-  ck_assert_msg(fs_rdv_diag_ended(rc, inode, st, true), "rc %d inode %u state %u", rc, inode, st);
+  int rc = fs_diag_lookup((struct sockaddr *)&p, (struct sockaddr *)&l, &uid, &inode, &st);
+  ck_assert_msg(fs_diag_ended(rc, inode, st, true), "rc %d inode %u state %u", rc, inode, st);
   /* Gone, or found as the listener on its port (state LISTEN, inode not
    * 0): not taken for the end of a connection not known to be accepted. */
   if (rc == 0 && st == TCP_LISTEN)
-    ck_assert(!fs_rdv_diag_ended(rc, inode, st, false));
+    ck_assert(!fs_diag_ended(rc, inode, st, false));
 }
 END_TEST
 
@@ -468,12 +469,12 @@ START_TEST(t_closed_before_the_request)
   uint8_t st = 0;
   int rc = 0;
   for (int i = 0; i < 200; i++) { /* the orphan's state once its FIN is out */
-    rc = fs_rdv_diag((struct sockaddr *)&p, (struct sockaddr *)&l, &uid, &inode, &st);
-    if (fs_rdv_diag_ended(rc, inode, st, false))
+    rc = fs_diag_lookup((struct sockaddr *)&p, (struct sockaddr *)&l, &uid, &inode, &st);
+    if (fs_diag_ended(rc, inode, st, false))
       break;
     usleep(1000);
   }
-  ck_assert_msg(fs_rdv_diag_ended(rc, inode, st, false), "rc %d inode %u state %u", rc, inode, st);
+  ck_assert_msg(fs_diag_ended(rc, inode, st, false), "rc %d inode %u state %u", rc, inode, st);
   struct vreq r;
   vreq_send(&r);
   /* The first look answers it, not the hold's end (timeout). */
