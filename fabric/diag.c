@@ -103,14 +103,21 @@ bool fs_diag_ended(int rc, uint32_t inode, uint8_t state, bool accepted)
   }
 }
 
-bool fs_diag_ended_look(const struct sockaddr *local, const struct sockaddr *peer, uint64_t *look_ns)
+bool fs_diag_ended_look(const struct sockaddr *local, const struct sockaddr *peer, uint64_t *look_ns,
+                        uint32_t *inode)
 {
   uint64_t now = fs_clock_ns();
+  if (inode)
+    *inode = 0;
   if (now < *look_ns)
     return false;
   *look_ns = now + 50000000u;
   uint32_t uid, ino = 0;
   uint8_t st = 0;
   int rc = fs_diag_lookup(local, peer, &uid, &ino, &st);
-  return fs_diag_ended(rc, ino, st, false);
+  if (fs_diag_ended(rc, ino, st, false))
+    return true;
+  if (inode && rc == 0)
+    *inode = ino;
+  return false;
 }

@@ -28,9 +28,12 @@ bool fs_diag_ended(int rc, uint32_t inode, uint8_t state, bool accepted);
 /* A held request's look: has the connection it names (our end: local,
  * peer) ended, not yet known to be accepted?  A netlink query at most every
  * 50 ms (*look_ns: when the next may go; 0 at first); false in between.
+ * *inode (if not NULL): the socket's inode where a look found it alive (0:
+ * no look, or none holds it yet), for whoever asks who holds it.
  * Held to their deadline (2 s), a connection per request upgrading at once
  * filled shm's listener slots with requests that could never match, each
  * looked for in the fd table on every tick. */
-bool fs_diag_ended_look(const struct sockaddr *local, const struct sockaddr *peer, uint64_t *look_ns);
+bool fs_diag_ended_look(const struct sockaddr *local, const struct sockaddr *peer, uint64_t *look_ns,
+                        uint32_t *inode);
 
 #endif

@@ -385,7 +385,7 @@ static bool fs_cm_srv_try(struct fs_cm_item *it)
     int why = fs_host->refuse_all();
     if (!why && l && l->listener_shared)
       why = FS_REASON_NOT_OWNER;
-    if (!why && fs_diag_ended_look((struct sockaddr *)&it->tl, (struct sockaddr *)&it->tp, &it->look_ns))
+    if (!why && fs_diag_ended_look((struct sockaddr *)&it->tl, (struct sockaddr *)&it->tp, &it->look_ns, NULL))
       why = FS_REASON_CLOSED;
     if (why) {
       fs_cm_reject(it, why);

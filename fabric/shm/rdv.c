@@ -206,20 +206,15 @@ static bool fs_rdv_srv_try(struct fs_rdv_item *it)
      * connection rate's requests filled the FS_RDV_MAX_PEND slots, each
      * looked for on every tick, and nearly every later connection stayed
      * on TCP.  Answered at once now. */
-    uint32_t uid, ino = 0;
-    uint8_t st = 0;
-    int pids[1];
-    uint64_t now = fs_clock_ns();
-    bool look = now >= it->look_ns; /* a netlink query and a table scan: every 50 ms at most */
-    if (look && !it->shared_listener) {
-      it->look_ns = now + 50000000u;
-      int rc = fs_diag_lookup((struct sockaddr *)&it->tp, (struct sockaddr *)&it->tl, &uid, &ino, &st);
-      if (fs_diag_ended(rc, ino, st, false)) {
+    if (!it->shared_listener) { /* a netlink query and a table scan: every 50 ms at most */
+      uint32_t ino;
+      int pids[1];
+      if (fs_diag_ended_look((struct sockaddr *)&it->tp, (struct sockaddr *)&it->tl, &it->look_ns, &ino)) {
         fs_rdv_reply(it->ufd, FS_REASON_CLOSED, -1);
         fs_rdv_drop(it);
         return true;
       }
-      if (rc == 0 && ino != 0 && fs_stat_holders(ino, pids, 1) > 0)
+      if (ino != 0 && fs_stat_holders(ino, pids, 1) > 0)
         it->shared_listener = true;
     }
     if (it->shared_listener) {
