@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "base/aside.h"
+#include "base/hot.h"
 #include "base/log.h"
 #include "base/proc.h"
 
@@ -146,7 +147,7 @@ bool fs_aside_here(void)
   return fs_aside_me;
 }
 
-void fs_aside_atfork_child(void)
+FS_FORK_TEXT void fs_aside_atfork_child(void)
 {
   if (!fs_proc_fork_work_has(FS_FORK_ASIDE))
     return;

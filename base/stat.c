@@ -101,7 +101,7 @@ static void fs_stat_program(char *out, size_t len)
  * stays 0: boot_ns, taken after the owner started, tells a reused pid apart
  * (base/stat.h), and reading /proc/self/stat cost three system calls of a
  * process's first socket (a one-shot client's). */
-static void fs_stat_fill_header(struct fs_stat_header *h, int pid, uint32_t hi_water)
+FS_FORK_TEXT static void fs_stat_fill_header(struct fs_stat_header *h, int pid, uint32_t hi_water)
 {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -149,7 +149,7 @@ static int fs_stat_name(char *path, size_t len, const char *dir, size_t dirlen, 
   return 0;
 }
 
-static int fs_stat_create(int pid, char *path, size_t len)
+FS_FORK_TEXT static int fs_stat_create(int pid, char *path, size_t len)
 {
   const char *dir = fs_stat_path; /* a table made before: its directory */
   if (fs_stat_dirc_len == 0) { /* the first table of this image */
@@ -191,7 +191,7 @@ static int fs_stat_pwrite(int fd, const void *buf, size_t n, off_t at)
  * the file until then.  With pwrite in a new table too, a forked child
  * binds no function of its own (the library is bound lazily).  0 or
  * -errno; *top: the header's hi_water (one past the last row written). */
-static int fs_stat_fill_file(int fd, int pid, bool forked, uint32_t *top)
+FS_FORK_TEXT static int fs_stat_fill_file(int fd, int pid, bool forked, uint32_t *top)
 {
   int rc = 0;
   uint32_t hi = 0;
@@ -222,7 +222,7 @@ static int fs_stat_fill_file(int fd, int pid, bool forked, uint32_t *top)
 /* A new file: only the header's page has its block (written at creation,
  * so a process's first 30 sockets cost no call for it; fs_stat_back knows
  * page 0 without a bit, and a process's first table finds these zero). */
-static void fs_stat_backed_reset(void)
+FS_FORK_TEXT static void fs_stat_backed_reset(void)
 {
   memset(fs_stat_backed, 0, sizeof fs_stat_backed);
 }
@@ -396,7 +396,7 @@ out:
  * the old mapping, which is still the parent's file, so slot pointers held by
  * connections stay valid.  No temporary mapping: its mmap, munmap and faults
  * were a third of what a fork cost a process with a table. */
-static int fs_stat_rehome(char *path, size_t len, bool forked)
+FS_FORK_TEXT static int fs_stat_rehome(char *path, size_t len, bool forked)
 {
   int pid = (int)getpid();
   /* A window only after a failed exec: a fork child is here at the fork,
@@ -427,7 +427,7 @@ static int fs_stat_rehome(char *path, size_t len, bool forked)
   return rc;
 }
 
-void fs_stat_atfork_child_slow(void)
+FS_FORK_TEXT void fs_stat_atfork_child_slow(void)
 {
   int saved = errno;
   fs_lock_fork_reset(&fs_stat_lock);
@@ -485,7 +485,7 @@ void fs_stat_shutdown(void)
   errno = saved;
 }
 
-void fs_stat_exit_quick_slow(void)
+FS_FORK_TEXT void fs_stat_exit_quick_slow(void)
 {
   struct fs_stat_header *h = __atomic_load_n(&fs_stat_hdr, __ATOMIC_ACQUIRE);
   if (h == NULL || __atomic_load_n(&fs_stat_mode, __ATOMIC_RELAXED) != FS_STAT_ON || fs_stat_path[0] == '\0')

@@ -735,7 +735,7 @@ void fs_agent_before_fork(void)
   pthread_mutex_lock(&A.qlock);
 }
 
-void fs_agent_after_fork(bool child)
+FS_FORK_TEXT void fs_agent_after_fork(bool child)
 {
   if (!child) {
     pthread_mutex_unlock(&A.qlock);

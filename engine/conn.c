@@ -82,7 +82,7 @@ struct fs_conn *fs_conn_new(int fd, int family)
   return c;
 }
 
-void fs_conn_pool_fork_child(void)
+FS_FORK_TEXT void fs_conn_pool_fork_child(void)
 {
   /* Never taken: not even read (its page was never the parent's). */
   if (fs_proc_fork_work_has(FS_FORK_CONN))

@@ -2,6 +2,7 @@
 #include <errno.h>
 
 #include "base/clock.h"
+#include "base/hot.h"
 #include "base/log.h"
 #include "base/proc.h"
 #include "base/stat.h"
@@ -35,7 +36,7 @@ static bool fs_exit_pending(void)
  * So wait, bounded, until the writes of open and of closed connections
  * landed (or their peers are gone).  Costs a load per fabric where none
  * was set up. */
-static void fs_exit_drain(void)
+FS_FORK_TEXT static void fs_exit_drain(void)
 {
   /* No fabric ever set up (each says so before it makes state): nothing
    * in flight, and none of their pages to fault in. */
@@ -72,7 +73,7 @@ __attribute__((destructor)) static void fs_exit_fini(void)
     fs_stat_shutdown();
 }
 
-void fs_exit_quick(void)
+FS_FORK_TEXT void fs_exit_quick(void)
 {
   fs_exit_drain();      /* a fabric with writes in flight checks its owner */
   fs_stat_exit_quick(); /* and so does the table */

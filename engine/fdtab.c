@@ -29,7 +29,7 @@ void fs_fdtab_map_drop(void *t)
   errno = saved;
 }
 
-struct fs_conn *fs_fdtab_get_slow(struct fs_conn **s, struct fs_conn *c)
+FS_FORK_TEXT struct fs_conn *fs_fdtab_get_slow(struct fs_conn **s, struct fs_conn *c)
 {
   for (;;) {
     if (fs_conn_tryget(c)) {
@@ -73,7 +73,7 @@ struct fs_conn *fs_fdtab_take(int fd)
   return c;
 }
 
-void fs_fdtab_foreach(void (*fn)(int fd, struct fs_conn *c, void *arg), void *arg)
+FS_FORK_TEXT void fs_fdtab_foreach(void (*fn)(int fd, struct fs_conn *c, void *arg), void *arg)
 {
   int hw = __atomic_load_n(&fs_fdtab_hiwater, __ATOMIC_ACQUIRE);
   for (int fd = 0; fd < hw; fd++) {

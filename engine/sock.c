@@ -83,7 +83,7 @@ static void fs_sock_stat_ip(uint8_t out[16], const struct sockaddr_storage *ss, 
   }
 }
 
-void fs_sock_stat_addrs(struct fs_conn *c)
+FS_FORK_TEXT void fs_sock_stat_addrs(struct fs_conn *c)
 {
   struct fs_stat_conn *s = c->stat;
   if (!s)

@@ -60,7 +60,7 @@ void fs_sock_before_fork(void)
  * next connection arrives naming that one (the postmaster accepting the
  * next client).  So every row is written again from the connection the
  * child holds; counters restart at zero where the row was not its own. */
-static void fs_sock_stat_refill(struct fs_conn *c, struct fs_chan *ch)
+FS_FORK_TEXT static void fs_sock_stat_refill(struct fs_conn *c, struct fs_chan *ch)
 {
   struct fs_stat_conn *s = c->stat;
   if (!s)
@@ -84,7 +84,7 @@ static void fs_sock_stat_refill(struct fs_conn *c, struct fs_chan *ch)
   __atomic_store_n(&s->used, 1, __ATOMIC_RELEASE);
 }
 
-static void fs_sock_fork_fix(int fd, struct fs_conn *c, void *arg)
+FS_FORK_TEXT static void fs_sock_fork_fix(int fd, struct fs_conn *c, void *arg)
 {
   pid_t pid = *(pid_t *)arg;
   (void)fd;
@@ -134,7 +134,7 @@ static void fs_sock_fork_fix(int fd, struct fs_conn *c, void *arg)
   }
 }
 
-void fs_sock_after_fork(pid_t pid)
+FS_FORK_TEXT void fs_sock_after_fork(pid_t pid)
 {
   if (pid == 0) {
     fs_stat_atfork_child();
@@ -164,7 +164,7 @@ static void fs_sock_exec_one(int fd, struct fs_conn *c, void *arg)
   }
 }
 
-void fs_sock_before_exec(void)
+FS_FORK_TEXT void fs_sock_before_exec(void)
 {
   fs_fdtab_foreach(fs_sock_exec_one, NULL);
 }

@@ -154,7 +154,7 @@ int fs_wake_door_fd(struct fs_door *d)
   return fs_door_mine(d) ? d->efd : fs_door_watch(d);
 }
 
-void fs_wake_fork_child_conn(struct fs_conn *c)
+FS_FORK_TEXT void fs_wake_fork_child_conn(struct fs_conn *c)
 {
   /* The parent's threads that held leases are not here (nor is whatever
    * held c->lock: a lease change may be half done, wake_seq odd). */
@@ -186,7 +186,7 @@ bool fs_wake_conn_release(struct fs_conn *c)
   return c->wake_fd >= 0;
 }
 
-void fs_wake_fork_child(void)
+FS_FORK_TEXT void fs_wake_fork_child(void)
 {
   /* The parent's eventfds: a wake of ours there would be a wake of theirs.
    * No thread of the child has one (its connections forgot their leases).

@@ -19,12 +19,14 @@
 
 #include "base/aside.h"
 #include "base/fdreg.h"
+#include "base/hot.h"
 #include "base/kcopy.h"
 #include "base/reason.h"
 #include "engine/agent.h"
 #include "engine/cancel.h"
 #include "engine/batch.h"
 #include "engine/exit.h"
+#include "engine/fdtab.h"
 #include "engine/nproc.h"
 #include "engine/sock.h"
 #include "preload/export.h"
@@ -40,26 +42,39 @@ static void fs_fork_before(void)
   fs_sock_before_fork();
 }
 
-static void fs_fork_after(pid_t pid)
+FS_FORK_TEXT static void fs_fork_after(pid_t pid)
 {
   if (pid == 0)
     fs_aside_atfork_child(); /* the parent's aside thread is not here */
   fs_sock_after_fork(pid);
 }
 
-/* Set while our fork() is in the real one: the atfork handlers below then
- * stand aside (a child's copy of it is cleared on the way out as well). */
-static __thread bool fs_fork_wrapped;
+/* The thread whose fork() is in the real one, while it is: the atfork
+ * handlers below then stand aside.  Written only under the agent's lock
+ * (fs_fork_before takes it, fs_fork_after lets it go), and read by a
+ * handler only against its own thread (fs_fork_mine).  Not a
+ * thread-local: that was a store after the fork to a page of the thread's
+ * own, a fault in each process; this one's page (FS_HOT, beside the
+ * agent's lock) is written after a fork anyway. */
+static void *fs_fork_wrapper FS_HOT;
 
-FS_EXPORT pid_t fork(void)
+/* The thread's own pointer (x86-64's %fs base: its descriptor, as
+ * pthread_self's value, the same in the child), read without a call:
+ * pthread_self was a page of libc's code faulted in by every child. */
+FS_FORK_TEXT static bool fs_fork_mine(void)
+{
+  return __atomic_load_n(&fs_fork_wrapper, __ATOMIC_RELAXED) == __builtin_thread_pointer();
+}
+
+FS_FORK_TEXT FS_EXPORT pid_t fork(void)
 {
   fs_fork_before();
   /* errno's address asked here: the same thread's after the fork, and a
    * child that called __errno_location faulted in its page of libc code. */
   int *err = &errno;
-  fs_fork_wrapped = true;
+  __atomic_store_n(&fs_fork_wrapper, __builtin_thread_pointer(), __ATOMIC_RELAXED);
   pid_t pid = FS_REAL(fork)();
-  fs_fork_wrapped = false;
+  __atomic_store_n(&fs_fork_wrapper, NULL, __ATOMIC_RELAXED);
   int saved = *err;
   fs_fork_after(pid);
   if (*err != saved) /* a store to an unchanged errno is a page copy, in each process */
@@ -80,27 +95,27 @@ FS_EXPORT pid_t fork(void)
  * done would leave two processes that each end the ring at their close).
  * Registered when the process first makes state a child must redo
  * (base/proc.h): a daemon(3) before any socket has nothing to redo. */
-static void fs_fork_prepare(void)
+FS_FORK_TEXT static void fs_fork_prepare(void)
 {
-  if (fs_fork_wrapped)
+  if (fs_fork_mine())
     return;
   int saved = errno;
   fs_fork_before();
   errno = saved;
 }
 
-static void fs_fork_parent(void)
+FS_FORK_TEXT static void fs_fork_parent(void)
 {
-  if (fs_fork_wrapped)
+  if (fs_fork_mine())
     return;
   int saved = errno;
   fs_fork_after(FS_SOCK_FORK_PID_UNKNOWN);
   errno = saved;
 }
 
-static void fs_fork_child(void)
+FS_FORK_TEXT static void fs_fork_child(void)
 {
-  if (fs_fork_wrapped)
+  if (fs_fork_mine())
     return;
   int saved = errno;
   fs_fork_after(0);
@@ -170,7 +185,7 @@ FS_EXPORT int setresuid(uid_t ruid, uid_t euid, uid_t suid)
  * goes).  The process then ends as libc's own _exit ends it, with
  * exit_group, made directly: _exit may run in a signal handler, where a
  * first dlsym of libc's could wait for the loader's lock forever. */
-static _Noreturn void fs_exit_now(int status)
+FS_FORK_TEXT static _Noreturn void fs_exit_now(int status)
 {
   fs_exit_quick();
   for (;;) {
@@ -186,17 +201,17 @@ static _Noreturn void fs_exit_now(int status)
   }
 }
 
-FS_EXPORT void _exit(int status)
+FS_FORK_TEXT FS_EXPORT void _exit(int status)
 {
   fs_exit_now(status);
 }
 
-FS_EXPORT void _Exit(int status)
+FS_FORK_TEXT FS_EXPORT void _Exit(int status)
 {
   fs_exit_now(status);
 }
 
-FS_EXPORT pid_t vfork(void)
+FS_FORK_TEXT FS_EXPORT pid_t vfork(void)
 {
   return fork();
 }
@@ -271,8 +286,13 @@ void fs_preload_confined(void)
   errno = saved;
 }
 
-static void fs_exec_point(void)
+FS_FORK_TEXT static void fs_exec_point(void)
 {
+  /* A process that never had a socket (a shell's child on its way to its
+   * program) has nothing to flush or bring back, and no errno to keep:
+   * asking libc for its address faulted in a page of libc's code. */
+  if (!fs_fdtab_any() && !fs_batch_tls.on)
+    return;
   int saved = errno;
   fs_batch_flush();
   fs_sock_before_exec();
@@ -289,27 +309,27 @@ static void fs_exec_point(void)
     return rc_;             \
   } while (0)
 
-FS_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
+FS_FORK_TEXT FS_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
 {
   FS_EXEC_SELF(FS_REAL(execve)(path, argv, envp));
 }
 
-FS_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
+FS_FORK_TEXT FS_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
 {
   FS_EXEC_SELF(FS_REAL(execvpe)(file, argv, envp));
 }
 
-FS_EXPORT int execv(const char *path, char *const argv[])
+FS_FORK_TEXT FS_EXPORT int execv(const char *path, char *const argv[])
 {
   return execve(path, argv, environ);
 }
 
-FS_EXPORT int execvp(const char *file, char *const argv[])
+FS_FORK_TEXT FS_EXPORT int execvp(const char *file, char *const argv[])
 {
   return execvpe(file, argv, environ);
 }
 
-FS_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
+FS_FORK_TEXT FS_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
 {
   FS_EXEC_SELF(FS_REAL(fexecve)(fd, argv, envp));
 }
@@ -329,7 +349,7 @@ FS_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
       argv[i__] = va_arg(ap, char *); \
   } while (0)
 
-FS_EXPORT int execl(const char *path, const char *arg, ...)
+FS_FORK_TEXT FS_EXPORT int execl(const char *path, const char *arg, ...)
 {
   char **argv;
   va_list ap;
@@ -339,7 +359,7 @@ FS_EXPORT int execl(const char *path, const char *arg, ...)
   return execve(path, argv, environ);
 }
 
-FS_EXPORT int execlp(const char *file, const char *arg, ...)
+FS_FORK_TEXT FS_EXPORT int execlp(const char *file, const char *arg, ...)
 {
   char **argv;
   va_list ap;
@@ -349,7 +369,7 @@ FS_EXPORT int execlp(const char *file, const char *arg, ...)
   return execvpe(file, argv, environ);
 }
 
-FS_EXPORT int execle(const char *path, const char *arg, ...)
+FS_FORK_TEXT FS_EXPORT int execle(const char *path, const char *arg, ...)
 {
   char **argv;
   char **envp = NULL;

@@ -19,16 +19,21 @@
 #   4. run under it, a program that never makes a socket touches no page of
 #      its .bss, and a one-shot client (socket, connect, send, recv, close)
 #      two: its fd's table entry and the stat table's bitmap (each such
-#      page a fault of 10-14 us here; they were 3 and 8, tests/progs/bsspages).
+#      page a fault of 10-14 us here; they were 3 and 8, tests/progs/bsspages);
+#   5. the code a forked child runs on its way to exec or _exit (FS_FORK_TEXT,
+#      base/hot.h) is in one output section of at most 8 KiB: a child has
+#      no page of the library's code mapped, and this path spread over .text
+#      was four faults in every child of a preloaded shell.
 # TAP.  FABSOCK_LIB: the library (default .libs/libfabsock.so in the build).
 set -u
 lib=${FABSOCK_LIB:-${top_builddir:-.}/.libs/libfabsock.so}
-echo "1..4"
+echo "1..5"
 if [ ! -f "$lib" ] || ! command -v readelf >/dev/null; then
   echo "ok 1 # SKIP no library at $lib or no readelf"
   echo "ok 2 # SKIP no library at $lib or no readelf"
   echo "ok 3 # SKIP no library at $lib or no readelf"
   echo "ok 4 # SKIP no library at $lib or no readelf"
+  echo "ok 5 # SKIP no library at $lib or no readelf"
   exit 0
 fi
 page=4096
@@ -94,5 +99,29 @@ else
     echo "ok 4 - .bss touched: $none KiB by a program without sockets, $client KiB by a one-shot client"
   else
     echo "not ok 4 - .bss touched: $none KiB by a program without sockets (0 expected), $client KiB by a one-shot client (8 at most): state a first call touches belongs in FS_HOT (base/hot.h)"
+  fi
+fi
+
+# 5. The fork path's functions, each inside .text.fs_fork.
+read -r faddr fsize < <(readelf -SW "$lib" | sed 's/^ *\[ *[0-9]*\]//' | awk '$1 == ".text.fs_fork" { print $3, $5 }')
+if [ -z "${faddr:-}" ]; then
+  echo "not ok 5 - no .text.fs_fork section (preload/forktext.ld not linked in)"
+else
+  out=
+  for f in fork execve _exit fs_fork_child fs_sock_after_fork fs_sock_before_exec fs_agent_after_fork \
+    fs_conn_pool_fork_child fs_wake_fork_child fs_aside_atfork_child fs_fdtab_foreach fs_exit_quick; do
+    a=$(nm "$lib" | awk -v f="$f" '$3 == f && $2 ~ /^[tT]$/ { print $1; exit }')
+    if [ -z "$a" ]; then
+      out+="$f(missing) "
+    elif [ $(( 0x$a < 0x$faddr || 0x$a >= 0x$faddr + 0x$fsize )) = 1 ]; then
+      out+="$f@0x$a "
+    fi
+  done
+  if [ -n "$out" ]; then
+    echo "not ok 5 - outside .text.fs_fork (0x$faddr, 0x$fsize bytes): $out"
+  elif [ $(( 0x$fsize > 8192 )) = 1 ]; then
+    echo "not ok 5 - .text.fs_fork is 0x$fsize bytes (8 KiB at most: keep to what such a child runs)"
+  else
+    echo "ok 5 - a forked child's path in .text.fs_fork ($(( 0x$fsize )) bytes at 0x$faddr)"
   fi
 fi
