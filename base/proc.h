@@ -73,11 +73,11 @@ enum {
 extern uint32_t fs_proc_fork_work;
 
 /* The fork handlers (preload/proc.c, for the forks libc makes itself:
- * daemon(3), forkpty(3)), registered with pthread_atfork once the process
- * first makes state a child must redo (a fork work bit; its first socket
- * sets FS_FORK_CONN), not at load: the registration's page of libc data
- * cost every preloaded start a page fault, about 20 us here, in processes
- * that never open a socket (docs/design.md 1.6).  fs_proc_atfork_set stores them (the
+ * daemon(3), forkpty(3)), registered with pthread_atfork by the wrappers
+ * of those two, before the first such call, not at load nor at a first
+ * socket: the registration's pages of libc data cost a page fault or two,
+ * 20-40 us here, in every process that never calls either (a one-shot
+ * client; docs/design.md 1.6).  fs_proc_atfork_set stores them (the
  * constructor: no call into libc); arm registers them once, if stored. */
 void fs_proc_atfork_set(void (*prepare)(void), void (*parent)(void), void (*child)(void));
 void fs_proc_atfork_arm_slow(void);
@@ -90,10 +90,8 @@ static inline void fs_proc_atfork_arm(void)
 
 static inline void fs_proc_fork_work_add(uint32_t bits)
 {
-  if ((__atomic_load_n(&fs_proc_fork_work, __ATOMIC_RELAXED) & bits) != bits) {
+  if ((__atomic_load_n(&fs_proc_fork_work, __ATOMIC_RELAXED) & bits) != bits)
     __atomic_fetch_or(&fs_proc_fork_work, bits, __ATOMIC_RELAXED);
-    fs_proc_atfork_arm();
-  }
 }
 
 static inline bool fs_proc_fork_work_has(uint32_t bits)

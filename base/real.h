@@ -25,6 +25,8 @@
 #include <time.h>
 
 struct io_uring;        /* liburing's, opaque here */
+struct termios;         /* forkpty's, opaque here */
+struct winsize;
 struct io_uring_params;
 struct io_uring_cqe;
 struct __kernel_timespec;
@@ -76,6 +78,8 @@ struct __kernel_timespec;
   X(int, epoll_pwait, -1, (int ep, struct epoll_event *ev, int n, int t, const sigset_t *s), (ep, ev, n, t, s)) \
   X(int, epoll_pwait2, -1, (int ep, struct epoll_event *ev, int n, const struct timespec *t, const sigset_t *s), (ep, ev, n, t, s)) \
   X(pid_t, fork, -1, (void), ()) \
+  X(int, daemon, -1, (int nochdir, int noclose), (nochdir, noclose)) \
+  X(pid_t, forkpty, -1, (int *m, char *n, const struct termios *t, const struct winsize *w), (m, n, t, w)) \
   X(int, setuid, -1, (uid_t u), (u)) \
   X(int, setreuid, -1, (uid_t r, uid_t e), (r, e)) \
   X(int, setresuid, -1, (uid_t r, uid_t e, uid_t s), (r, e, s)) \

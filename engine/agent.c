@@ -17,35 +17,12 @@
 #include "base/log.h"
 #include "base/real.h"
 #include "engine/agent.h"
+#include "engine/agent_state.h"
 #include "engine/trim.h"
 #include "fabric/fabric.h"
 #include "policy/policy.h"
 
-
-/* An fd the agent watches for a fabric (or its own wake eventfd): a
- * rendezvous listener, rdma's event channel, each rendezvous in flight.
- * The agent sleeps in poll() on its eventfd and these while they are a
- * handful (a process at rest: its listener), and in an epoll set of its
- * own only while more are in flight (a burst of upgrades: wrk -c400), so
- * that a process holds the set's descriptor only then; it held one for
- * good.  Back to poll() at half the count: a burst's last handshakes do
- * not make and close a set each. */
-#define FS_AGENT_POLL_MAX 8
-struct fs_agent_watch {
-  int fd;
-  bool in_ep; /* registered in A.epfd */
-  bool (*fn)(void *arg);
-  void *arg;
-  struct fs_agent_watch *next;
-};
-
-struct fs_agent_job {
-  struct fs_conn *c;
-  void (*fn)(struct fs_conn *c); /* NULL: an upgrade (fs_agent_connect) */
-  uint64_t due;                  /* not before (CLOCK_MONOTONIC ns); 0 now;
-                                    only a delayed upgrade has one */
-  struct fs_agent_job *next;
-};
+#define A fs_agent_state
 
 /* An upgrade past the byte threshold starts this long after it was asked
  * for: a short connection (a request per connection: ab, a CGI, a client
@@ -64,6 +41,17 @@ struct fs_agent_job {
  * when it costs nobody anything. */
 #define FS_AGENT_LAZY_NS 20000000ull
 
+/* Set while the agent's only work is one delayed upgrade, of a connection
+ * that received more than it sent, and its thread is not started
+ * (fs_agent_queue).  A one-shot client (curl, a client process per
+ * request) crosses its threshold on the reply and exits well within the
+ * delay: the thread, its eventfd and the fd table grown for it were 300 us
+ * of such a process's life, for an upgrade it never lived to run.  The thread starts when the upgrade is due and the
+ * connection moves bytes (fs_agent_nudge), when a second job comes, or
+ * when the process is about to wait (engine/agent.h, fs_agent_wait_point).
+ * FS_HOT: every wait reads it. */
+bool fs_agent_deferred FS_HOT;
+
 /* A nudge does not kick an agent that runs this soon anyway. */
 #define FS_AGENT_NUDGE_SLACK_NS 200000ull
 
@@ -74,22 +62,9 @@ static uint64_t fs_agent_job_at(const struct fs_agent_job *j)
   return j->due ? j->due + FS_AGENT_LAZY_NS : 0;
 }
 
-static struct {
-  pthread_mutex_t lock;       /* agent state and the fabrics'; held across each batch */
-  pthread_mutex_t qlock;      /* job queue */
-  bool running;
-  int evfd, epfd;             /* epfd: -1 while the agent polls */
-  struct fs_agent_watch evwatch;
-  struct fs_agent_watch *watches;
-  struct fs_agent_job *jobs;
-  uint64_t wake_at;           /* qlock: the agent runs its jobs by then at the
-                                 latest (UINT64_MAX: it sleeps until kicked) */
-  uint64_t trim_at;           /* agent: the next idle-ring pass (0: none due) */
-  bool polling;               /* lock: the agent is (about to be) in poll() */
-  uint32_t poll_gen;          /* atomic: poll() calls the agent has returned from */
-} A = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, false, -1, -1, { 0 }, NULL, NULL, UINT64_MAX, 0, false, 0 };
-
-#define FS_FOREACH_FABRIC(f) for (const struct fs_fabric_ops *const *f = fs_fabrics; *f; f++)
+struct fs_agent_state fs_agent_state FS_HOT = {
+  PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, false, -1, -1, { 0 }, NULL, NULL, UINT64_MAX, 0, false, 0
+};
 
 /* ---- watches ----------------------------------------------------------- */
 
@@ -416,7 +391,7 @@ static void *fs_agent_main(void *arg)
 }
 
 /* Start the agent (A.lock held). */
-static int fs_agent_start(void)
+int fs_agent_start(void)
 {
   if (A.running)
     return 0;
@@ -468,6 +443,8 @@ static int fs_agent_start(void)
   if ((err = rc) != 0)
     goto fail;
   __atomic_store_n(&A.running, true, __ATOMIC_RELEASE); /* after evfd: fs_agent_queue reads it unlocked */
+  if (fs_agent_deferred)
+    __atomic_store_n(&fs_agent_deferred, false, __ATOMIC_RELAXED);
   return 0;
 fail:;
   /* Once: a process that cannot make the thread fails at every connection. */
@@ -481,18 +458,6 @@ fail:;
   return -EAGAIN;
 }
 
-/* Job j off the queue (it is there). */
-static void fs_agent_unqueue(struct fs_agent_job *j)
-{
-  pthread_mutex_lock(&A.qlock);
-  for (struct fs_agent_job **pp = &A.jobs; *pp; pp = &(*pp)->next)
-    if (*pp == j) {
-      *pp = j->next;
-      break;
-    }
-  pthread_mutex_unlock(&A.qlock);
-}
-
 /* A job the agent cannot take (no memory, no thread): an upgrade fails
  * (resources), any other job runs here and now, as a last resort. */
 static void fs_agent_refused(struct fs_conn *c, void (*fn)(struct fs_conn *c))
@@ -501,6 +466,42 @@ static void fs_agent_refused(struct fs_conn *c, void (*fn)(struct fs_conn *c))
     fs_host->failed(&c->link, FS_REASON_RESOURCES);
   else
     fn(c);
+}
+
+/* The thread could not start: every queued job is refused (a deferred
+ * one waited with others queued behind it). */
+static void fs_agent_refuse_queued(void)
+{
+  pthread_mutex_lock(&A.qlock);
+  struct fs_agent_job *jobs = A.jobs;
+  A.jobs = NULL;
+  pthread_mutex_unlock(&A.qlock);
+  while (jobs) {
+    struct fs_agent_job *j = jobs;
+    jobs = j->next;
+    __atomic_store_n(&j->c->upgrade_lazy, false, __ATOMIC_RELAXED);
+    fs_agent_refused(j->c, j->fn);
+    fs_conn_put(j->c);
+    free(j);
+  }
+}
+
+void fs_agent_start_deferred(void)
+{
+  int saved = errno;
+  pthread_mutex_lock(&A.lock);
+  int rc = 0;
+  if (__atomic_load_n(&fs_agent_deferred, __ATOMIC_RELAXED)) {
+    __atomic_store_n(&fs_agent_deferred, false, __ATOMIC_RELAXED);
+    pthread_mutex_lock(&A.qlock);
+    A.wake_at = fs_clock_ns(); /* its first look: now */
+    pthread_mutex_unlock(&A.qlock);
+    rc = fs_agent_start();
+  }
+  pthread_mutex_unlock(&A.lock);
+  if (rc < 0)
+    fs_agent_refuse_queued();
+  errno = saved;
 }
 
 static void fs_agent_queue(struct fs_conn *c, void (*fn)(struct fs_conn *c))
@@ -531,18 +532,23 @@ static void fs_agent_queue(struct fs_conn *c, void (*fn)(struct fs_conn *c))
     pthread_mutex_lock(&A.lock);
     if (!A.running) {
       pthread_mutex_lock(&A.qlock);
+      bool alone = A.jobs == NULL;
       j->next = A.jobs;
       A.jobs = j;
       pthread_mutex_unlock(&A.qlock);
+      /* The thread when it is due (fs_agent_deferred), for a connection
+       * that crossed on what it received (a reply, a download): one that
+       * sends (an upload, a stream) and then sleeps without a socket call
+       * or a wait would wait for its upgrade until it wakes. */
+      if (alone && j->due && c->tcp_rx > c->tcp_tx) {
+        __atomic_store_n(&fs_agent_deferred, true, __ATOMIC_RELAXED);
+        pthread_mutex_unlock(&A.lock);
+        return;
+      }
       int rc = fs_agent_start();
       pthread_mutex_unlock(&A.lock);
-      if (rc < 0) {
-        fs_agent_unqueue(j);
-        __atomic_store_n(&c->upgrade_lazy, false, __ATOMIC_RELAXED);
-        fs_agent_refused(c, fn);
-        fs_conn_put(c);
-        free(j);
-      }
+      if (rc < 0)
+        fs_agent_refuse_queued();
       return;
     }
     pthread_mutex_unlock(&A.lock);
@@ -587,6 +593,10 @@ void fs_agent_nudge(struct fs_conn *c)
   if (now < c->upgrade_due ||
       !__atomic_compare_exchange_n(&c->upgrade_lazy, &lazy, false, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
     return;
+  if (__builtin_expect(__atomic_load_n(&fs_agent_deferred, __ATOMIC_RELAXED), 0)) {
+    fs_agent_start_deferred(); /* its first look runs the job, due now */
+    return;
+  }
   pthread_mutex_lock(&A.qlock);
   bool kick = A.wake_at > now + FS_AGENT_NUDGE_SLACK_NS;
   if (kick)
@@ -596,184 +606,3 @@ void fs_agent_nudge(struct fs_conn *c)
     fs_agent_kick();
 }
 
-/* ---- listeners and process events ------------------------------------- */
-
-int fs_agent_listen(struct fs_conn *c, int fd)
-{
-  bool disabled = false;
-  struct fs_policy_action act;
-  struct fs_policy_query q = { fs_proc_name(), FS_DIR_ACCEPT, (struct sockaddr *)&c->local, NULL };
-  fs_policy_match(fs_policy_get(&disabled), &q, &act);
-  if (disabled || act.fabric == FS_FABRIC_TCP)
-    return -1;
-  int fabric = act.fabric;
-  bool served = false;
-  pthread_mutex_lock(&A.lock);
-  if (fs_agent_start() == 0)
-    FS_FOREACH_FABRIC(f)
-      if (fabric == FS_FABRIC_AUTO || fabric == (*f)->id)
-        served |= (*f)->listen(&c->link, fd);
-  pthread_mutex_unlock(&A.lock);
-  return served;
-}
-
-#define FS_AGENT_NAME_RETRY_NS 1000000000ull
-
-void fs_agent_take_names(struct fs_conn *lc, int fd)
-{
-  uint64_t now = fs_clock_coarse_ns(), last = __atomic_load_n(&lc->name_tried_ns, __ATOMIC_RELAXED);
-  if (__atomic_load_n(&lc->served, __ATOMIC_ACQUIRE) || (last && now - last < FS_AGENT_NAME_RETRY_NS) ||
-      !__atomic_compare_exchange_n(&lc->name_tried_ns, &last, now | 1, false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
-    return;
-  int saved = errno;
-  if (fs_agent_listen(lc, fd) > 0) {
-    __atomic_store_n(&lc->served, true, __ATOMIC_RELEASE);
-    fs_log(FS_LOG_DEBUG, "fd %d: listener shared since fork, its names unserved: served from here now", fd);
-  }
-  errno = saved;
-}
-
-void fs_agent_unlisten(struct fs_conn *c)
-{
-  pthread_mutex_lock(&A.lock);
-  FS_FOREACH_FABRIC(f)
-    (*f)->unlisten(&c->link);
-  pthread_mutex_unlock(&A.lock);
-}
-
-void fs_agent_retry_held(void)
-{
-  FS_FOREACH_FABRIC(f)
-    if ((*f)->held()) {
-      fs_agent_kick();
-      return;
-    }
-}
-
-void fs_agent_creds_changed(void)
-{
-  int saved = errno;
-  pthread_mutex_lock(&A.lock);
-  if (A.running)
-    FS_FOREACH_FABRIC(f)
-      (*f)->creds_changed();
-  pthread_mutex_unlock(&A.lock);
-  errno = saved;
-}
-
-static bool fs_agent_proc_served FS_HOT;
-static uint64_t fs_agent_proc_failed_ns FS_HOT; /* when serving our own name last failed */
-
-bool fs_agent_reachable(struct fs_conn *c)
-{
-  FS_FOREACH_FABRIC(f)
-    if ((c->policy.fabric == FS_FABRIC_AUTO || (int)c->policy.fabric == (*f)->id) && (*f)->reachable(&c->link))
-      return true;
-  return false;
-}
-
-/* A fabric that could not serve the name (logged there) is asked again at
- * a later accept, a second later at the soonest: until then the peers of
- * this process's connections cannot find it. */
-void fs_agent_serve_proc(void)
-{
-  if (__atomic_load_n(&fs_agent_proc_served, __ATOMIC_ACQUIRE))
-    return;
-  uint64_t failed = __atomic_load_n(&fs_agent_proc_failed_ns, __ATOMIC_RELAXED);
-  if (failed && fs_clock_coarse_ns() - failed < 1000000000ull)
-    return;
-  pthread_mutex_lock(&A.lock);
-  if (!fs_agent_proc_served && fs_agent_start() == 0) {
-    bool all = true;
-    FS_FOREACH_FABRIC(f)
-      all = (*f)->serve_proc() && all;
-    if (all)
-      __atomic_store_n(&fs_agent_proc_served, true, __ATOMIC_RELEASE);
-    else
-      __atomic_store_n(&fs_agent_proc_failed_ns, fs_clock_coarse_ns() | 1, __ATOMIC_RELAXED);
-  }
-  pthread_mutex_unlock(&A.lock);
-}
-
-int fs_agent_ensure(void)
-{
-  pthread_mutex_lock(&A.lock);
-  int rc = fs_agent_start();
-  pthread_mutex_unlock(&A.lock);
-  return rc;
-}
-
-void fs_agent_pause(void)
-{
-  pthread_mutex_lock(&A.lock);
-}
-
-void fs_agent_resume(void)
-{
-  pthread_mutex_unlock(&A.lock);
-}
-
-bool fs_agent_exit_drain(uint64_t deadline_ns)
-{
-  /* The agent holds its lock across each batch, briefly: wait for it, but
-   * never past the deadline (exit() may come from a thread that holds it
-   * no longer, or from a signal handler on a thread that does). */
-  while (pthread_mutex_trylock(&A.lock) != 0)
-    if (!fs_clock_nap(deadline_ns, 100000))
-      return false;
-  bool done = true;
-  if (A.running)
-    FS_FOREACH_FABRIC(f)
-      done &= (*f)->exit_drain(deadline_ns);
-  pthread_mutex_unlock(&A.lock); /* a later destructor may still close a listener */
-  return done;
-}
-
-void fs_agent_before_fork(void)
-{
-  pthread_mutex_lock(&A.lock);
-  pthread_mutex_lock(&A.qlock);
-}
-
-FS_FORK_TEXT void fs_agent_after_fork(bool child)
-{
-  if (!child) {
-    pthread_mutex_unlock(&A.qlock);
-    pthread_mutex_unlock(&A.lock);
-    return;
-  }
-  /* The child has no agent thread.  It does not serve the parent's
-   * rendezvous names (the parent still does) and abandons in-flight
-   * handshakes (the parent goes on serving them).  Each fabric closes its
-   * own fds; the watches only go.  Only modules that made such state are
-   * looked at (base/proc.h, fs_proc_fork_work): a process that never
-   * started the agent forks at the cost of this page alone, whose locks
-   * fs_agent_before_fork took. */
-  if (fs_proc_fork_work_has(FS_FORK_FABRIC))
-    FS_FOREACH_FABRIC(f)
-      (*f)->after_fork_child();
-  if (fs_proc_fork_work_has(FS_FORK_AGENT)) {
-    for (struct fs_agent_watch *w = A.watches, *next; w; w = next) {
-      next = w->next;
-      free(w);
-    }
-    for (struct fs_agent_job *j = A.jobs, *next; j; j = next) {
-      next = j->next;
-      fs_conn_put(j->c);
-      free(j);
-    }
-    A.watches = NULL;
-    A.jobs = NULL;
-    if (A.epfd >= 0)
-      fs_fdreg_close(A.epfd);
-    if (A.evfd >= 0)
-      fs_fdreg_close(A.evfd);
-    A.epfd = A.evfd = -1;
-    A.running = false;
-    A.polling = false; /* the parent's agent's; none here */
-    fs_agent_proc_served = false; /* the name is the parent's: ours comes on demand */
-    fs_agent_proc_failed_ns = 0;
-  }
-  fs_lock_fork_reset_mutex(&A.qlock);
-  fs_lock_fork_reset_mutex(&A.lock);
-}

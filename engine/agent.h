@@ -71,6 +71,20 @@ void fs_agent_serve_proc(void);
  * (fabric/fabric.h, reachable)?  No system call, no agent lock. */
 bool fs_agent_reachable(struct fs_conn *c);
 
+/* The agent's thread waits for a delayed upgrade to come due
+ * (fs_agent_deferred, engine/agent.c).  Before a call that may wait
+ * (may_block: a timeout other than zero), it starts: the upgrade must not
+ * wait for the application's next call.  A receive that may block looks
+ * without blocking first (engine/sockio_tcp.c): a one-shot client's last
+ * read, the EOF, is there already.  errno kept. */
+extern bool fs_agent_deferred;
+void fs_agent_start_deferred(void);
+static inline void fs_agent_wait_point(bool may_block)
+{
+  if (__builtin_expect(__atomic_load_n(&fs_agent_deferred, __ATOMIC_RELAXED), 0) && may_block)
+    fs_agent_start_deferred();
+}
+
 /* Start the agent now if it is not running (it cannot be started later:
  * engine/nproc.h).  0 or -errno. */
 int fs_agent_ensure(void);

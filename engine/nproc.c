@@ -30,5 +30,6 @@ void fs_nproc_limiting(void)
     fs_agent_serve_proc();
   else if (listens)
     (void)fs_agent_ensure();
+  fs_agent_wait_point(true); /* a deferred upgrade's thread: now or never */
   errno = saved;
 }

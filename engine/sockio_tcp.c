@@ -7,14 +7,53 @@
 
 #include "base/lock.h"
 #include "base/real.h"
+#include "engine/agent.h"
 #include "engine/batch.h"
 #include "engine/sock.h"
 #include "engine/sockio.h"
+
+/* A call on a connection while the agent's start waits (engine/agent.h,
+ * fs_agent_wait_point): a receive that may block looks first, without
+ * blocking, and what is there already (a one-shot client's EOF) comes
+ * back with no thread started; one that would block starts it, then
+ * blocks.  MSG_WAITALL may not be cut short: it starts it at once.  A send
+ * or a call that cannot block starts nothing.  True with *r the result. */
+static bool fs_sock_tcp_look(int fd, struct fs_io *io, ssize_t *r)
+{
+  int flags = fs_io_flags(io);
+  if (io->op > FS_IO_RECVMSG || (flags & MSG_DONTWAIT))
+    return false;
+  if (!(flags & MSG_WAITALL)) {
+    int saved = errno;
+    flags |= MSG_DONTWAIT;
+    switch (io->op) {
+    case FS_IO_READ: /* read is recv with no flags, on a socket */
+    case FS_IO_RECV: *r = FS_REAL(recv)(fd, io->iov[0].iov_base, io->iov[0].iov_len, flags); break;
+    case FS_IO_RECVFROM:
+      *r = FS_REAL(recvfrom)(fd, io->iov[0].iov_base, io->iov[0].iov_len, flags, io->from, io->fromlen);
+      break;
+    case FS_IO_RECVMSG: *r = FS_REAL(recvmsg)(fd, io->msg, flags); break;
+    default: { /* FS_IO_READV */
+      struct msghdr m = { .msg_iov = io->iov, .msg_iovlen = (size_t)io->iovcnt };
+      *r = FS_REAL(recvmsg)(fd, &m, flags);
+    }
+    }
+    if (*r >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
+      *r = *r < 0 ? -errno : *r;
+      return true;
+    }
+    errno = saved;
+  }
+  fs_agent_start_deferred();
+  return false;
+}
 
 ssize_t fs_sock_tcp_io(int fd, struct fs_io *io)
 {
   fs_batch_flush(); /* the kernel call may block: nothing held meanwhile */
   ssize_t r;
+  if (__builtin_expect(__atomic_load_n(&fs_agent_deferred, __ATOMIC_RELAXED), 0) && fs_sock_tcp_look(fd, io, &r))
+    return r;
   switch (io->op) {
   case FS_IO_READ: r = FS_REAL(read)(fd, io->iov[0].iov_base, io->iov[0].iov_len); break;
   case FS_IO_READV: r = FS_REAL(readv)(fd, io->iov, io->iovcnt); break;

@@ -7,6 +7,7 @@
 #include <sys/epoll.h>
 #include <sys/select.h>
 
+#include "engine/agent.h"
 #include "engine/batch.h"
 #include "engine/ready.h"
 #include "preload/boundary.h"
@@ -21,6 +22,12 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
+/* A wait with this timeout may block (engine/agent.h, fs_agent_wait_point). */
+static bool fs_poll_may_block(const struct timespec *ts)
+{
+  return !ts || ts->tv_sec != 0 || ts->tv_nsec != 0;
+}
+
 static bool fs_poll_tracked(const struct pollfd *fds, nfds_t n)
 {
   if (!fs_fdtab_any())
@@ -33,6 +40,7 @@ static bool fs_poll_tracked(const struct pollfd *fds, nfds_t n)
 
 FS_EXPORT int poll(struct pollfd *fds, nfds_t n, int timeout)
 {
+  fs_agent_wait_point(timeout != 0);
   if (!fs_poll_tracked(fds, n)) {
     fs_batch_flush();
     return FS_REAL(poll)(fds, n, timeout);
@@ -43,6 +51,7 @@ FS_EXPORT int poll(struct pollfd *fds, nfds_t n, int timeout)
 
 FS_EXPORT int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const sigset_t *mask)
 {
+  fs_agent_wait_point(fs_poll_may_block(ts));
   if (!fs_poll_tracked(fds, n)) {
     fs_batch_flush();
     return FS_REAL(ppoll)(fds, n, ts, mask);
@@ -73,6 +82,7 @@ FS_EXPORT int __ppoll_chk(struct pollfd *fds, nfds_t n, const struct timespec *t
 
 FS_EXPORT int select(int nfds, fd_set *r, fd_set *w, fd_set *e, struct timeval *tv)
 {
+  fs_agent_wait_point(!tv || tv->tv_sec != 0 || tv->tv_usec != 0);
   if (!fs_ready_select_tracked(nfds, r, w, e)) {
     fs_batch_flush();
     return FS_REAL(select)(nfds, r, w, e, tv);
@@ -102,6 +112,7 @@ FS_EXPORT int select(int nfds, fd_set *r, fd_set *w, fd_set *e, struct timeval *
 
 FS_EXPORT int pselect(int nfds, fd_set *r, fd_set *w, fd_set *e, const struct timespec *ts, const sigset_t *mask)
 {
+  fs_agent_wait_point(fs_poll_may_block(ts));
   if (!fs_ready_select_tracked(nfds, r, w, e)) {
     fs_batch_flush();
     return FS_REAL(pselect)(nfds, r, w, e, ts, mask);
@@ -137,6 +148,7 @@ static int fs_epoll_common(int epfd, struct epoll_event *ev, int max, const stru
 
 FS_EXPORT int epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout)
 {
+  fs_agent_wait_point(timeout != 0);
   if (!fs_ready_epoll_tracked(epfd)) {
     fs_batch_flush();
     return FS_REAL(epoll_wait)(epfd, ev, max, timeout);
@@ -147,6 +159,7 @@ FS_EXPORT int epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout)
 
 FS_EXPORT int epoll_pwait(int epfd, struct epoll_event *ev, int max, int timeout, const sigset_t *mask)
 {
+  fs_agent_wait_point(timeout != 0);
   if (!fs_ready_epoll_tracked(epfd)) {
     fs_batch_flush();
     return FS_REAL(epoll_pwait)(epfd, ev, max, timeout, mask);
@@ -157,6 +170,7 @@ FS_EXPORT int epoll_pwait(int epfd, struct epoll_event *ev, int max, int timeout
 
 FS_EXPORT int epoll_pwait2(int epfd, struct epoll_event *ev, int max, const struct timespec *ts, const sigset_t *mask)
 {
+  fs_agent_wait_point(fs_poll_may_block(ts));
   if (!fs_ready_epoll_tracked(epfd)) {
     fs_batch_flush();
     return FS_REAL(epoll_pwait2)(epfd, ev, max, ts, mask);

@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <linux/seccomp.h>
+#include <pty.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <sys/prctl.h>
@@ -83,7 +84,8 @@ FS_FORK_TEXT FS_EXPORT pid_t fork(void)
 }
 
 /* A fork the C library makes itself (daemon(3), forkpty(3)) never reaches
- * the fork() above: libc calls its own.  Such a daemon's child went on
+ * the fork() above: libc calls its own (the wrappers of those two, below,
+ * register these handlers first).  Such a daemon's child went on
  * with the parent's state as if it were its own (an agent thread it does
  * not have, the parent's stat table), and a client's upgrade stayed
  * pending for good.  The same work runs from atfork handlers then, which
@@ -93,8 +95,7 @@ FS_FORK_TEXT FS_EXPORT pid_t fork(void)
  * as done: after a failed one each upgraded end counts a holder it does
  * not have, as if a child still held it (taken as failed, a fork that was
  * done would leave two processes that each end the ring at their close).
- * Registered when the process first makes state a child must redo
- * (base/proc.h): a daemon(3) before any socket has nothing to redo. */
+ * (base/proc.h, fs_proc_atfork_arm). */
 FS_FORK_TEXT static void fs_fork_prepare(void)
 {
   if (fs_fork_mine())
@@ -125,9 +126,21 @@ FS_FORK_TEXT static void fs_fork_child(void)
 __attribute__((constructor)) static void fs_preload_atfork(void)
 {
   fs_proc_atfork_set(fs_fork_prepare, fs_fork_parent, fs_fork_child);
-  /* Another library's constructor may have made sockets already. */
-  if (fs_proc_fork_work_has(~0u))
-    fs_proc_atfork_arm();
+}
+
+/* The two calls of libc's that fork inside it: the handlers above are
+ * registered before the first of them (once), not at the process's first
+ * socket, where a one-shot client paid for them (base/proc.h). */
+FS_EXPORT int daemon(int nochdir, int noclose)
+{
+  fs_proc_atfork_arm(); /* errno kept */
+  return FS_REAL(daemon)(nochdir, noclose);
+}
+
+FS_EXPORT pid_t forkpty(int *amaster, char *name, const struct termios *termp, const struct winsize *winp)
+{
+  fs_proc_atfork_arm();
+  return FS_REAL(forkpty)(amaster, name, termp, winp);
 }
 
 /* DT_FINI (-Wl,-fini, preload/Makefile.include): the loader calls it at

@@ -99,6 +99,7 @@ END_TEST
 START_TEST(t_quiet_connection_upgrades_at_the_lazy_deadline)
 {
   int sv[2];
+  ck_assert_int_eq(fs_agent_ensure(), 0); /* running: no deferred start (t_deferred_*) */
   struct fs_conn *c = conn_new(sv);
   send_n(c, sv, 5000);
   ck_assert(lazy(c));
@@ -114,6 +115,137 @@ START_TEST(t_quiet_connection_upgrades_at_the_lazy_deadline)
   ck_assert_uint_eq(fs_agent_wake_at(), UINT64_MAX);
   close(sv[0]);
   close(sv[1]);
+}
+END_TEST
+
+/* n bytes received through the library on c's TCP socket (counted; the
+ * threshold checked): a reply, where send_n is a request. */
+static void recv_n(struct fs_conn *c, int sv[2], size_t n)
+{
+  static char buf[8192], sink[8192];
+  ck_assert_int_eq(write(sv[1], buf, n), (ssize_t)n);
+  for (size_t got = 0; got < n;) { /* no MSG_WAITALL: it would start the agent */
+    struct iovec v = { sink, n - got };
+    struct fs_io io = { .op = FS_IO_RECV, .iov = &v, .iovcnt = 1 };
+    ssize_t r = fs_sock_recv(c, sv[0], &io);
+    ck_assert_int_gt(r, 0);
+    got += (size_t)r;
+  }
+}
+
+/* Threads of this process (the test's own, and the agent's once started). */
+static int task_count(void)
+{
+  DIR *d = opendir("/proc/self/task");
+  ck_assert_ptr_nonnull(d);
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d));)
+    n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
+}
+
+static void *write_later(void *arg)
+{
+  usleep(50000);
+  ck_assert_int_eq(write(*(int *)arg, "0123456789", 10), 10);
+  return NULL;
+}
+
+/* The first delayed upgrade of a process, of a connection that crossed on
+ * what it received, starts no thread (a one-shot client exits before it
+ * is due): a receive that finds bytes, or the EOF, starts none either; a
+ * receive that would block starts it, then blocks; and the agent's first
+ * look runs the job.  One that crossed on what it sent starts it at once
+ * (it may sleep next, with no socket call to start it). */
+START_TEST(t_deferred_until_a_receive_would_block)
+{
+  int sv[2];
+  struct fs_conn *c = conn_new(sv);
+  int before = task_count();
+  recv_n(c, sv, 5000);
+  ck_assert(lazy(c));
+  ck_assert(fs_agent_deferred);
+  ck_assert_int_eq(task_count(), before);
+  char buf[64];
+  struct iovec v = { buf, sizeof buf };
+  struct fs_io io = { .op = FS_IO_READ, .iov = &v, .iovcnt = 1 };
+  ck_assert_int_eq(write(sv[1], "abc", 3), 3);
+  errno = 1234;
+  ck_assert_int_eq(fs_sock_recv(c, sv[0], &io), 3);
+  ck_assert_int_eq(errno, 1234);
+  ck_assert_int_eq(memcmp(buf, "abc", 3), 0);
+  ck_assert(fs_agent_deferred);
+  ck_assert_int_eq(task_count(), before);
+  /* Nothing there: it starts, then blocks until the bytes come. */
+  pthread_t t;
+  ck_assert_int_eq(pthread_create(&t, NULL, write_later, &sv[1]), 0);
+  io = (struct fs_io){ .op = FS_IO_RECV, .iov = &v, .iovcnt = 1 };
+  ck_assert_int_eq(fs_sock_recv(c, sv[0], &io), 10);
+  ck_assert_int_eq(memcmp(buf, "0123456789", 10), 0);
+  ck_assert(!fs_agent_deferred);
+  pthread_join(t, NULL);
+  for (int i = 0; i < 5000 && fs_conn_state(c) == FS_STATE_UPGRADING; i++)
+    usleep(1000);
+  ck_assert_int_eq(fs_conn_state(c), FS_STATE_TCP);
+  ck_assert_int_eq(c->reason, FS_REASON_REMOTE_HOST);
+  close(sv[0]);
+  close(sv[1]);
+}
+END_TEST
+
+START_TEST(t_not_deferred_for_a_sender)
+{
+  int sv[2];
+  struct fs_conn *c = conn_new(sv);
+  int before = task_count();
+  send_n(c, sv, 5000);
+  ck_assert(!fs_agent_deferred);
+  ck_assert_int_eq(task_count(), before + 1);
+  close(sv[0]);
+  close(sv[1]);
+}
+END_TEST
+
+/* A wait that may block starts it (one that polls does not). */
+START_TEST(t_deferred_until_a_wait)
+{
+  int sv[2];
+  struct fs_conn *c = conn_new(sv);
+  int before = task_count();
+  recv_n(c, sv, 5000);
+  ck_assert(fs_agent_deferred);
+  fs_agent_wait_point(false);
+  ck_assert(fs_agent_deferred);
+  fs_agent_wait_point(true);
+  ck_assert(!fs_agent_deferred);
+  ck_assert_int_eq(task_count(), before + 1);
+  close(sv[0]);
+  close(sv[1]);
+}
+END_TEST
+
+/* So does a second job: a process with more than one connection to
+ * upgrade is not a one-shot client. */
+START_TEST(t_deferred_second_job_starts_it)
+{
+  int sv[2], sv2[2];
+  struct fs_conn *c = conn_new(sv), *c2 = conn_new(sv2);
+  int before = task_count();
+  recv_n(c, sv, 5000);
+  ck_assert(fs_agent_deferred);
+  ck_assert_int_eq(task_count(), before);
+  recv_n(c2, sv2, 5000);
+  ck_assert(!fs_agent_deferred);
+  ck_assert_int_eq(task_count(), before + 1);
+  for (int i = 0; i < 5000 && (fs_conn_state(c) == FS_STATE_UPGRADING || fs_conn_state(c2) == FS_STATE_UPGRADING); i++)
+    usleep(1000);
+  ck_assert_int_eq(fs_conn_state(c), FS_STATE_TCP);
+  ck_assert_int_eq(fs_conn_state(c2), FS_STATE_TCP);
+  close(sv[0]);
+  close(sv[1]);
+  close(sv2[0]);
+  close(sv2[1]);
 }
 END_TEST
 
@@ -355,6 +487,10 @@ int main(void)
   tcase_set_timeout(tc, 30);
   tcase_add_test(tc, t_delayed_upgrade_waits_for_a_nudge);
   tcase_add_test(tc, t_quiet_connection_upgrades_at_the_lazy_deadline);
+  tcase_add_test(tc, t_deferred_until_a_receive_would_block);
+  tcase_add_test(tc, t_not_deferred_for_a_sender);
+  tcase_add_test(tc, t_deferred_until_a_wait);
+  tcase_add_test(tc, t_deferred_second_job_starts_it);
   tcase_add_test(tc, t_agent_blocks_signals);
   suite_add_tcase(s, tc);
   TCase *tw = tcase_create("watches");

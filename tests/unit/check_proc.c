@@ -111,12 +111,13 @@ static int prepares_after_fork(void)
   return prepares;
 }
 
-/* The handlers a preloaded process stores at load are registered once it
- * first has fork work (its first socket, check_fdtab): a process that
- * never does pays no registration (a page fault at every start).  Once,
- * however many bits follow.  In a child, whose bits and registration start
- * clear here (this test process may have set bits before). */
-START_TEST(t_atfork_armed_at_first_work)
+/* The handlers a preloaded process stores at load are registered only by
+ * an arm (preload/proc.c: the daemon(3) and forkpty(3) wrappers), not by
+ * fork work (its first socket: a one-shot client paid the registration's
+ * page faults): once, however many arms follow.  In a child, whose bits
+ * and registration start clear here (this test process may have set bits
+ * before). */
+START_TEST(t_atfork_armed_once)
 {
   pid_t pid = fork();
   if (pid == 0) {
@@ -126,12 +127,14 @@ START_TEST(t_atfork_armed_at_first_work)
     fs_proc_atfork_set(count_prepare, nothing, nothing);
     if (prepares_after_fork() != 0)
       _exit(1);
-    fs_proc_fork_work_add(FS_FORK_CANCEL);
-    if (prepares_after_fork() != 1)
+    fs_proc_fork_work_add(FS_FORK_CANCEL | FS_FORK_CONN);
+    if (prepares_after_fork() != 0)
       _exit(2);
-    fs_proc_fork_work_add(FS_FORK_AGENT | FS_FORK_CANCEL);
     fs_proc_atfork_arm();
-    _exit(prepares_after_fork() == 2 ? 0 : 3);
+    if (prepares_after_fork() != 1)
+      _exit(3);
+    fs_proc_atfork_arm();
+    _exit(prepares_after_fork() == 2 ? 0 : 4);
   }
   ck_child_exits_ok(pid);
 }
@@ -144,7 +147,7 @@ int main(void)
   tcase_add_test(tc, t_self_in_children);
   tcase_add_test(tc, t_single_threaded);
   tcase_add_test(tc, t_as_room);
-  tcase_add_test(tc, t_atfork_armed_at_first_work);
+  tcase_add_test(tc, t_atfork_armed_once);
   suite_add_tcase(s, tc);
   return run_suite(s, true);
 }
