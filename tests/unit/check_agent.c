@@ -194,29 +194,18 @@ START_TEST(t_deferred_until_a_receive_would_block)
 }
 END_TEST
 
-START_TEST(t_not_deferred_for_a_sender)
+/* Crossed on what it sent (_i 0): the thread at once.  On what it
+ * received (_i 1): deferred, until a wait that may block (one that polls
+ * does not). */
+START_TEST(t_deferred_for_a_receiver_until_a_wait)
 {
   int sv[2];
   struct fs_conn *c = conn_new(sv);
   int before = task_count();
-  send_n(c, sv, 5000);
-  ck_assert(!fs_agent_deferred);
-  ck_assert_int_eq(task_count(), before + 1);
-  close(sv[0]);
-  close(sv[1]);
-}
-END_TEST
-
-/* A wait that may block starts it (one that polls does not). */
-START_TEST(t_deferred_until_a_wait)
-{
-  int sv[2];
-  struct fs_conn *c = conn_new(sv);
-  int before = task_count();
-  recv_n(c, sv, 5000);
-  ck_assert(fs_agent_deferred);
+  (_i == 0 ? send_n : recv_n)(c, sv, 5000);
+  ck_assert(fs_agent_deferred == (_i == 1));
   fs_agent_wait_point(false);
-  ck_assert(fs_agent_deferred);
+  ck_assert(fs_agent_deferred == (_i == 1));
   fs_agent_wait_point(true);
   ck_assert(!fs_agent_deferred);
   ck_assert_int_eq(task_count(), before + 1);
@@ -488,8 +477,7 @@ int main(void)
   tcase_add_test(tc, t_delayed_upgrade_waits_for_a_nudge);
   tcase_add_test(tc, t_quiet_connection_upgrades_at_the_lazy_deadline);
   tcase_add_test(tc, t_deferred_until_a_receive_would_block);
-  tcase_add_test(tc, t_not_deferred_for_a_sender);
-  tcase_add_test(tc, t_deferred_until_a_wait);
+  tcase_add_loop_test(tc, t_deferred_for_a_receiver_until_a_wait, 0, 2);
   tcase_add_test(tc, t_deferred_second_job_starts_it);
   tcase_add_test(tc, t_agent_blocks_signals);
   suite_add_tcase(s, tc);
