@@ -722,8 +722,13 @@ static ssize_t fs_sock_recv_up(struct fs_conn *c, int fd, struct fs_io *io)
     ch = fs_cutover_chan_known(c, false); /* attached just now */
   if (blind || (!ch && (c->no_upgrade || c->wake_fd < 0) && !fs_overhang_len(c))) {
     bool locked = c->hooks != NULL; /* hooks see one call at a time */
-    if (locked)
+    if (locked) {
+      /* A deferred agent starts before the lock, not in the kernel call's
+       * look under it (engine/sockio_tcp.c): the agent takes connection
+       * locks under its own. */
+      fs_agent_wait_point(!c->nonblock && !(flags & MSG_DONTWAIT));
       fs_lock(&c->rxlock);
+    }
     r = locked ? fs_sockio_tcp_locked(c, &c->rxlock, fd, io) : fs_sock_tcp_io(fd, io); /* -errno */
     if (blind)
       fs_wake_blind_leave(c);
