@@ -497,6 +497,10 @@ void fs_agent_start_deferred(void)
     A.wake_at = fs_clock_ns(); /* its first look: now */
     pthread_mutex_unlock(&A.qlock);
     rc = fs_agent_start();
+    /* Its first wait would sleep to the job's lazy deadline (20 ms on): a
+     * nudge that started it was the kick the job waited for. */
+    if (rc == 0)
+      fs_agent_kick();
   }
   pthread_mutex_unlock(&A.lock);
   if (rc < 0)
