@@ -486,10 +486,24 @@ static void fs_agent_refuse_queued(void)
   }
 }
 
+static void fs_agent_start_deferred_locked(void);
+
 void fs_agent_start_deferred(void)
 {
-  int saved = errno;
   pthread_mutex_lock(&A.lock);
+  fs_agent_start_deferred_locked();
+}
+
+void fs_agent_start_deferred_try(void)
+{
+  if (pthread_mutex_trylock(&A.lock) == 0)
+    fs_agent_start_deferred_locked();
+}
+
+/* A.lock held; lets it go. */
+static void fs_agent_start_deferred_locked(void)
+{
+  int saved = errno;
   int rc = 0;
   if (__atomic_load_n(&fs_agent_deferred, __ATOMIC_RELAXED)) {
     __atomic_store_n(&fs_agent_deferred, false, __ATOMIC_RELAXED);

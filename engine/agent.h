@@ -79,6 +79,9 @@ bool fs_agent_reachable(struct fs_conn *c);
  * read, the EOF, is there already.  errno kept. */
 extern bool fs_agent_deferred;
 void fs_agent_start_deferred(void);
+/* The same from a sleep under a connection's lock (engine/wait.c): only
+ * if the agent lock is free (else at the sleep's next slice). */
+void fs_agent_start_deferred_try(void);
 static inline void fs_agent_wait_point(bool may_block)
 {
   if (__builtin_expect(__atomic_load_n(&fs_agent_deferred, __ATOMIC_RELAXED), 0) && may_block)

@@ -16,12 +16,20 @@
  * fs_agent_wait_point): a receive that may block looks first, without
  * blocking, and what is there already (a one-shot client's EOF) comes
  * back with no thread started; one that would block starts it, then
- * blocks.  MSG_WAITALL may not be cut short: it starts it at once.  A send
- * or a call that cannot block starts nothing.  True with *r the result. */
+ * blocks.  MSG_WAITALL may not be cut short: it starts it at once.  A
+ * receive that cannot block starts nothing; a send starts it.  True with
+ * *r the result. */
 static bool fs_sock_tcp_look(int fd, struct fs_io *io, ssize_t *r)
 {
   int flags = fs_io_flags(io);
-  if (io->op > FS_IO_RECVMSG || (flags & MSG_DONTWAIT))
+  if (io->op > FS_IO_RECVMSG) {
+    /* A send after the reply that crossed: not a one-shot client (it may
+     * sleep next, not in a wait of ours).  Under txlock maybe: only if
+     * the agent lock is free, else at the next send. */
+    fs_agent_start_deferred_try();
+    return false;
+  }
+  if (flags & MSG_DONTWAIT)
     return false;
   if (!(flags & MSG_WAITALL)) {
     int saved = errno;

@@ -13,6 +13,7 @@
 #include "base/proc.h"
 #include "base/real.h"
 #include "engine/cancel.h"
+#include "engine/agent.h"
 #include "engine/batch.h"
 #include "engine/cutover.h"
 #include "engine/door.h"
@@ -202,6 +203,11 @@ int fs_wait_sleep(struct fs_conn *c, int fd, bool tx, size_t need, int *budget_m
   if (fs_cancel_asked())
     return -EINTR;
   fs_batch_flush(); /* never sleep on wakes we hold */
+  /* A connection still on TCP with a wake fd sleeps here, not in the
+   * kernel's receive: a deferred agent starts here too (engine/agent.h;
+   * t_nginx's idle client waited here for its replies, then in time.sleep). */
+  if (__builtin_expect(__atomic_load_n(&fs_agent_deferred, __ATOMIC_RELAXED), 0))
+    fs_agent_start_deferred_try();
   struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
   bool entered = false;
   struct fs_door *door = ch ? fs_wake_door_enter(c, &entered) : NULL;
