@@ -46,10 +46,12 @@
  * (fs_agent_queue).  A one-shot client (curl, a client process per
  * request) crosses its threshold on the reply and exits well within the
  * delay: the thread, its eventfd and the fd table grown for it were 300 us
- * of such a process's life, for an upgrade it never lived to run.  The thread starts when the upgrade is due and the
- * connection moves bytes (fs_agent_nudge), when a second job comes, or
- * when the process is about to wait (engine/agent.h, fs_agent_wait_point).
- * FS_HOT: every wait reads it. */
+ * of such a process's life, for an upgrade it never lived to run.  The
+ * thread starts when the upgrade is due and the connection moves bytes
+ * (fs_agent_nudge), when a second job comes, at a send on a connection
+ * still on TCP, or when the process is about to wait (engine/agent.h,
+ * fs_agent_wait_point; engine/sockio_tcp.c; engine/wait.c).  FS_HOT:
+ * every wait reads it. */
 bool fs_agent_deferred FS_HOT;
 
 /* A nudge does not kick an agent that runs this soon anyway. */
