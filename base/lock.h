@@ -83,4 +83,15 @@ static inline void fs_lock_fork_reset_mutex(pthread_mutex_t *m)
     }
 }
 
+/* A new mutex (calloc'd memory): PTHREAD_MUTEX_INITIALIZER's bytes, by a
+ * store.  pthread_mutex_init was bound lazily in the first process that
+ * called it: each PostgreSQL backend, whose postmaster never made an epoll
+ * set, bound it afresh at its first wait (a symbol lookup through every
+ * library of the process, and its pages faulted in). */
+static inline void fs_lock_init_mutex(pthread_mutex_t *m)
+{
+  const pthread_mutex_t init = PTHREAD_MUTEX_INITIALIZER;
+  *m = init;
+}
+
 #endif

@@ -2,7 +2,12 @@
  *
  * Every interposed name has an entry here; every layer below preload/
  * reaches libc only through FS_REAL(name), so it never re-enters our own
- * wrappers.  Resolution is per
+ * wrappers.  So have the few calls a forked child makes before anything
+ * else and its parent may never have made (pwrite and unlink, the child's
+ * stat table): resolved with the rest before a fork (fs_real_resolve_all),
+ * where a call through the library's PLT was bound lazily in each child,
+ * a symbol lookup through every library of the process (a PostgreSQL
+ * backend per connection).  Resolution is per
  * symbol and lock-free (an atomic pointer store; a race resolves twice to the
  * same value), so any call may be the first: from a constructor of another
  * library, from a thread, or on an inherited fd.  A symbol libc does not have
@@ -98,6 +103,8 @@ struct __kernel_timespec;
   X(int, prctl, -1, (int o, unsigned long a, unsigned long b, unsigned long c, unsigned long d), (o, a, b, c, d)) \
   X(int, setrlimit, -1, (__rlimit_resource_t r, const struct rlimit *l), (r, l)) \
   X(int, prlimit, -1, (pid_t p, __rlimit_resource_t r, const struct rlimit *n, struct rlimit *o), (p, r, n, o)) \
+  X(ssize_t, pwrite, -1, (int fd, const void *b, size_t n, off_t o), (fd, b, n, o)) \
+  X(int, unlink, -1, (const char *p), (p)) \
   X(int, io_uring_setup, -ENOSYS, (unsigned e, struct io_uring_params *p), (e, p)) \
   X(int, io_uring_queue_init, -ENOSYS, (unsigned e, struct io_uring *r, unsigned f), (e, r, f)) \
   X(int, io_uring_queue_init_params, -ENOSYS, (unsigned e, struct io_uring *r, struct io_uring_params *p), (e, r, p)) \

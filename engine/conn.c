@@ -108,8 +108,13 @@ void fs_conn_put(struct fs_conn *c)
   if (c->stat)
     fs_stat_slot_free(c->stat);
   c->stat = NULL;
-  free(c->ovh); /* bytes kept for a reader that is gone (engine/overhang.h) */
-  c->ovh = NULL;
+  /* Bytes kept for a reader that is gone (engine/overhang.h).  No call
+   * without them: free(NULL) bound free lazily in every PostgreSQL backend
+   * closing the postmaster's listeners, a lookup through every library. */
+  if (c->ovh) {
+    free(c->ovh);
+    c->ovh = NULL;
+  }
   fs_lock(&fs_conn_pool_lock);
   c->free_next = fs_conn_free_list;
   fs_conn_free_list = c;

@@ -6,6 +6,7 @@
 
 #include "base/fdreg.h"
 #include "base/hot.h"
+#include "base/lock.h"
 #include "base/proc.h"
 #include "base/real.h"
 #include "engine/door.h"
@@ -31,7 +32,7 @@ int fs_door_new_on(int efd, struct fs_door **out)
   }
   d->refs = 1;
   d->pid = fs_proc_self();
-  pthread_mutex_init(&d->lock, NULL);
+  fs_lock_init_mutex(&d->lock);
   pthread_mutex_lock(&fs_door_all_lock);
   d->gnext = fs_door_all;
   __atomic_store_n(&fs_door_all, d, __ATOMIC_RELEASE);

@@ -19,6 +19,7 @@
 #include "base/clock.h"
 #include "base/hot.h"
 #include "base/fdreg.h"
+#include "base/lock.h"
 #include "engine/hold.h"
 #include "engine/cutover.h"
 #include "engine/ready.h"
@@ -324,9 +325,9 @@ struct fs_ep *fs_ep_get(int epfd, bool create)
   ep = calloc(1, sizeof *ep);
   if (!ep)
     return NULL;
-  pthread_mutex_init(&ep->lock, NULL);
-  pthread_mutex_init(&ep->pend_lock, NULL);
-  pthread_mutex_init(&ep->door_lock, NULL);
+  fs_lock_init_mutex(&ep->lock);
+  fs_lock_init_mutex(&ep->pend_lock);
+  fs_lock_init_mutex(&ep->door_lock);
   ep->bell = -1;
   ep->epfd = epfd;
   ep->spin_us = 50;

@@ -10,11 +10,13 @@
 #include "base/hot.h"
 #include "base/proc.h"
 #include "base/stat.h"
+#include "gpu/gpu.h"
 #include "engine/agent.h"
 #include "engine/cancel.h"
 #include "engine/cutover.h"
 #include "engine/fdtab.h"
 #include "engine/sock.h"
+#include "engine/sockio.h"
 #include "engine/wait.h"
 #include "engine/wake.h"
 #include "fabric/chan.h"
@@ -41,8 +43,23 @@ static void fs_sock_fork_prep(int fd, struct fs_conn *c, void *arg)
   }
 }
 
+static void *volatile fs_sock_no_ptr;
+
 void fs_sock_before_fork(void)
 {
+  /* The child's first send finds the driver question answered (gpu.h).
+   * Before the agent's lock: the probe may take the loader's. */
+  if (__atomic_load_n(&fs_fdtab_hiwater, __ATOMIC_ACQUIRE) != 0) {
+    fs_gpu_before_fork();
+    /* Bound here, if they are not yet: free (a child's first: an epoll set
+     * a PostgreSQL backend closes) and a blocking send's cleanup handler
+     * (a child's first send on a connection its parent only accepted).
+     * Each was bound lazily in every child, a symbol lookup through every
+     * library of the process (tests/integration/t_forkcost.sh).  A
+     * volatile null: the compiler drops a free(NULL) it can see. */
+    free(fs_sock_no_ptr);
+    fs_sockio_tcp_bind();
+  }
   /* Agent lock first: no channel can be attached between the count of
    * shared ends below and the fork. */
   fs_agent_before_fork();

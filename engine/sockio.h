@@ -55,6 +55,9 @@ ssize_t fs_sockio_fastopen(struct fs_conn *c, int fd, struct fs_io *io, fs_io_fn
  * (a cancellation point) unlocks on its way out (engine/cancel.h).  A call
  * that cannot block needs that only once the process cancels threads. */
 ssize_t fs_sockio_tcp_locked_slow(fs_lock_t *l, int fd, struct fs_io *io);
+/* Before a fork: what the cleanup handler above calls in libc (setjmp,
+ * the handler's registration) bound now, in the parent (engine/sockfork.c). */
+void fs_sockio_tcp_bind(void);
 
 /* A non-blocking TCP read (a peek if io's flags say so) into io's buffers
  * after `skip` bytes, at most `limit` of them: the count or -errno. */

@@ -100,6 +100,17 @@ ssize_t fs_sockio_tcp_locked_slow(fs_lock_t *l, int fd, struct fs_io *io)
   return r;
 }
 
+static void fs_sockio_nothing(void *arg)
+{
+  (void)arg;
+}
+
+void fs_sockio_tcp_bind(void)
+{
+  pthread_cleanup_push(fs_sockio_nothing, NULL);
+  pthread_cleanup_pop(0);
+}
+
 /* The part of iov after `skip` bytes, as a new iovec (at most 64 entries). */
 static int fs_iov_sub(const struct iovec *iov, int cnt, size_t skip, struct iovec *out)
 {

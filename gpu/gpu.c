@@ -142,6 +142,12 @@ out:
   return present;
 }
 
+void fs_gpu_before_fork(void)
+{
+  if (__atomic_load_n(&fs_gpu_state, __ATOMIC_ACQUIRE) == FS_GPU_ST_ABSENT)
+    (void)fs_gpu_probe();
+}
+
 bool fs_gpu_maybe_device(const void *p)
 {
   int s = __atomic_load_n(&fs_gpu_state, __ATOMIC_ACQUIRE);
