@@ -31,12 +31,12 @@ for MODE in $(it_modes); do
   out=$IT_TMP/pgbench.$MODE
   "$PGBIN/pgbench" -h 127.0.0.1 -p "$port" -U postgres -i -s 1 postgres >"$out.init" 2>&1
   pre_for client
+  real_python # now: python's start under pgbench's load once took the rest of the run
   "${PRE[@]}" timeout 60 "$PGBIN/pgbench" -h 127.0.0.1 -p "$port" -U postgres -S -c 8 -j 2 -T 3 postgres >"$out" 2>&1 &
   bpid=$!
   share=""
   if fabric_enabled && [ -n "$(fabric_expected)" ]; then
     sleep 2
-    real_python
     share=$(timeout 10 "$FABSOCK_BIN" stat --json 2>&1 |
       "$IT_PYTHON" "$IT_DIR/fabric_share.py" "$port" "$(fabric_expected)" 100 "$([ "$MODE" = both ] && echo both || echo any)" resources protocol)
     src=$?
