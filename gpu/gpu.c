@@ -102,8 +102,11 @@ static void fs_gpu_tick_window(int64_t now)
     __atomic_store_n(&fs_gpu_next_tick, t + per, __ATOMIC_RELAXED);
 }
 
-/* Slow path of fs_gpu_maybe_device: probe the loader, rate-limited. */
-static bool fs_gpu_probe(void)
+/* Slow path of fs_gpu_maybe_device: probe the loader, rate-limited.
+ * at_fork: from fs_gpu_before_fork, which daemon() and forkpty() reach from
+ * inside libc's fork handlers, where pthread_atfork would wait for the lock
+ * libc holds: a driver found there is left to the next probe outside. */
+static bool fs_gpu_probe(bool at_fork)
 {
   /* Before anything else: this runs at every send and receive while no
    * driver is in the process. */
@@ -131,6 +134,12 @@ static bool fs_gpu_probe(void)
   if (fs_cuda_disabled()) {
     __atomic_store_n(&fs_gpu_state, FS_GPU_ST_OFF, __ATOMIC_RELEASE);
   } else if (fs_cuda_in_process()) {
+    if (at_fork) {
+      __atomic_store_n(&fs_gpu_adds, 0, __ATOMIC_RELAXED);
+      __atomic_store_n(&fs_gpu_next_tick, 0, __ATOMIC_RELAXED);
+      __atomic_store_n(&fs_gpu_next_probe, 0, __ATOMIC_RELAXED);
+      goto out;
+    }
     pthread_once(&fs_gpu_atfork_once, fs_gpu_register_atfork);
     __atomic_store_n(&fs_gpu_state, FS_GPU_ST_PRESENT, __ATOMIC_RELEASE);
     fs_log(FS_LOG_DEBUG, "gpu: %s is in the process; device pointers are checked",
@@ -145,7 +154,7 @@ out:
 void fs_gpu_before_fork(void)
 {
   if (__atomic_load_n(&fs_gpu_state, __ATOMIC_ACQUIRE) == FS_GPU_ST_ABSENT)
-    (void)fs_gpu_probe();
+    (void)fs_gpu_probe(true);
 }
 
 bool fs_gpu_maybe_device(const void *p)
@@ -155,7 +164,7 @@ bool fs_gpu_maybe_device(const void *p)
     return p != NULL;
   if (s == FS_GPU_ST_OFF || p == NULL)
     return false;
-  return fs_gpu_probe();
+  return fs_gpu_probe(false);
 }
 
 void fs_gpu_note_efault(void)

@@ -267,6 +267,33 @@ START_TEST(test_detect_after_load)
 }
 END_TEST
 
+/* Before a fork (fs_gpu_before_fork, engine/sockfork.c): the "absent"
+ * answer is made in the parent for its child, and a driver found there is
+ * not taken (that path registers a fork handler, which daemon() and
+ * forkpty() would reach from inside libc's: a deadlock); the next look
+ * outside sees it at once. */
+START_TEST(test_before_fork)
+{
+  setenv("FABSOCK_CUDA_LIB", fake_path, 1);
+  char buf[16];
+  struct fs_gpu_stats st;
+  fs_gpu_before_fork();
+  fs_gpu_get_stats(&st);
+  uint64_t probes = st.driver_probes;
+  ck_assert_uint_ge(probes, 1);
+  ck_assert(!fs_gpu_maybe_device(buf)); /* the answer made before the fork stands */
+  fs_gpu_get_stats(&st);
+  ck_assert_uint_eq(st.driver_probes, probes);
+  app_load(true);
+  struct timespec ts = { 0, 10 * 1000 * 1000 };
+  nanosleep(&ts, NULL); /* past the rate limit */
+  fs_gpu_before_fork();
+  ck_assert_int_eq(__atomic_load_n(&fs_gpu_state, __ATOMIC_RELAXED), FS_GPU_ST_ABSENT);
+  ck_assert(fs_gpu_maybe_device(buf)); /* no wait for the window: found at once */
+  ck_assert_int_eq(__atomic_load_n(&fs_gpu_state, __ATOMIC_RELAXED), FS_GPU_ST_PRESENT);
+}
+END_TEST
+
 /* The driver is looked for (a NOLOAD dlopen: file system calls) only when
  * the loader has loaded something since the last look. */
 START_TEST(test_probe_only_after_load)
@@ -861,6 +888,7 @@ int main(void)
     tcase_add_test(tc, test_disabled);
     tcase_add_test(tc, test_detect_after_load);
     tcase_add_test(tc, test_probe_only_after_load);
+    tcase_add_test(tc, test_before_fork);
     tcase_add_test(tc, test_detect_on_efault);
     tcase_add_test(tc, test_tick_window);
     tcase_add_test(tc, test_not_initialized);
