@@ -88,6 +88,24 @@ static void fs_stat_fail(const char *what, int err)
   }
 }
 
+/* unlink and pwrite through the real table where it is resolved (before
+ * every fork: a child's calls), else through the PLT.  Through the PLT, a
+ * child whose parent never called them (its table made in place, unlinked
+ * only at exit) bound them lazily, a symbol lookup through every library of
+ * the process; and a first FS_REAL is a dlsym, which may wait for the
+ * loader's lock: _exit may run in a signal handler, exec in a vfork child. */
+FS_FORK_TEXT static int fs_stat_unlink(const char *path)
+{
+  int (*u)(const char *) = __atomic_load_n(&fs_real_tab.unlink, __ATOMIC_ACQUIRE);
+  return (u ? u : unlink)(path);
+}
+
+FS_FORK_TEXT static ssize_t fs_stat_pwrite_raw(int fd, const void *buf, size_t n, off_t at)
+{
+  ssize_t (*w)(int, const void *, size_t, off_t) = __atomic_load_n(&fs_real_tab.pwrite, __ATOMIC_ACQUIRE);
+  return (w ? w : pwrite)(fd, buf, n, at);
+}
+
 static void fs_stat_program(char *out, size_t len)
 {
   const char *name = fs_proc_name();
@@ -165,14 +183,14 @@ FS_FORK_TEXT static int fs_stat_create(int pid, char *path, size_t len)
   int fd = -1;
   for (int attempt = 0; attempt < 2 && fd < 0; attempt++) {
     fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0 && (errno != EEXIST || attempt > 0 || FS_REAL(unlink)(path) < 0))
+    if (fd < 0 && (errno != EEXIST || attempt > 0 || fs_stat_unlink(path) < 0))
       return -errno;
   }
   /* Readable by all whatever the umask: a peer of another user finds
    * which of our processes holds a connection here (fs_stat_holders). */
   if (fchmod(fd, 0644) < 0 || ftruncate(fd, (off_t)FS_STAT_MAP_LEN) < 0) {
     int err = errno;
-    FS_REAL(unlink)(path);
+    fs_stat_unlink(path);
     FS_REAL(close)(fd);
     return -err;
   }
@@ -182,17 +200,15 @@ FS_FORK_TEXT static int fs_stat_create(int pid, char *path, size_t len)
 /* pwrite all of it: 0, or -errno (-ENOSPC for a short write: tmpfs full). */
 static int fs_stat_pwrite(int fd, const void *buf, size_t n, off_t at)
 {
-  ssize_t w = FS_REAL(pwrite)(fd, buf, n, at);
+  ssize_t w = fs_stat_pwrite_raw(fd, buf, n, at);
   return w == (ssize_t)n ? 0 : w < 0 ? -errno : -ENOSPC;
 }
 
 /* The file's contents: the rows of the slots we hold (none in a new table),
  * then the header, the magic last: a reader (pread, never a mapping) skips
- * the file until then.  pwrite and unlink go through the real table,
- * resolved before the fork: through the PLT, a child whose parent never
- * called them (it made its table in place) bound them lazily, a symbol
- * lookup through every library of the process.  0 or -errno; *top: the
- * header's hi_water (one past the last row written). */
+ * the file until then (pwrite: fs_stat_pwrite_raw says why not through
+ * the PLT).  0 or -errno; *top: the header's hi_water (one past the last
+ * row written). */
 FS_FORK_TEXT static int fs_stat_fill_file(int fd, int pid, bool forked, uint32_t *top)
 {
   int rc = 0;
@@ -271,7 +287,7 @@ static void fs_stat_init(void)
   FS_REAL(close)(fd);
   fs_fdreg_make_end();
   if (map == MAP_FAILED) {
-    FS_REAL(unlink)(path);
+    fs_stat_unlink(path);
     fs_stat_fail(path, err);
     return;
   }
@@ -421,7 +437,7 @@ FS_FORK_TEXT static int fs_stat_rehome(char *path, size_t len, bool forked)
   if (!forked)
     fs_fdreg_make_end();
   if (rc < 0) {
-    FS_REAL(unlink)(path);
+    fs_stat_unlink(path);
   } else {
     fs_stat_top = top; /* the new file's hi_water: a slot above it raises it */
     fs_stat_backed_reset(); /* a new file: its holes are new */
@@ -459,7 +475,7 @@ void fs_stat_exec_slow(bool failed)
   int saved = errno;
   fs_lock(&fs_stat_lock);
   if (!failed && fs_stat_mode == FS_STAT_ON && fs_stat_path[0] != '\0') {
-    FS_REAL(unlink)(fs_stat_path);
+    fs_stat_unlink(fs_stat_path);
     fs_stat_unlinked = true;
   } else if (failed && fs_stat_unlinked) {
     char path[FS_STAT_PATH_LEN];
@@ -479,7 +495,7 @@ void fs_stat_shutdown(void)
   fs_proc_fork_work_add(FS_FORK_STAT);
   fs_lock(&fs_stat_lock);
   if (fs_stat_path[0] != '\0')
-    FS_REAL(unlink)(fs_stat_path);
+    fs_stat_unlink(fs_stat_path);
   fs_stat_path[0] = '\0';
   /* Keep the mapping: late frees and counter updates still land in it. */
   fs_stat_mode = FS_STAT_OFF;
@@ -493,13 +509,8 @@ FS_FORK_TEXT void fs_stat_exit_quick_slow(void)
   if (h == NULL || __atomic_load_n(&fs_stat_mode, __ATOMIC_RELAXED) != FS_STAT_ON || fs_stat_path[0] == '\0')
     return;
   int saved = errno;
-  /* Through the real table where it is resolved (before every fork: a
-   * child's), else through the PLT: _exit may run in a signal handler,
-   * where a first dlsym could wait for the loader's lock forever; a lazy
-   * binding does not take it. */
-  int (*u)(const char *) = __atomic_load_n(&fs_real_tab.unlink, __ATOMIC_ACQUIRE);
   if (__atomic_load_n(&h->pid, __ATOMIC_RELAXED) == (int32_t)getpid())
-    (u ? u : unlink)(fs_stat_path);
+    fs_stat_unlink(fs_stat_path); /* no dlsym: a signal handler may be here */
   errno = saved;
 }
 
