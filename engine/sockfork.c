@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/mman.h>
 
 #include "base/hot.h"
 #include "base/proc.h"
@@ -44,6 +45,33 @@ static void fs_sock_fork_prep(int fd, struct fs_conn *c, void *arg)
 }
 
 static void *volatile fs_sock_no_ptr;
+static bool fs_sock_prebound FS_HOT; /* this image bound them before a fork */
+
+/* What a child may call first that its parent may never have: bound in
+ * the parent, once per image (the child inherits the bound entries).
+ * Each was bound lazily in every child, a symbol lookup through every
+ * library of the process (tests/integration/t_forkcost.sh): free (an epoll
+ * set a PostgreSQL backend closes), a blocking send's cleanup handler (a
+ * first send on a connection its parent only accepted), munmap (rings a
+ * child lets go), stat (is the child single-threaded: glibc's flag stays
+ * false after a fork of a threaded parent) and realloc (a door's or a wake
+ * pool's first growth).  A volatile null: the compiler drops a free(NULL)
+ * it can see.  errno kept.  A list, not all of the library's imports
+ * (its PLT walked and bound): each is a lookup, and a process forks once
+ * as often as a server forks per connection. */
+static void fs_sock_prebind(void)
+{
+  if (fs_sock_prebound)
+    return;
+  int saved = errno;
+  free(fs_sock_no_ptr);
+  free(realloc(fs_sock_no_ptr, 1));
+  fs_sockio_tcp_bind();
+  (void)munmap(NULL, 0); /* EINVAL, bound */
+  (void)fs_proc_threads();
+  errno = saved;
+  fs_sock_prebound = true;
+}
 
 void fs_sock_before_fork(void)
 {
@@ -51,14 +79,7 @@ void fs_sock_before_fork(void)
    * Before the agent's lock: the probe may take the loader's. */
   if (__atomic_load_n(&fs_fdtab_hiwater, __ATOMIC_ACQUIRE) != 0) {
     fs_gpu_before_fork();
-    /* Bound here, if they are not yet: free (a child's first: an epoll set
-     * a PostgreSQL backend closes) and a blocking send's cleanup handler
-     * (a child's first send on a connection its parent only accepted).
-     * Each was bound lazily in every child, a symbol lookup through every
-     * library of the process (tests/integration/t_forkcost.sh).  A
-     * volatile null: the compiler drops a free(NULL) it can see. */
-    free(fs_sock_no_ptr);
-    fs_sockio_tcp_bind();
+    fs_sock_prebind();
   }
   /* Agent lock first: no channel can be attached between the count of
    * shared ends below and the fork. */
