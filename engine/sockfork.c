@@ -57,8 +57,8 @@ static bool fs_sock_prebound FS_HOT; /* this image bound them before a fork */
  * false after a fork of a threaded parent) and realloc (a door's or a wake
  * pool's first growth).  A volatile null: the compiler drops a free(NULL)
  * it can see.  errno kept.  A list, not all of the library's imports
- * (its PLT walked and bound): each is a lookup, and a process forks once
- * as often as a server forks per connection. */
+ * (its PLT walked and bound): that is about 130 lookups, paid also by
+ * every process that forks just once (docs/design.md 1.6). */
 static void fs_sock_prebind(void)
 {
   if (fs_sock_prebound)
