@@ -55,8 +55,9 @@ static bool fs_sock_prebound FS_HOT; /* this image bound them before a fork */
  * first send on a connection its parent only accepted), munmap (rings a
  * child lets go), stat (is the child single-threaded: glibc's flag stays
  * false after a fork of a threaded parent) and realloc (a door's or a wake
- * pool's first growth).  A volatile null: the compiler drops a free(NULL)
- * it can see.  errno kept.  A list, not all of the library's imports
+ * pool's first growth; the free after it binds free).  A volatile null:
+ * with one it can see, the compiler may make the realloc a malloc.  errno
+ * kept.  A list, not all of the library's imports
  * (its PLT walked and bound): that is about 130 lookups, paid also by
  * every process that forks just once (docs/design.md 1.6). */
 static void fs_sock_prebind(void)
@@ -64,7 +65,6 @@ static void fs_sock_prebind(void)
   if (fs_sock_prebound)
     return;
   int saved = errno;
-  free(fs_sock_no_ptr);
   free(realloc(fs_sock_no_ptr, 1));
   fs_sockio_tcp_bind();
   (void)munmap(NULL, 0); /* EINVAL, bound */

@@ -135,9 +135,7 @@ static bool fs_gpu_probe(bool at_fork)
     __atomic_store_n(&fs_gpu_state, FS_GPU_ST_OFF, __ATOMIC_RELEASE);
   } else if (fs_cuda_in_process()) {
     if (at_fork) {
-      __atomic_store_n(&fs_gpu_adds, 0, __ATOMIC_RELAXED);
-      __atomic_store_n(&fs_gpu_next_tick, 0, __ATOMIC_RELAXED);
-      __atomic_store_n(&fs_gpu_next_probe, 0, __ATOMIC_RELAXED);
+      fs_gpu_note_efault(); /* the next look outside probes at once */
       goto out;
     }
     pthread_once(&fs_gpu_atfork_once, fs_gpu_register_atfork);
