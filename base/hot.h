@@ -16,14 +16,22 @@
 
 #define FS_HOT __attribute__((section(".data.fs_hot")))
 
+/* FS_HOT_BSS: a large array whose first entries a first socket call
+ * touches (the fd table's static part, indexed by fd): placed first in
+ * .bss (preload/layout.ld), so that it starts in the page where .data
+ * ends, which the loader writes anyway.  The low fds, a one-shot
+ * client's, cost no fault of their own.  One such array. */
+#define FS_HOT_BSS __attribute__((section(".bss.fs_hot")))
+
 /* FS_FORK_TEXT: code a forked child runs before it execs or exits (the
  * fork wrapper's child side, the after-fork handlers, the exec and _exit
  * wrappers).  A child starts with none of the library's code pages mapped
  * (fork copies no page tables of file mappings), and each first fetch is
  * a fault that maps the 64 KiB around it: spread over .text this path was
- * four such faults in every child of a preloaded shell.  The linker puts
- * every .text.hot.* input section together, so this is one.  Only for
- * short functions that such a child calls whatever it holds. */
+ * four such faults in every child of a preloaded shell.  preload/layout.ld
+ * puts every such function in one output section (with the code of a
+ * one-shot client's path, which it lists by name).  Only for short
+ * functions that such a child calls whatever it holds. */
 #define FS_FORK_TEXT __attribute__((section(".fs_fork_text")))
 
 #endif

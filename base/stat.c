@@ -69,7 +69,14 @@ static size_t fs_stat_pgsz FS_HOT;
  * made after (a fork child's): the environment is looked up once. */
 static char fs_stat_path[FS_STAT_PATH_LEN] FS_HOT;
 static size_t fs_stat_dirc_len FS_HOT;
-static uint64_t fs_stat_busy[FS_STAT_WORDS]; /* slot i taken: bit i%64 of word i/64 */
+/* Slot i taken: bit i%64 of word i/64.  Word 0 in FS_HOT: a process's
+ * first sockets touch no page of .bss for it (tests/t_libshape.sh). */
+static uint64_t fs_stat_busy0 FS_HOT;
+static uint64_t fs_stat_busy_more[FS_STAT_WORDS - 1];
+static inline __attribute__((always_inline)) uint64_t *fs_stat_busy(uint32_t w)
+{
+  return w == 0 ? &fs_stat_busy0 : &fs_stat_busy_more[w - 1];
+}
 /* Page p > 0 of the file has its block (fs_stat_back): bit p%64 of word
  * p/64 (page 0, the header's, always has).  Beside fs_stat_top: a forked
  * child writes both (one page copied). */
@@ -216,7 +223,7 @@ FS_FORK_TEXT static int fs_stat_fill_file(int fd, int pid, bool forked, uint32_t
   if (fs_stat_hdr != NULL) {
     const struct fs_stat_conn *from = fs_stat_slots();
     for (uint32_t w = 0; w < (fs_stat_top + 63) / 64 && rc == 0; w++)
-      for (uint64_t bits = fs_stat_busy[w]; bits != 0 && rc == 0; bits &= bits - 1) {
+      for (uint64_t bits = *fs_stat_busy(w); bits != 0 && rc == 0; bits &= bits - 1) {
         uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(bits);
         rc = fs_stat_pwrite(fd, &from[i], sizeof from[i], (off_t)(FS_STAT_HDR_LEN + (size_t)i * sizeof from[i]));
         hi = i + 1;
@@ -351,14 +358,14 @@ struct fs_stat_conn *fs_stat_slot_alloc(void)
   bool room = true;
   if (fs_stat_mode == FS_STAT_ON) {
     for (uint32_t w = fs_stat_hint / 64; w < FS_STAT_WORDS; w++) {
-      if (fs_stat_busy[w] == UINT64_MAX)
+      if (*fs_stat_busy(w) == UINT64_MAX)
         continue;
-      uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(~fs_stat_busy[w]);
+      uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(~*fs_stat_busy(w));
       if (fs_stat_back(i) < 0) {
         room = false; /* the socket is not listed (a later one may be) */
         break;
       }
-      fs_stat_busy[w] |= 1ull << (i % 64);
+      *fs_stat_busy(w) |= 1ull << (i % 64);
       fs_stat_hint = i + 1;
       if (i + 1 > fs_stat_top) {
         fs_stat_top = i + 1;
@@ -391,7 +398,7 @@ void fs_stat_slot_free(struct fs_stat_conn *s)
   uint64_t bit = 1ull << (i % 64);
   fs_proc_fork_work_add(FS_FORK_STAT);
   fs_lock(&fs_stat_lock);
-  if (fs_stat_busy[i / 64] & bit) { /* not allocated: nothing to do */
+  if (*fs_stat_busy(i / 64) & bit) { /* not allocated: nothing to do */
     if (s->dir != 0 && !s->listening) {
       unsigned f = s->fabric_used ? s->fabric_used : FS_STAT_FABRIC_TCP;
       if (f < sizeof h->closed / sizeof h->closed[0])
@@ -400,7 +407,7 @@ void fs_stat_slot_free(struct fs_stat_conn *s)
     /* Unpublish first, so a reader never sees a live slot half zeroed. */
     __atomic_store_n(&s->used, 0, __ATOMIC_RELEASE);
     memset((char *)s + sizeof s->used, 0, sizeof *s - sizeof s->used);
-    fs_stat_busy[i / 64] &= ~bit;
+    *fs_stat_busy(i / 64) &= ~bit;
     if (i < fs_stat_hint)
       fs_stat_hint = i;
   }

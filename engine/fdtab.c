@@ -7,7 +7,7 @@
 #include "engine/fdtab.h"
 #include "base/real.h"
 
-struct fs_conn *fs_fdtab_low[FS_FDTAB_LOW];
+struct fs_conn *fs_fdtab_low[FS_FDTAB_LOW] FS_HOT_BSS;
 struct fs_conn **fs_fdtab_high FS_HOT;
 int fs_fdtab_hiwater FS_HOT;
 

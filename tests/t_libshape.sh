@@ -23,17 +23,22 @@
 #   5. the code a forked child runs on its way to exec or _exit (FS_FORK_TEXT,
 #      base/hot.h) is in one output section of at most 8 KiB: a child has
 #      no page of the library's code mapped, and this path spread over .text
-#      was four faults in every child of a preloaded shell.
+#      was four faults in every child of a preloaded shell;
+#   6. the code a one-shot client runs from its first socket() to its exit
+#      is in the 64 KiB from _init's page (preload/layout.ld): each 64 KiB
+#      window of code is a fault (the kernel's fault-around), and spread
+#      over .text this path took three more than the loader's.
 # TAP.  FABSOCK_LIB: the library (default .libs/libfabsock.so in the build).
 set -u
 lib=${FABSOCK_LIB:-${top_builddir:-.}/.libs/libfabsock.so}
-echo "1..5"
+echo "1..6"
 if [ ! -f "$lib" ] || ! command -v readelf >/dev/null; then
   echo "ok 1 # SKIP no library at $lib or no readelf"
   echo "ok 2 # SKIP no library at $lib or no readelf"
   echo "ok 3 # SKIP no library at $lib or no readelf"
   echo "ok 4 # SKIP no library at $lib or no readelf"
   echo "ok 5 # SKIP no library at $lib or no readelf"
+  echo "ok 6 # SKIP no library at $lib or no readelf"
   exit 0
 fi
 page=4096
@@ -91,8 +96,8 @@ prog=${top_builddir:-.}/tests/progs/bsspages
 if [ ! -x "$prog" ]; then
   echo "ok 4 # SKIP no $prog (make check builds it)"
 else
-  none=$(LD_PRELOAD=$lib "$prog" none libfabsock.so | awk '{ print $2 }')
-  client=$(LD_PRELOAD=$lib "$prog" client libfabsock.so | awk '{ print $2 }')
+  none=$(LD_PRELOAD=$lib "$prog" none libfabsock.so | awk '$1 == "bss_kb" { print $2 }')
+  client=$(LD_PRELOAD=$lib "$prog" client libfabsock.so | awk '$1 == "bss_kb" { print $2 }')
   if [ "$none" = -1 ] || [ "$client" = -1 ] || [ -z "$none$client" ]; then
     echo "ok 4 # SKIP cannot read /proc/self/pagemap here (none '$none', client '$client')"
   elif [ "$none" -eq 0 ] && [ "$client" -le 8 ]; then
@@ -105,7 +110,7 @@ fi
 # 5. The fork path's functions, each inside .text.fs_fork.
 read -r faddr fsize < <(readelf -SW "$lib" | sed 's/^ *\[ *[0-9]*\]//' | awk '$1 == ".text.fs_fork" { print $3, $5 }')
 if [ -z "${faddr:-}" ]; then
-  echo "not ok 5 - no .text.fs_fork section (preload/forktext.ld not linked in)"
+  echo "not ok 5 - no .text.fs_fork section (preload/layout.ld not linked in)"
 else
   out=
   for f in fork execve _exit fs_fork_child fs_sock_after_fork fs_sock_before_exec fs_agent_after_fork \
@@ -123,5 +128,36 @@ else
     echo "not ok 5 - .text.fs_fork is 0x$fsize bytes (8 KiB at most: keep to what such a child runs)"
   else
     echo "ok 5 - a forked child's path in .text.fs_fork ($(( 0x$fsize )) bytes at 0x$faddr)"
+  fi
+fi
+
+# 6. The code a one-shot client runs from its first socket() to its exit,
+# before .text: .text.fs_first and .text.fs_fork, together within 64 KiB
+# from _init's page (at most two fault-around windows, one of them the
+# loader's), and the functions of that path inside them (a sample of
+# preload/layout.ld's list: a build without -ffunction-sections, or a
+# renamed function, leaves them in .text).
+read -r first_a first_s < <(readelf -SW "$lib" | sed 's/^ *\[ *[0-9]*\]//' | awk '$1 == ".text.fs_first" { print $3, $5 }')
+if [ -z "${first_a:-}" ] || [ -z "${faddr:-}" ]; then
+  echo "not ok 6 - no .text.fs_first or .text.fs_fork section (preload/layout.ld not linked in)"
+else
+  end=$(( 0x$first_a + 0x$first_s > 0x$faddr + 0x$fsize ? 0x$first_a + 0x$first_s : 0x$faddr + 0x$fsize ))
+  out=
+  for f in socket connect read write close fs_sock_created fs_policy_load fs_conffile_load fs_conn_new \
+    fs_fdtab_install fs_stat_init fs_stat_slot_alloc fs_sock_connect_done fs_sock_send_up fs_sock_recv_up \
+    fs_sock_tcp_io fs_door_home_mark_as fs_agent_queue fs_gpu_probe fs_sock_close fs_stat_slot_free fs_stat_shutdown; do
+    a=$(nm "$lib" | awk -v f="$f" '$3 == f && $2 ~ /^[tT]$/ { print $1; exit }')
+    if [ -z "$a" ]; then
+      out+="$f(missing) "
+    elif [ $(( 0x$a < 0x$first_a || 0x$a >= end )) = 1 ]; then
+      out+="$f@0x$a "
+    fi
+  done
+  if [ -n "$out" ]; then
+    echo "not ok 6 - a one-shot client's path outside .text.fs_first/.text.fs_fork (0x$first_a-$(printf 0x%x $end)): $out"
+  elif [ $(( end - init / page * page > 65536 )) = 1 ]; then
+    echo "not ok 6 - _init's page to the end of .text.fs_fork is $(( end - init / page * page )) bytes (64 KiB at most)"
+  else
+    echo "ok 6 - a one-shot client's path in the $(( end - init / page * page )) bytes from _init's page"
   fi
 fi

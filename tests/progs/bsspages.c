@@ -6,7 +6,9 @@
  *
  * usage: bsspages none|client|server LIBNAME
  *   none    reads and writes a pipe and closes it (a shell tool: cat)
- *   client  a one-shot client: socket, connect, send, recv, close
+ *   client  a one-shot client: socket, connect, send, recv a 4,500-byte
+ *           reply (past half the upgrade threshold, as curl's of a 4 KiB
+ *           file), close
  *   server  the same with the listener and accepted end in this process
  * Prints "bss_kb N": KiB of LIBNAME's .bss present after the run, past the
  * page where its file data ends (-1: not loaded, e.g. not preloaded). */
@@ -78,7 +80,7 @@ int main(int argc, char **argv)
   it_prog = "bsspages";
   if (argc != 3)
     it_die(2, "usage: bsspages none|client|server LIBNAME");
-  char buf[16] = "hello";
+  char buf[8192] = "hello";
   if (strcmp(argv[1], "none") == 0) {
     int p[2];
     if (pipe(p) < 0 || write(p[1], buf, 5) != 5 || read(p[0], buf, sizeof buf) != 5)
@@ -105,12 +107,15 @@ int main(int argc, char **argv)
     int a = server ? accept(lfd, NULL, NULL) : (int)syscall(SYS_accept4, lfd, NULL, NULL, 0);
     if (c < 0 || a < 0 || send(c, buf, 5, 0) != 5)
       it_die(2, "connect:");
-    if (server ? recv(a, buf, sizeof buf, 0) != 5 || send(a, buf, 5, 0) != 5
-               : syscall(SYS_recvfrom, a, buf, sizeof buf, 0, NULL, NULL) != 5 ||
-                     syscall(SYS_sendto, a, buf, 5, 0, NULL, 0) != 5)
+    /* The reply: 5 bytes to the server, 4,500 to the client. */
+    long reply = server ? 5 : 4500;
+    if (server ? recv(a, buf, 16, 0) != 5 || send(a, buf, 5, 0) != 5
+               : syscall(SYS_recvfrom, a, buf, 16, 0, NULL, NULL) != 5 ||
+                     syscall(SYS_sendto, a, buf, reply, 0, NULL, 0) != reply)
       it_die(2, "echo:");
-    if (recv(c, buf, sizeof buf, 0) != 5)
-      it_die(2, "recv:");
+    for (long got = 0, n; got < reply; got += n)
+      if ((n = recv(c, buf, sizeof buf, 0)) <= 0)
+        it_die(2, "recv:");
     close(c);
     if (server) {
       close(a);
