@@ -205,6 +205,15 @@ int fs_proc_threads(void)
   return n;
 }
 
+bool fs_proc_never_threaded(void)
+{
+#if FS_HAVE_SINGLE_THREADED
+  return __libc_single_threaded;
+#else
+  return false;
+#endif
+}
+
 bool fs_proc_single_threaded(void)
 {
 #if FS_HAVE_SINGLE_THREADED

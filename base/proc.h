@@ -33,6 +33,10 @@ int fs_proc_threads(void);
  * fs_proc_threads.  (A thread made by a bare clone, not pthread_create,
  * escapes glibc's count: such a process is told it has one.) */
 bool fs_proc_single_threaded(void);
+/* Has the process never had a second thread?  glibc's word
+ * (__libc_single_threaded, 2.32), no system call; false where glibc
+ * cannot say, and after a threaded parent's fork. */
+bool fs_proc_never_threaded(void);
 
 /* This process's pid, without a system call after the first in each
  * process: kept in a page a child finds zeroed (MADV_WIPEONFORK), whatever

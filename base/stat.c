@@ -1,10 +1,16 @@
 /* The per-process connection table behind `fabsock stat` (format: base/stat.h).
  *
- * The file is created lazily by the first fs_stat_slot_alloc(), so a process
- * that never opens a tracked socket leaves nothing in /dev/shm.  Which slots
+ * The table is made by the first fs_stat_slot_alloc() in the process's own
+ * memory (anonymous, private), and becomes the file only when something
+ * needs it there (fs_stat_publish: a listener, an accepted end another
+ * process may look for, the agent's start, a connection kept on TCP for a
+ * reason): a process whose connections never get as far as an upgrade
+ * attempt (a one-shot client) makes no file, and one that never opens a
+ * tracked socket no table at all.  Which slots
  * are taken is known only to this process (a bitmap under a mutex); readers
- * go by each slot's `used` word.  Any failure turns stats off for the process
- * (alloc returns NULL) and is logged once at debug level: statistics never
+ * go by each slot's `used` word.  A failure to make the table turns stats
+ * off for the process (alloc returns NULL), one to make the file leaves it
+ * private (unlisted), each logged once at debug level: statistics never
  * make an application call fail.  Every entry point preserves errno.
  *
  * The file is sparse: a slot's page gets its block when a slot in it is
@@ -53,6 +59,10 @@ enum { FS_STAT_UNTRIED = 0, FS_STAT_ON, FS_STAT_OFF };
  * one, busy's first word. */
 static fs_lock_t fs_stat_lock FS_HOT; /* base/lock.h: two a connection, inline */
 static int fs_stat_mode FS_HOT;                     /* FS_STAT_UNTRIED/ON/OFF */
+/* The mapping is the file (fs_stat_path names it); before, private memory. */
+static bool fs_stat_public FS_HOT;
+/* Nothing left for fs_stat_publish to do: published, failed, or off. */
+bool fs_stat_settled FS_HOT;
 static struct fs_stat_header *fs_stat_hdr FS_HOT;   /* the mapping; stays mapped once made */
 static uint32_t fs_stat_hint FS_HOT;                /* every slot below this is taken */
 static uint32_t fs_stat_top FS_HOT;                 /* no slot at or above this was ever
@@ -252,54 +262,31 @@ FS_FORK_TEXT static void fs_stat_backed_reset(void)
   memset(fs_stat_backed, 0, sizeof fs_stat_backed);
 }
 
-/* First allocation: make the file and map it.  Called with the lock held. */
+/* First allocation: the table in private memory (fs_stat_publish makes
+ * it the file).  Called with the lock held.  The file cost a one-shot
+ * client six system calls at its first socket() (a tmpfs inode made, sized
+ * and mapped) and an unlink at exit, about a third of what its first
+ * socket() cost here, for a table that nobody but `fabsock stat` reads. */
 static void fs_stat_init(void)
 {
   const char *env = getenv("FABSOCK_STAT");
   fs_stat_mode = FS_STAT_OFF;
-  if (env != NULL && strcmp(env, "0") == 0)
-    return;
-  char path[FS_STAT_PATH_LEN];
-  int pid = (int)getpid();
-  fs_fdreg_make_begin(); /* the file's fd lives until the mapping is made */
-  int fd = fs_stat_create(pid, path, sizeof path);
-  if (fd < 0) {
-    fs_fdreg_make_end();
-    fs_stat_fail(fd == -ENAMETOOLONG ? "FABSOCK_STATDIR" : path, -fd);
+  if (env != NULL && strcmp(env, "0") == 0) {
+    fs_stat_settled = true;
     return;
   }
   long pg = sysconf(_SC_PAGESIZE);
   fs_stat_pgsz = pg >= 4096 ? (size_t)pg : 4096;
-  int err = 0;
-  void *map = mmap(NULL, FS_STAT_MAP_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void *map = mmap(NULL, FS_STAT_MAP_LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (map == MAP_FAILED) {
-    err = errno;
-  } else if (madvise(map, fs_stat_pgsz, MADV_POPULATE_WRITE) == 0) {
-    /* The header's page given its block and mapped in one call, then
-     * written in place, the magic last (release): two pwrites and the
-     * fault of the first row's store cost about 40 us here, this 15. */
-    struct fs_stat_header *h = map;
-    fs_stat_fill_header(h, pid, 0);
-    __atomic_store_n(&h->magic, FS_STAT_MAGIC, __ATOMIC_RELEASE);
-  } else {
-    err = errno == EFAULT ? ENOSPC : errno; /* EFAULT: no room, where a store would be SIGBUS */
-    uint32_t top;
-    if (err == EINVAL) /* before Linux 5.14 */
-      err = -fs_stat_fill_file(fd, pid, false, &top);
-    if (err != 0) {
-      munmap(map, FS_STAT_MAP_LEN);
-      map = MAP_FAILED;
-    }
-  }
-  FS_REAL(close)(fd);
-  fs_fdreg_make_end();
-  if (map == MAP_FAILED) {
-    fs_stat_unlink(path);
-    fs_stat_fail(path, err);
+    fs_stat_fail("table", errno);
+    fs_stat_settled = true;
     return;
   }
-  __atomic_store_n(&fs_stat_hdr, (struct fs_stat_header *)map, __ATOMIC_RELEASE);
-  memcpy(fs_stat_path, path, strlen(path) + 1);
+  struct fs_stat_header *h = map;
+  fs_stat_fill_header(h, (int)getpid(), 0);
+  __atomic_store_n(&h->magic, FS_STAT_MAGIC, __ATOMIC_RELEASE);
+  __atomic_store_n(&fs_stat_hdr, h, __ATOMIC_RELEASE);
   /* busy, backed, hint and top are still zero: this is the image's only
    * call, before its first slot (a memset of busy wrote two pages more). */
   fs_stat_mode = FS_STAT_ON;
@@ -330,8 +317,8 @@ static int fs_stat_back_by_write(uint32_t i)
 static int fs_stat_back(uint32_t i)
 {
   size_t p = (FS_STAT_HDR_LEN + (size_t)i * sizeof(struct fs_stat_conn)) / fs_stat_pgsz;
-  if (p == 0 || fs_stat_backed[p / 64] & (1ull << (p % 64)))
-    return 0;
+  if (!fs_stat_public || p == 0 || fs_stat_backed[p / 64] & (1ull << (p % 64)))
+    return 0; /* private memory has no holes */
   int rc = madvise((char *)fs_stat_hdr + p * fs_stat_pgsz, fs_stat_pgsz, MADV_POPULATE_WRITE) == 0 ? 0 : -errno;
   if (rc == -EINVAL)
     rc = fs_stat_back_by_write(i);
@@ -347,6 +334,8 @@ static int fs_stat_back(uint32_t i)
   return rc;
 }
 
+static void fs_stat_publish_locked(void);
+
 struct fs_stat_conn *fs_stat_slot_alloc(void)
 {
   int saved = errno;
@@ -355,6 +344,14 @@ struct fs_stat_conn *fs_stat_slot_alloc(void)
   fs_lock(&fs_stat_lock);
   if (fs_stat_mode == FS_STAT_UNTRIED)
     fs_stat_init();
+  /* Private only while the process has one thread: then nobody writes a
+   * row while fs_stat_publish copies them.  A process with threads (from
+   * the start, or since) has its file before this slot is handed out; a
+   * row another thread writes during that copy may miss it (at most once
+   * per process: its table stays the file). */
+  if (!__atomic_load_n(&fs_stat_settled, __ATOMIC_RELAXED) && fs_stat_mode == FS_STAT_ON &&
+      !fs_proc_never_threaded())
+    fs_stat_publish_locked();
   bool room = true;
   if (fs_stat_mode == FS_STAT_ON) {
     for (uint32_t w = fs_stat_hint / 64; w < FS_STAT_WORDS; w++) {
@@ -456,8 +453,8 @@ FS_FORK_TEXT void fs_stat_atfork_child_slow(void)
 {
   int saved = errno;
   fs_lock_fork_reset(&fs_stat_lock);
-  if (fs_stat_hdr == NULL)
-    goto out;
+  if (fs_stat_hdr == NULL || !fs_stat_public)
+    goto out; /* none, or private memory: fork made the child its own copy */
   /* Named in place: the parent's name is of no use here, and a PATH_MAX
    * buffer on the stack is one more page to fault in. */
   int rc = fs_stat_mode == FS_STAT_ON ? fs_stat_rehome(fs_stat_path, sizeof fs_stat_path, true) : -ENOENT;
@@ -467,11 +464,42 @@ FS_FORK_TEXT void fs_stat_atfork_child_slow(void)
   if (fs_stat_mode == FS_STAT_ON)
     fs_stat_fail("fork", -rc);
   fs_stat_mode = FS_STAT_OFF;
+  fs_stat_public = false;
+  fs_stat_settled = true;
   fs_stat_path[0] = '\0';
   if (mmap(fs_stat_hdr, FS_STAT_MAP_LEN, PROT_READ | PROT_WRITE,
            MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED)
     fs_log(FS_LOG_WARN, "stat: cannot detach the parent's table after fork: %s", strerror(errno));
 out:
+  errno = saved;
+}
+
+/* Lock held.  The rows are copied from private memory into the file, then
+ * the file is mapped in its place: a store another thread makes in between
+ * is lost.  Hence only while the process has one thread (below). */
+static void fs_stat_publish_locked(void)
+{
+  if (fs_stat_mode == FS_STAT_ON && !fs_stat_public) {
+    char path[FS_STAT_PATH_LEN] = "";
+    int rc = fs_stat_rehome(path, sizeof path, false);
+    if (rc == 0) {
+      memcpy(fs_stat_path, path, strlen(path) + 1);
+      fs_stat_public = true;
+    } else {
+      fs_stat_fail(rc == -ENAMETOOLONG ? "FABSOCK_STATDIR" : path, -rc); /* stays private: counts go on */
+    }
+  }
+  /* A process with no table yet (no tracked socket) settles at its first. */
+  if (fs_stat_mode != FS_STAT_UNTRIED)
+    __atomic_store_n(&fs_stat_settled, true, __ATOMIC_RELEASE);
+}
+
+void fs_stat_publish_slow(void)
+{
+  int saved = errno;
+  fs_lock(&fs_stat_lock);
+  fs_stat_publish_locked();
+  fs_unlock(&fs_stat_lock);
   errno = saved;
 }
 
@@ -506,6 +534,7 @@ void fs_stat_shutdown(void)
   fs_stat_path[0] = '\0';
   /* Keep the mapping: late frees and counter updates still land in it. */
   fs_stat_mode = FS_STAT_OFF;
+  fs_stat_settled = true;
   fs_unlock(&fs_stat_lock);
   errno = saved;
 }

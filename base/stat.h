@@ -3,8 +3,9 @@
  * File: $FABSOCK_STATDIR (default /dev/shm) / "fabsock.<pid>.stat", mode 0644
  * (the shm rendezvous of another user's process looks up which process holds
  * a socket here: fs_stat_holders; ss(8) shows the same addresses and counts
- * to every user), created on the first tracked socket, unlinked at exit.  Layout (host byte
- * order; readers check magic and version and ignore files they do not know):
+ * to every user), made when the process first needs it there (fs_stat_publish),
+ * unlinked at exit.  Layout (host byte order; readers check magic and
+ * version and ignore files they do not know):
  *
  *   struct fs_stat_header                      (offset 0, 256 bytes)
  *   struct fs_stat_conn slots[FS_STAT_SLOTS]  (offset 256, 128 bytes each)
@@ -97,6 +98,24 @@ static inline void fs_stat_set_fabric(struct fs_stat_conn *s, uint8_t fabric)
 
 /* Library side.  All return NULL / -errno and never disturb errno. */
 struct fs_stat_conn *fs_stat_slot_alloc(void); /* NULL when stats are off or full */
+/* The process's table, made in its own memory at its first slot, becomes
+ * the file that `fabsock stat` and other processes read: call where one
+ * of its rows starts to matter to someone else (a listener, an accepted
+ * end another process may look for by its inode, the agent's start for a
+ * first upgrade, a connection kept on TCP for a reason).  One load once
+ * done.  Until then a process is not listed; one whose connections never
+ * get as far as an upgrade attempt (a one-shot client) never is, and pays
+ * no file.  The
+ * rows are copied into the file: private only while the process has one
+ * thread (a process with more gets its file at its first slot, or at the
+ * first slot after its second thread came). */
+extern bool fs_stat_settled;
+void fs_stat_publish_slow(void);
+static inline void fs_stat_publish(void)
+{
+  if (!__atomic_load_n(&fs_stat_settled, __ATOMIC_ACQUIRE))
+    fs_stat_publish_slow();
+}
 void fs_stat_slot_free(struct fs_stat_conn *s);
 void fs_stat_atfork_child_slow(void);
 static inline void fs_stat_atfork_child(void)

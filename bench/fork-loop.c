@@ -1,5 +1,8 @@
 /* fork-loop: what one fork costs a process that holds a TCP socket (the
- * library's tables exist then), as a fork-per-connection server pays it.
+ * library's tables exist then), as a fork-per-connection server pays it:
+ * the socket listens (on 127.0.0.1, a port the kernel picks), so that its
+ * stat table is the file, as a server's is (a process that only connects
+ * keeps it in its own memory, base/stat.h, and its children copy nothing).
  *
  * usage: fork-loop [N] [--no-socket]   forks N children (default 1000) one
  * after the other; each exits at once with _exit (no destructors: only the
@@ -35,7 +38,8 @@ int main(int argc, char **argv)
     return 2;
   }
   int s = sock ? socket(AF_INET, SOCK_STREAM, 0) : -2; /* tracked: the library's tables are made */
-  if (s == -1) {
+  struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+  if (s == -1 || (s >= 0 && (bind(s, (struct sockaddr *)&a, sizeof a) < 0 || listen(s, 16) < 0))) {
     perror("socket");
     return 1;
   }

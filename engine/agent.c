@@ -16,6 +16,7 @@
 #include "base/proc.h"
 #include "base/log.h"
 #include "base/real.h"
+#include "base/stat.h"
 #include "engine/agent.h"
 #include "engine/agent_state.h"
 #include "engine/trim.h"
@@ -420,6 +421,12 @@ int fs_agent_start(void)
   fs_fdreg_set(A.evfd, true);
   fs_fdreg_make_end();
   A.evwatch = (struct fs_agent_watch){ .fd = A.evfd, .fn = fs_agent_evfd };
+  /* The table into its file first (base/stat.h): the agent writes rows
+   * (its upgrades), and a copy made with a second thread about may miss
+   * a store.  So a process is listed from its first upgrade attempt on,
+   * and a one-shot client, whose agent never starts (fs_agent_queue
+   * defers it), makes no file. */
+  fs_stat_publish();
   /* Every signal blocked on the agent: the application's handlers run on
    * its own threads.  Given with the attributes where glibc can (2.32):
    * masking ours around the create cost two system calls more. */

@@ -96,6 +96,11 @@ void fs_conn_set_state(struct fs_conn *c, int state, int reason)
   if (c->stat) {
     c->stat->state = (uint8_t)state;
     c->stat->reason = (uint8_t)reason;
+    /* A listener, or a connection with something to say (on a fabric, or
+     * kept on TCP for a reason): the table goes where it can be read.
+     * Not for an exec's downgrade, whose table leaves with the image. */
+    if ((reason != FS_REASON_PENDING && reason != FS_REASON_EXEC) || state == FS_STATE_LISTEN)
+      fs_stat_publish();
   }
 }
 

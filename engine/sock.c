@@ -255,8 +255,10 @@ void fs_sock_publish_ino(struct fs_conn *c, int fd)
   int saved = errno;
   if (fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode)) {
     __atomic_store_n(&c->ino, (uint32_t)st.st_ino, __ATOMIC_RELAXED);
-    if (c->stat)
+    if (c->stat) {
       __atomic_store_n(&c->stat->inode, c->ino, __ATOMIC_RELAXED);
+      fs_stat_publish(); /* where the peer looks for it */
+    }
   }
   errno = saved;
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 
 #include "base/hot.h"
 #include "base/proc.h"
@@ -68,6 +69,14 @@ static void fs_sock_prebind(void)
   free(realloc(fs_sock_no_ptr, 1));
   fs_sockio_tcp_bind();
   (void)munmap(NULL, 0); /* EINVAL, bound */
+  /* A table still private is published by a child that downgrades a
+   * connection at the fork (fs_conn_set_state): the file's calls (open
+   * is bound already, by the policy's read); and a child's table gives a
+   * new slot's page its block (madvise), which a parent whose table was
+   * private until its first upgrade never did. */
+  (void)fchmod(-1, 0);
+  (void)ftruncate(-1, 0);
+  (void)madvise(NULL, 0, MADV_NORMAL); /* 0: nothing to do */
   (void)fs_proc_threads();
   errno = saved;
   fs_sock_prebound = true;

@@ -27,11 +27,14 @@
 #   6. the code a one-shot client runs from its first socket() to its exit
 #      is in the 64 KiB from _init's page (preload/layout.ld): each 64 KiB
 #      window of code is a fault (the kernel's fault-around), and spread
-#      over .text this path took three more than the loader's.
+#      over .text this path took three more than the loader's;
+#   7. that client makes no stat file (its table stays in its own memory,
+#      base/stat.h: the file was six system calls of its first socket and
+#      an unlink at its exit), where a server (a listener) makes one.
 # TAP.  FABSOCK_LIB: the library (default .libs/libfabsock.so in the build).
 set -u
 lib=${FABSOCK_LIB:-${top_builddir:-.}/.libs/libfabsock.so}
-echo "1..6"
+echo "1..7"
 if [ ! -f "$lib" ] || ! command -v readelf >/dev/null; then
   echo "ok 1 # SKIP no library at $lib or no readelf"
   echo "ok 2 # SKIP no library at $lib or no readelf"
@@ -39,6 +42,7 @@ if [ ! -f "$lib" ] || ! command -v readelf >/dev/null; then
   echo "ok 4 # SKIP no library at $lib or no readelf"
   echo "ok 5 # SKIP no library at $lib or no readelf"
   echo "ok 6 # SKIP no library at $lib or no readelf"
+  echo "ok 7 # SKIP no library at $lib or no readelf"
   exit 0
 fi
 page=4096
@@ -144,7 +148,7 @@ else
   end=$(( 0x$first_a + 0x$first_s > 0x$faddr + 0x$fsize ? 0x$first_a + 0x$first_s : 0x$faddr + 0x$fsize ))
   out=
   for f in socket connect read write close fs_sock_created fs_policy_load fs_conffile_load fs_conn_new \
-    fs_fdtab_install fs_stat_init fs_stat_slot_alloc fs_sock_connect_done fs_sock_send_up fs_sock_recv_up \
+    fs_fdtab_install fs_stat_slot_alloc fs_sock_connect_done fs_sock_send_up fs_sock_recv_up \
     fs_sock_tcp_io fs_door_home_mark_as fs_agent_queue fs_gpu_probe fs_sock_close fs_stat_slot_free fs_stat_shutdown; do
     a=$(nm "$lib" | awk -v f="$f" '$3 == f && $2 ~ /^[tT]$/ { print $1; exit }')
     if [ -z "$a" ]; then
@@ -159,5 +163,20 @@ else
     echo "not ok 6 - _init's page to the end of .text.fs_fork is $(( end - init / page * page )) bytes (64 KiB at most)"
   else
     echo "ok 6 - a one-shot client's path in the $(( end - init / page * page )) bytes from _init's page"
+  fi
+fi
+
+# 7. The stat file: none for a one-shot client, one for a server.
+if [ ! -x "$prog" ]; then
+  echo "ok 7 # SKIP no $prog (make check builds it)"
+else
+  # At the default threshold and with stats on, whatever the caller's.
+  plainenv="env -u FABSOCK_UPGRADE_BYTES -u FABSOCK_TRANSPORT -u FABSOCK_STAT -u FABSOCK_DISABLE"
+  client=$($plainenv LD_PRELOAD=$lib "$prog" client libfabsock.so | awk '$1 == "stat_file" { print $2 }')
+  server=$($plainenv LD_PRELOAD=$lib "$prog" server libfabsock.so | awk '$1 == "stat_file" { print $2 }')
+  if [ "$client" = 0 ] && [ "$server" = 1 ]; then
+    echo "ok 7 - a one-shot client makes no stat file, a server does"
+  else
+    echo "not ok 7 - stat file: one-shot client '${client:-?}' (0 expected), server '${server:-?}' (1 expected)"
   fi
 fi

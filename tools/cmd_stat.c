@@ -55,7 +55,9 @@ void fs_tool_stat_usage(FILE *out)
         "  whose connecting end (in another table) went no further than TCP\n"
         "  shows that end's reason as peer:REASON.\n"
         "  Tables are read from $FABSOCK_STATDIR, default /dev/shm; those of\n"
-        "  exited processes are removed when they belong to the caller.\n"
+        "  exited processes are removed when they belong to the caller.  A\n"
+        "  process is listed once it listens or accepts, or one of its\n"
+        "  connections tries to upgrade or is kept on TCP for a reason.\n"
         "  --json          print one JSON object instead of a table\n"
         "  -h, --help      show this help\n",
         out);

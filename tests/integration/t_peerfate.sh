@@ -41,8 +41,12 @@ for MODE in $(it_modes); do
    # Upgrading at connect (FABSOCK_IT_UPGRADE=0), the client's rendezvous may get its reply
    # before the fork and give the channel up just after it: the server attached and reads
    # rejected, with the same peer reason.  Never at the default threshold (the fork comes first).
+   # [client]: its rendezvous may conclude before the fork that the server has no
+   # libfabsock, a reason that the fork does not change.
    alt=
    [ $how = fork ] && [ $MODE = both ] && [ -n "${FABSOCK_IT_UPGRADE:-}" ] && alt=${want/accept\/pending\//accept\/rejected\/}
+   [ $how = fork ] && [ $MODE = client ] && [ -n "${FABSOCK_IT_UPGRADE:-}" ] &&
+     alt="connect/peer-no-fabsock/- connect/peer-no-fabsock/-"
    export PEERFATE_V6=$v6
    seen=
    if held_pair_start peerfate.$how.$v6 "$IT_DIR/peerfate.py" $how && [ -n "$want" ] && [ -x "$FABSOCK_BIN" ]; then

@@ -11,7 +11,10 @@
  *           file), close
  *   server  the same with the listener and accepted end in this process
  * Prints "bss_kb N": KiB of LIBNAME's .bss present after the run, past the
- * page where its file data ends (-1: not loaded, e.g. not preloaded). */
+ * page where its file data ends (-1: not loaded, e.g. not preloaded); and
+ * "stat_file 0|1": whether its stat table is a file ($FABSOCK_STATDIR,
+ * default /dev/shm) at the end (t_libshape check 7: a one-shot client
+ * keeps its table in its own memory, a server publishes it). */
 #include <fcntl.h>
 #include <link.h>
 #include <stdint.h>
@@ -127,6 +130,9 @@ int main(int argc, char **argv)
   } else {
     it_die(2, "unknown mode %s", argv[1]);
   }
-  printf("bss_kb %ld\n", bss_kb(argv[2]));
+  const char *dir = getenv("FABSOCK_STATDIR");
+  char path[4096];
+  snprintf(path, sizeof path, "%s/fabsock.%d.stat", dir && *dir ? dir : "/dev/shm", (int)getpid());
+  printf("bss_kb %ld\nstat_file %d\n", bss_kb(argv[2]), access(path, F_OK) == 0);
   return 0;
 }

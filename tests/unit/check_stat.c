@@ -128,16 +128,32 @@ static void publish(struct fs_stat_conn *s, int fd)
   __atomic_store_n(&s->used, 1, __ATOMIC_RELEASE);
 }
 
+/* The first slot makes the table in private memory: no file until
+ * fs_stat_publish, which copies what is there (a row written before) and
+ * maps the file in its place, so that pointers held stay valid. */
 START_TEST(test_lazy_create_and_header)
 {
   int pid = (int)getpid();
   ck_assert(!table_exists(pid));
   errno = 4242;
-  mode_t old_umask = umask(077); /* readable by all whatever the umask */
   struct fs_stat_conn *a = fs_stat_slot_alloc();
-  umask(old_umask);
   ck_assert_int_eq(errno, 4242);
   ck_assert_ptr_nonnull(a);
+  ck_assert(!table_exists(pid)); /* a one-shot client's: no file */
+  publish(a, 7);
+  a->tx_bytes = 11;
+  mode_t old_umask = umask(077); /* readable by all whatever the umask */
+  errno = 4242;
+  fs_stat_publish();
+  ck_assert_int_eq(errno, 4242);
+  umask(old_umask);
+  struct fs_stat_conn row;
+  ck_assert_int_eq(read_slot(pid, 0, &row), 0);
+  ck_assert(row.used == 1 && row.fd == 7 && row.tx_bytes == 11);
+  a->tx_bytes = 12; /* the pointer now writes into the file */
+  ck_assert_int_eq(read_slot(pid, 0, &row), 0);
+  ck_assert_uint_eq(row.tx_bytes, 12);
+  fs_stat_publish(); /* once */
 
   char p[PATH_MAX + 64];
   struct stat st;
@@ -181,6 +197,7 @@ START_TEST(test_alloc_free_layout)
   ck_assert_ptr_eq(b, a + 1);
   ck_assert_ptr_eq(c, a + 2);
   ck_assert_uint_eq(a->used, 0); /* the caller publishes */
+  fs_stat_publish();
 
   publish(a, 5);
   publish(b, 6);
@@ -221,6 +238,7 @@ START_TEST(test_exhaustion)
 {
   struct fs_stat_conn *first = fs_stat_slot_alloc();
   ck_assert_ptr_nonnull(first);
+  fs_stat_publish();
   for (unsigned i = 1; i < FS_STAT_SLOTS; i++)
     ck_assert_ptr_eq(fs_stat_slot_alloc(), first + i);
   errno = 11;
@@ -245,13 +263,24 @@ START_TEST(test_disabled)
 }
 END_TEST
 
+/* No file can be made: the table stays in private memory, unlisted, and
+ * its slots go on working; no retry. */
 START_TEST(test_bad_dir)
 {
   setenv("FABSOCK_STATDIR", "/nonexistent/fabsock-stat-dir", 1);
   errno = 3;
-  ck_assert_ptr_null(fs_stat_slot_alloc());
+  struct fs_stat_conn *a = fs_stat_slot_alloc();
+  ck_assert_ptr_nonnull(a);
   ck_assert_int_eq(errno, 3);
-  ck_assert_ptr_null(fs_stat_slot_alloc()); /* stays off, no retry */
+  fs_stat_publish();
+  ck_assert_int_eq(errno, 3);
+  unsetenv("FABSOCK_STATDIR");
+  fs_stat_publish(); /* settled: no second try, even where it would work */
+  ck_assert(!table_exists((int)getpid()));
+  publish(a, 4);
+  ck_assert_ptr_eq(fs_stat_slot_alloc(), a + 1);
+  fs_stat_slot_free(a);
+  ck_assert_ptr_eq(fs_stat_slot_alloc(), a);
 }
 END_TEST
 
@@ -265,6 +294,7 @@ START_TEST(test_stale_file_replaced)
   fputs("stale junk", f);
   fclose(f);
   ck_assert_ptr_nonnull(fs_stat_slot_alloc());
+  fs_stat_publish();
   struct fs_stat_header h;
   ck_assert_int_eq(read_header(pid, &h), 0);
   ck_assert_uint_eq(h.magic, FS_STAT_MAGIC);
@@ -277,6 +307,7 @@ START_TEST(test_shutdown)
   int pid = (int)getpid();
   struct fs_stat_conn *a = fs_stat_slot_alloc();
   ck_assert_ptr_nonnull(a);
+  fs_stat_publish();
   ck_assert(table_exists(pid));
   errno = 9;
   fs_stat_shutdown();
@@ -322,8 +353,12 @@ static void *churn(void *arg)
 START_TEST(test_threads)
 {
   pthread_t t[NTHREADS];
+  fs_stat_slot_free(fs_stat_slot_alloc()); /* the table, private */
   for (int i = 0; i < NTHREADS; i++)
     ck_assert_int_eq(pthread_create(&t[i], NULL, churn, (void *)(intptr_t)(i + 1)), 0);
+  /* Published while they allocate and free (under the table's lock, with
+   * the bitmap in the process's own memory): nothing is handed out twice. */
+  fs_stat_publish();
   for (int i = 0; i < NTHREADS; i++) {
     void *rv;
     pthread_join(t[i], &rv);
@@ -360,6 +395,7 @@ START_TEST(test_fork_rehome)
 {
   int ppid = (int)getpid();
   struct fs_stat_conn *s = fs_stat_slot_alloc();
+  fs_stat_publish(); /* the file (private until a row matters) */
   ck_assert_ptr_nonnull(s);
   ck_assert_ptr_eq(fs_stat_slot_alloc(), s + 1);
   ck_assert_ptr_eq(fs_stat_slot_alloc(), s + 2);
@@ -424,6 +460,7 @@ START_TEST(test_exit_quick)
 {
   int ppid = (int)getpid();
   struct fs_stat_conn *s = fs_stat_slot_alloc();
+  fs_stat_publish(); /* the file (private until a row matters) */
   ck_assert_ptr_nonnull(s);
   publish(&s[0], 10);
   pid_t own = fork();
@@ -458,6 +495,7 @@ START_TEST(test_fork_fallback)
 {
   int ppid = (int)getpid();
   struct fs_stat_conn *s = fs_stat_slot_alloc();
+  fs_stat_publish(); /* the file (private until a row matters) */
   ck_assert_ptr_nonnull(s);
   publish(s, 10);
   pid_t child = fork();
@@ -493,6 +531,7 @@ END_TEST
 START_TEST(test_fork_child_slot_above_its_rows)
 {
   struct fs_stat_conn *s = fs_stat_slot_alloc();
+  fs_stat_publish(); /* the file (private until a row matters) */
   ck_assert_ptr_nonnull(s);
   for (int i = 1; i < 4; i++)
     ck_assert_ptr_eq(fs_stat_slot_alloc(), s + i);
@@ -514,6 +553,69 @@ START_TEST(test_fork_child_slot_above_its_rows)
     _exit(0);
   }
   child_passed(child);
+}
+END_TEST
+
+/* A private table forked: the child's is fork's copy, its own (no file for
+ * either, no call at the fork); each publishes its own rows under its pid. */
+START_TEST(test_fork_private)
+{
+  int ppid = (int)getpid();
+  struct fs_stat_conn *s = fs_stat_slot_alloc();
+  ck_assert_ptr_nonnull(s);
+  publish(s, 10);
+  s->tx_bytes = 5;
+  pid_t child = fork();
+  ck_assert_int_ge(child, 0);
+  if (child == 0) {
+    int me = (int)getpid();
+    fs_stat_atfork_child();
+    CHILD_CHECK(2, !table_exists(me) && !table_exists(ppid));
+    s->tx_bytes = 6; /* its own copy */
+    CHILD_CHECK(3, fs_stat_slot_alloc() == s + 1);
+    fs_stat_publish();
+    struct fs_stat_header h;
+    struct fs_stat_conn c;
+    CHILD_CHECK(4, read_header(me, &h) == 0 && h.pid == me && h.hi_water == 2);
+    CHILD_CHECK(5, read_slot(me, 0, &c) == 0 && c.used == 1 && c.fd == 10 && c.tx_bytes == 6);
+    fs_stat_shutdown();
+    CHILD_CHECK(6, !table_exists(me));
+    _exit(0);
+  }
+  child_passed(child);
+  ck_assert(!table_exists(ppid));
+  ck_assert_uint_eq(s->tx_bytes, 5);
+  ck_assert_ptr_eq(fs_stat_slot_alloc(), s + 1); /* the child's slot was its own */
+  fs_stat_publish();
+  struct fs_stat_conn c;
+  ck_assert_int_eq(read_slot(ppid, 0, &c), 0);
+  ck_assert(c.fd == 10 && c.tx_bytes == 5);
+}
+END_TEST
+
+static void *idle_thread(void *arg)
+{
+  return arg;
+}
+
+/* A table made private gets its file at the first slot after the process
+ * has a second thread: no copy while another thread may write a row. */
+START_TEST(test_thread_publishes)
+{
+  int pid = (int)getpid();
+  struct fs_stat_conn *a = fs_stat_slot_alloc();
+  ck_assert_ptr_nonnull(a);
+  publish(a, 3);
+  ck_assert(!table_exists(pid));
+  pthread_t t;
+  ck_assert_int_eq(pthread_create(&t, NULL, idle_thread, NULL), 0);
+  pthread_join(t, NULL);
+  struct fs_stat_conn *b = fs_stat_slot_alloc();
+  ck_assert_ptr_eq(b, a + 1);
+  ck_assert(table_exists(pid));
+  struct fs_stat_conn c;
+  ck_assert_int_eq(read_slot(pid, 0, &c), 0);
+  ck_assert(c.used == 1 && c.fd == 3);
 }
 END_TEST
 
@@ -631,6 +733,7 @@ START_TEST(test_tool_stat)
   free(out);
 
   struct fs_stat_conn *a = fs_stat_slot_alloc(), *l = fs_stat_slot_alloc();
+  fs_stat_publish(); /* the file (private until a row matters) */
   ck_assert_ptr_nonnull(a);
   ck_assert_ptr_nonnull(l);
   a->fd = 7;
@@ -747,6 +850,7 @@ START_TEST(test_closed_counts)
   int me = (int)getpid();
   struct fs_stat_conn *a = fs_stat_slot_alloc(), *b = fs_stat_slot_alloc(), *l = fs_stat_slot_alloc(),
                       *u = fs_stat_slot_alloc();
+  fs_stat_publish(); /* the file (private until a row matters) */
   ck_assert(a && b && l && u);
   publish(a, 3);
   a->dir = 1;
@@ -849,6 +953,7 @@ START_TEST(test_tool_peer_reason)
   /* Ours: the connecting ends.  fork (v4), pending (v4), policy (v4, our
    * own accepted end's twin below must not take it). */
   struct fs_stat_conn *f = fs_stat_slot_alloc(), *p = fs_stat_slot_alloc(), *q = fs_stat_slot_alloc();
+  fs_stat_publish(); /* the file (private until a row matters) */
   ck_assert(f && p && q);
   struct fs_stat_conn *ends[3] = { f, p, q };
   const uint16_t cport[3] = { 40001, 40002, 40003 };
@@ -1159,6 +1264,7 @@ START_TEST(test_tool_local_from_proc)
   ck_assert_int_eq(getsockname(cl, (struct sockaddr *)&me, &ml), 0);
   uint16_t sport = ntohs(a.sin_port);
   struct fs_stat_conn *real = fs_stat_slot_alloc(), *other = fs_stat_slot_alloc(), *nosock = fs_stat_slot_alloc();
+  fs_stat_publish(); /* the file (private until a row matters) */
   ck_assert(real && other && nosock);
   loopback_end(real, cl, 1, FS_REASON_PENDING, 0, sport);
   loopback_end(other, cl, 1, FS_REASON_PENDING, 0, (uint16_t)(sport + 1));
@@ -1237,6 +1343,7 @@ START_TEST(test_full_dir)
     return;
   }
   struct fs_stat_conn *first = fs_stat_slot_alloc(); /* the table: its header page written */
+  fs_stat_publish(); /* the file (private until a row matters) */
   ck_assert_ptr_nonnull(first);
   publish(first, 3);
   char fill[PATH_MAX + 16];
@@ -1292,6 +1399,8 @@ static Suite *stat_suite(void)
   tcase_add_test(tc, test_exit_quick);
   tcase_add_test(tc, test_fork_without_table_touches_nothing);
   tcase_add_test(tc, test_fork_child_slot_above_its_rows);
+  tcase_add_test(tc, test_fork_private);
+  tcase_add_test(tc, test_thread_publishes);
   tcase_add_test(tc, test_holders);
   tcase_add_test(tc, test_scan_takes_no_app_number);
   suite_add_tcase(s, tc);
