@@ -105,10 +105,9 @@ struct fs_stat_conn *fs_stat_slot_alloc(void); /* NULL when stats are off or ful
  * first upgrade, a connection kept on TCP for a reason).  One load once
  * done.  Until then a process is not listed; one whose connections never
  * get as far as an upgrade attempt (a one-shot client) never is, and pays
- * no file.  The
- * rows are copied into the file: private only while the process has one
- * thread (a process with more gets its file at its first slot, or at the
- * first slot after its second thread came). */
+ * no file.  The rows are copied into the file: private only while the
+ * process has one thread (a process with more gets its file at its first
+ * slot, or at the first slot after its second thread came). */
 extern bool fs_stat_settled;
 void fs_stat_publish_slow(void);
 static inline void fs_stat_publish(void)
