@@ -216,11 +216,7 @@ bool fs_proc_never_threaded(void)
 
 bool fs_proc_single_threaded(void)
 {
-#if FS_HAVE_SINGLE_THREADED
-  if (__libc_single_threaded)
-    return true;
-#endif
-  return fs_proc_threads() == 1;
+  return fs_proc_never_threaded() || fs_proc_threads() == 1;
 }
 
 /* The page holding the pid; FS_PROC_SELF_NONE where the kernel has no
