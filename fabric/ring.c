@@ -100,6 +100,22 @@ size_t fs_ring_limit(const struct fs_ring *r)
   return cap && cap < lim ? cap : lim;
 }
 
+/* Is the ring empty, with the producer at or past its `rest` offset (a
+ * look due: fs_ring_place goes back to the start)?  The head is read afresh
+ * only where the one seen last is not tail, and at most once in a quarter
+ * of `rest` while it finds data (rest_next, the put path's). */
+static bool fs_ring_rest_due(struct fs_ring *r, uint64_t tail, uint32_t o)
+{
+  uint32_t rest = __atomic_load_n(&r->rest, __ATOMIC_RELAXED);
+  if (!rest || o < rest || tail < __atomic_load_n(&r->rest_next, __ATOMIC_RELAXED))
+    return false;
+  if (__atomic_load_n(&r->head_seen, __ATOMIC_RELAXED) == tail)
+    return true;
+  uint64_t head = fs_ring_load(&r->ctl->head);
+  __atomic_store_n(&r->head_seen, head, __ATOMIC_RELAXED);
+  return head == tail;
+}
+
 /* The DATA payload one record may carry with `free` positions free (its
  * header and the reserve kept), at most `most`: a multiple of 8. */
 static size_t fs_ring_payload(uint64_t free, uint64_t most)
@@ -123,6 +139,16 @@ static size_t fs_ring_place(struct fs_ring *r, size_t want, uint64_t *skip)
   uint64_t lim = cap && cap < r->size ? cap : r->size;
   size_t here = 0;
   *skip = 0;
+  if (want <= __atomic_load_n(&r->rest, __ATOMIC_RELAXED) / FS_RING_REST_REC && fs_ring_rest_due(r, tail, o)) {
+    /* Empty: behind a SKIP over the rest of this lap, the record may take
+     * the o positions up to the consumer's head (and the cap, the window).
+     * Only where all of it fits: a write is never cut short for this. */
+    size_t there = fs_ring_payload(o < lim ? o : lim, win ? win - FS_RING_HDR : UINT64_MAX);
+    if (there >= want) {
+      *skip = r->size - o;
+      return there;
+    }
+  }
   if (!win || o + FS_RING_HDR + 8 <= win) {
     uint64_t used = fs_ring_used(r, tail, want + need, lim);
     here = fs_ring_payload(fs_ring_left(used, lim), win ? win - o - FS_RING_HDR : UINT64_MAX);
@@ -215,7 +241,7 @@ bool fs_ring_win_short(const struct fs_ring *r, size_t want)
 static size_t fs_ring_data_room(struct fs_ring *r, size_t len, uint64_t *at)
 {
   uint64_t skip;
-  size_t room = fs_ring_place(r, len, &skip);
+  size_t room = fs_ring_place(r, len, &skip), asked = len;
   if (len > room) {
     len = room;
     /* Cut short with the window at the fabric's limit: the stream wants
@@ -226,6 +252,14 @@ static size_t fs_ring_data_room(struct fs_ring *r, size_t len, uint64_t *at)
   if (len > 0xffffffu - 8)
     len = 0xffffffu - 8;
   *at = __atomic_load_n(&r->ctl->tail, __ATOMIC_RELAXED);
+  /* A look for `rest` that found data (no SKIP back to the start): the
+   * next comes a quarter of `rest` on (the record after a reply's
+   * headers finds them unread: a look `rest` on would often come past the
+   * ring's end). */
+  uint32_t rest = __atomic_load_n(&r->rest, __ATOMIC_RELAXED);
+  if (rest && asked <= rest / FS_RING_REST_REC && !skip && fs_ring_off(r, *at) >= rest &&
+      *at >= __atomic_load_n(&r->rest_next, __ATOMIC_RELAXED))
+    __atomic_store_n(&r->rest_next, *at + rest / FS_RING_REST_REC, __ATOMIC_RELAXED);
   if (len && skip) { /* published with the record, by the same store of tail */
     uint32_t hdr[2] = { FS_REC_SKIP, 0 };
     fs_ring_write_at(r, *at, hdr, sizeof hdr);

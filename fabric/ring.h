@@ -39,7 +39,8 @@
  *   `win` bytes of a large ring until the stream proves long (struct
  *   fs_ring): every page of a ring costs a page fault and a zeroed page the
  *   first time it is written (several microseconds each in a VM: a 4 MiB
- *   ring cost a 20 MiB download 5 ms, twice the rest of its time on shm).
+ *   ring cost a 20 MiB download 5 ms, twice the rest of its time on shm);
+ *   and go back to the start of a ring it finds empty (`rest`).
  *   The consumer may consume part of a DATA record: it then rewrites that
  *   record's header in place (the region is its own until head moves past
  *   it): len becomes the bytes left and the upper 24 bits of type the bytes
@@ -102,6 +103,20 @@ struct fs_ring {
    * the producer's next record.  Atomic. */
   uint32_t win_lim;
   uint32_t win_ask;                            /* atomic */
+  /* Producer: 0, or the offset from which a DATA record of at most
+   * rest / FS_RING_REST_REC bytes that finds the ring empty goes back to
+   * its start, behind a SKIP.  A connection of requests and replies then
+   * keeps its records in the ring's first pages, where they walked the
+   * whole ring: every page cost each process a fault at its first touch
+   * (each new connection, and again after a trim; nginx under wrk -c50,
+   * whose connections end after 1,000 requests: about 2,400 faults a
+   * second).  The fabric sets it (shm: FS_RING_REST).  Its own, never
+   * shared.  Atomic (readiness reads it). */
+  uint32_t rest;
+  /* Producer: no look at head for `rest` before this tail (a look that
+   * found data waits a quarter of `rest`: a stream whose consumer lags
+   * does not fetch the consumer's line at every write).  Atomic. */
+  uint64_t rest_next;
   /* Producer: the position of the last SKIP it wrote (never 0: a SKIP is
    * never at a ring's start), for a fabric that copies the ring (rdma
    * writes [tail, the next lap) as the SKIP's header alone).  Stored
@@ -129,6 +144,19 @@ static inline void fs_ring_kcopy_renew(struct fs_ring *r)
 {
   __atomic_store_n(&r->kcopy, __atomic_load_n(&r->kcopy0, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
 }
+
+/* shm's `rest`, and the most a record may hold to go back (a quarter of
+ * it).  Sixteen pages: a record that goes back at every look lands on
+ * lines the reader has just read, which costs a round trip (ping-pong p50,
+ * 5 rounds, against the build before: with 16 KiB, 4 KiB messages 2.46
+ * against 2.29 us and 16 KiB ones 4.19 against 3.62; with 64 KiB, 2.49
+ * against 2.47 and 3.77 against 3.57).  Records larger than the quarter
+ * stay at tail: a 1 MiB ping-pong sent in quarters went back for each
+ * quarter the reader had emptied, and took 2.75x as long (each written
+ * over lines just read, then read back from the writer's cache: the L2
+ * effect of fabric/shm/shm.h). */
+#define FS_RING_REST (64u << 10)
+#define FS_RING_REST_REC 4
 
 /* Copies smaller than a page go by memcpy: a small message's page is
  * written again and again, and its one trap is soon paid back. */

@@ -137,7 +137,7 @@ static struct fs_chan *fs_shm_view(void *map, size_t len, uint32_t ring, int sid
    * kcopy) until FS_RING_WIN_GROW windows went through. */
   uint32_t kc = fs_policy_kcopy() ? FS_RING_WIN_GROW * (fs_ring_win0(ring) ? fs_ring_win0(ring) : ring) : 0;
   ch->tx = (struct fs_ring){ .ctl = &h->ctl[side], .data = data + (size_t)side * ring, .size = ring,
-                             .win = fs_ring_win0(ring), .kcopy = kc, .kcopy0 = kc };
+                             .win = fs_ring_win0(ring), .rest = FS_RING_REST, .kcopy = kc, .kcopy0 = kc };
   ch->rx = (struct fs_ring){ .ctl = &h->ctl[!side], .data = data + (size_t)!side * ring, .size = ring,
                              .kcopy = kc, .kcopy0 = kc };
   return ch;

@@ -1,6 +1,7 @@
 /* Unit tests for fabric/ring: record framing, wrap-around, partial reads,
- * peek, control records, the producer's window (SKIP records), and a
- * hostile producer, and the producer's wake for room (want_space). */
+ * peek, control records, the producer's window (SKIP records), a
+ * hostile producer, the producer's wake for room (want_space), and its
+ * return to the start of an empty ring (rest). */
 #include <check.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -682,6 +683,84 @@ START_TEST(t_kcopy_budget)
 }
 END_TEST
 
+/* `rest`: a producer that finds the ring empty at or past that offset
+ * puts a record of up to a quarter of it back at the start (behind a
+ * SKIP): an exchange of requests and replies never writes past rest + its
+ * record, and every byte arrives in order.  A bigger record stays at
+ * tail. */
+START_TEST(t_rest_exchange)
+{
+  r.rest = 1024;
+  srand(44);
+  uint8_t out[1024 / FS_RING_REST_REC], in[300];
+  uint64_t sent = 0;
+  for (int iter = 0; iter < 20000; iter++) {
+    size_t n = 1 + (size_t)rand() % sizeof out;
+    for (size_t i = 0; i < n; i++)
+      out[i] = (uint8_t)(sent + i);
+    ck_assert_uint_eq(put(out, n), n);
+    int dirty = 0;
+    for (size_t i = 1024 + FS_RING_HDR + sizeof out + 8; i < RSZ; i++)
+      dirty |= data[i] != 0xee;
+    ck_assert_int_eq(dirty, 0);
+    ck_assert_int_eq(get(in, sizeof in, false), (ssize_t)n);
+    ck_assert_int_eq(memcmp(in, out, n), 0);
+    sent += n;
+  }
+  /* Empty at offset 1096 (>= rest), a record of 1500: at tail, unmoved. */
+  uint8_t big[1500];
+  memset(big, 'b', sizeof big);
+  setup();
+  r.rest = 1024;
+  ck_assert_uint_eq(put(big, 1088), 1088);
+  ck_assert_int_eq(get(big, 1088, false), 1088);
+  ck_assert_uint_eq(ctl.tail, 1096);
+  ck_assert_uint_eq(put(big, sizeof big), sizeof big);
+  ck_assert_uint_eq(ctl.tail, 1096 + FS_RING_HDR + sizeof big + 4);
+  /* A small one then goes back to the start once the ring is empty. */
+  ck_assert_int_eq(get(big, sizeof big, false), (ssize_t)sizeof big);
+  ck_assert_uint_eq(put("xy", 2), 2);
+  ck_assert_uint_eq(ctl.tail, (uint64_t)RSZ + FS_RING_HDR + 8);
+  ck_assert_int_eq(get(in, sizeof in, false), 2);
+  ck_assert_int_eq(memcmp(in, "xy", 2), 0);
+}
+END_TEST
+
+/* A consumer that lags (the ring never empty at a look): records go at
+ * tail through the whole ring, as without `rest`, every byte once and in
+ * order; a look that found data waits a quarter of `rest` before the
+ * next one reads the consumer's head. */
+START_TEST(t_rest_lagging)
+{
+  r.rest = 512;
+  srand(45);
+  uint8_t out[200], in[100];
+  uint64_t sent = 0, rcvd = 0;
+  bool far = false;
+  for (int iter = 0; iter < 20000; iter++) {
+    size_t n = 1 + (size_t)rand() % sizeof out;
+    for (size_t i = 0; i < n; i++)
+      out[i] = (uint8_t)(sent + i);
+    uint64_t at = ctl.tail, next = r.rest_next;
+    size_t k = put(out, n);
+    sent += k;
+    if (k && n <= r.rest / FS_RING_REST_REC && ctl.tail - at < RSZ / 2 && (at & (RSZ - 1)) >= r.rest &&
+        at >= next && ctl.head != at)
+      ck_assert_uint_eq(r.rest_next, at + r.rest / FS_RING_REST_REC); /* looked, found data */
+    far |= (ctl.tail & (RSZ - 1)) > RSZ / 2;
+    ssize_t g = ctl.tail - ctl.head > 300 ? get(in, 1 + (size_t)rand() % sizeof in, false) : 0;
+    ck_assert_int_ge(g, 0);
+    int bad = 0;
+    for (ssize_t i = 0; i < g; i++)
+      bad |= in[i] != (uint8_t)(rcvd + (uint64_t)i);
+    ck_assert_int_eq(bad, 0);
+    rcvd += (uint64_t)g;
+  }
+  ck_assert(far);
+  ck_assert_uint_ge(rcvd, 500000);
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("ring");
@@ -702,6 +781,8 @@ int main(void)
   tcase_add_test(tc, t_trim_shared);
   tcase_add_test(tc, t_kcopy_budget);
   tcase_add_test(tc, t_want_space);
+  tcase_add_test(tc, t_rest_exchange);
+  tcase_add_test(tc, t_rest_lagging);
   suite_add_tcase(s, tc);
   return run_suite(s, false);
 }
