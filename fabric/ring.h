@@ -107,11 +107,11 @@ struct fs_ring {
    * rest / FS_RING_REST_REC bytes that finds the ring empty goes back to
    * its start, behind a SKIP.  A connection of requests and replies then
    * keeps its records in the ring's first pages, where they walked the
-   * whole ring: every page cost each process a fault at its first touch
-   * (each new connection, and again after a trim; nginx under wrk -c50,
-   * whose connections end after 1,000 requests: about 2,400 faults a
-   * second).  The fabric sets it (shm: FS_RING_REST).  Its own, never
-   * shared.  Atomic (readiness reads it). */
+   * whole ring lap after lap: with many connections their rings streamed
+   * through the caches (nginx under wrk -c50 and -c400, fifty and four
+   * hundred 256 KiB rings each way: 1.49x and 1.35x of plain TCP before,
+   * 1.66x and 1.58x since; docs/design.md 2.2).  The fabric sets it (shm:
+   * FS_RING_REST).  Its own, never shared.  Atomic (readiness reads it). */
   uint32_t rest;
   /* Producer: no look at head for `rest` before this tail (a look that
    * found data waits a quarter of `rest`: a stream whose consumer lags
