@@ -118,6 +118,17 @@ static int parse_secs(const char *s, double *out, double min) {
   return 0;
 }
 
+/* A count (--iters, --warmup): a whole number, min to 1e9 (parse_secs
+ * capped them at 3600). */
+static int parse_count(const char *s, uint64_t *out, uint64_t min) {
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (end == s || *end || *s == '-' || errno || v < min || v > 1000000000ull) return -1;
+  *out = v;
+  return 0;
+}
+
 /* HOST:PORT, [V6]:PORT, or HOST alone. */
 static int parse_hostport(char *s, struct bench_opts *o) {
   char *colon;
@@ -194,7 +205,6 @@ int main(int argc, char **argv) {
   int c;
   while ((c = getopt_long(argc, argv, "vh", lo, NULL)) != -1) {
     int bad = 0;
-    double d;
     switch (c) {
     case O_TESTS: bad = (o.tests = parse_tests(optarg)) <= 0; break;
     case O_SIZES: bad = parse_list(optarg, o.sizes, &o.nsizes); break;
@@ -203,8 +213,8 @@ int main(int argc, char **argv) {
     case O_PPTIME: bad = parse_secs(optarg, &o.pp_time, 0.01); break;
     case O_RUNTIME: bad = parse_secs(optarg, &o.run_time, 0.001); break;
     case O_WARMUPT: bad = parse_secs(optarg, &o.warmup_time, 0); break;
-    case O_ITERS: bad = parse_secs(optarg, &d, 1); o.iters = (uint64_t)d; break;
-    case O_WARMUP: bad = parse_secs(optarg, &d, 0); o.warmup_iters = (uint64_t)d; break;
+    case O_ITERS: bad = parse_count(optarg, &o.iters, 1); break;
+    case O_WARMUP: bad = parse_count(optarg, &o.warmup_iters, 0); break;
     case O_THREADS:
       o.conn_threads = atoi(optarg);
       bad = o.conn_threads < 1 || o.conn_threads > 256;
