@@ -176,7 +176,7 @@ for r in $(seq "$rounds"); do
   # runs each (a third of SECONDS, at least 1 s), each side's figure the
   # median of its three.  One run a side per round read 1.14x and 1.27x of
   # plain in two whole runs, where six alternating pairs of the row alone
-  # read 1.00-1.04x (callgrind: the library adds about 500 instructions and
+  # read 1.00-1.04x (callgrind: the library adds about 600 instructions and
   # no system call to a round trip of about 28 us here).
   if [ $have_bench = 1 ]; then
     "$bench" server --port $NOPEER_PORT >/dev/null 2>&1 &
