@@ -100,14 +100,22 @@ size_t fs_ring_limit(const struct fs_ring *r)
   return cap && cap < lim ? cap : lim;
 }
 
-/* Is the ring empty, with the producer at or past its `rest` offset (a
- * look due: fs_ring_place goes back to the start)?  The head is read afresh
- * only where the one seen last is not tail, and at most once in a quarter
- * of `rest` while it finds data (rest_next, the put path's). */
-static bool fs_ring_rest_due(struct fs_ring *r, uint64_t tail, uint32_t o)
+/* Is a look for `rest` due for a record of `want` bytes at tail (offset
+ * o)?  A small record, at or past `rest`, no sooner than rest_next (a look
+ * that found data waits a quarter of `rest`; the put path sets it). */
+static bool fs_ring_rest_look(const struct fs_ring *r, size_t want, uint64_t tail, uint32_t o)
 {
   uint32_t rest = __atomic_load_n(&r->rest, __ATOMIC_RELAXED);
-  if (!rest || o < rest || tail < __atomic_load_n(&r->rest_next, __ATOMIC_RELAXED))
+  return rest && want <= rest / FS_RING_REST_REC && o >= rest &&
+         tail >= __atomic_load_n(&r->rest_next, __ATOMIC_RELAXED);
+}
+
+/* A look due (fs_ring_rest_look): is the ring empty, so that fs_ring_place
+ * goes back to the start?  The head is read afresh only where the one seen
+ * last is not tail. */
+static bool fs_ring_rest_due(struct fs_ring *r, size_t want, uint64_t tail, uint32_t o)
+{
+  if (!fs_ring_rest_look(r, want, tail, o))
     return false;
   if (__atomic_load_n(&r->head_seen, __ATOMIC_RELAXED) == tail)
     return true;
@@ -139,7 +147,7 @@ static size_t fs_ring_place(struct fs_ring *r, size_t want, uint64_t *skip)
   uint64_t lim = cap && cap < r->size ? cap : r->size;
   size_t here = 0;
   *skip = 0;
-  if (want <= __atomic_load_n(&r->rest, __ATOMIC_RELAXED) / FS_RING_REST_REC && fs_ring_rest_due(r, tail, o)) {
+  if (fs_ring_rest_due(r, want, tail, o)) {
     /* Empty: behind a SKIP over the rest of this lap, the record may take
      * the o positions up to the consumer's head (and the cap, the window).
      * Only where all of it fits: a write is never cut short for this. */
@@ -256,10 +264,9 @@ static size_t fs_ring_data_room(struct fs_ring *r, size_t len, uint64_t *at)
    * next comes a quarter of `rest` on (the record after a reply's
    * headers finds them unread: a look `rest` on would often come past the
    * ring's end). */
-  uint32_t rest = __atomic_load_n(&r->rest, __ATOMIC_RELAXED);
-  if (rest && asked <= rest / FS_RING_REST_REC && !skip && fs_ring_off(r, *at) >= rest &&
-      *at >= __atomic_load_n(&r->rest_next, __ATOMIC_RELAXED))
-    __atomic_store_n(&r->rest_next, *at + rest / FS_RING_REST_REC, __ATOMIC_RELAXED);
+  if (!skip && fs_ring_rest_look(r, asked, *at, fs_ring_off(r, *at)))
+    __atomic_store_n(&r->rest_next, *at + __atomic_load_n(&r->rest, __ATOMIC_RELAXED) / FS_RING_REST_REC,
+                     __ATOMIC_RELAXED);
   if (len && skip) { /* published with the record, by the same store of tail */
     uint32_t hdr[2] = { FS_REC_SKIP, 0 };
     fs_ring_write_at(r, *at, hdr, sizeof hdr);
