@@ -86,6 +86,32 @@ unsigned fs_bell_drain(struct fs_bell_page *page, int efd, void (*fn)(void *arg,
   return n;
 }
 
+struct fs_bell_held {
+  uint8_t on, n;
+  int efd[FS_BELL_HELD];
+};
+static __thread struct fs_bell_held fs_bell_held_tls __attribute__((tls_model("initial-exec")));
+
+void fs_bell_hold(void)
+{
+  fs_bell_held_tls.on = 1;
+}
+
+void fs_bell_release(void)
+{
+  struct fs_bell_held *h = &fs_bell_held_tls;
+  unsigned n = h->n;
+  h->on = 0;
+  h->n = 0;
+  if (!n)
+    return;
+  uint64_t one = 1;
+  int saved = errno;
+  for (unsigned i = 0; i < n; i++)
+    (void)FS_REAL(write)(h->efd[i], &one, sizeof one);
+  errno = saved;
+}
+
 void fs_bell_ring(struct fs_bell_page *page, int efd, uint32_t slot)
 {
   if (slot >= FS_BELL_SLOTS)
@@ -101,6 +127,11 @@ void fs_bell_ring(struct fs_bell_page *page, int efd, uint32_t slot)
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
   if (__atomic_load_n(&page->rung, __ATOMIC_SEQ_CST) || __atomic_exchange_n(&page->rung, 1, __ATOMIC_SEQ_CST))
     return;
+  struct fs_bell_held *h = &fs_bell_held_tls;
+  if (h->on && h->n < FS_BELL_HELD) {
+    h->efd[h->n++] = efd;
+    return;
+  }
   uint64_t one = 1;
   int saved = errno;
   (void)FS_REAL(write)(efd, &one, sizeof one);

@@ -66,6 +66,20 @@ unsigned fs_bell_drain(struct fs_bell_page *page, int efd, void (*fn)(void *arg,
 /* Ringer: slot rang (see above); errno is left alone. */
 void fs_bell_ring(struct fs_bell_page *page, int efd, uint32_t slot);
 
+/* Hold back this thread's eventfd writes until fs_bell_release: a ring
+ * sets its bits and takes `rung` at once, and only the write waits.  For
+ * a loop that rings several slots of the same bells (a batch's wakes,
+ * engine/batch.h): the first write wakes the owner, whose thread may run
+ * at once in this one's place and drain only the slots rung so far; the
+ * next ring then finds `rung` clear and wakes it again, one wake per slot.
+ * Held, every slot is set before any owner wakes: one wake per bell.
+ * Another ringer that finds `rung` taken relies on the held write, which
+ * comes within the loop.  The caller keeps the eventfds open until the
+ * release (FS_BELL_HELD writes are held; a ring past them writes now). */
+#define FS_BELL_HELD 16
+void fs_bell_hold(void);
+void fs_bell_release(void);
+
 /* A peer's bell as a ringer holds it: one per (bell) in the process,
  * shared by every connection that rings it. */
 struct fs_bell_peer {

@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <pthread.h>
 
+#include "base/bell.h"
 #include "base/hot.h"
 #include "engine/batch.h"
 
@@ -48,12 +49,18 @@ void fs_batch_flush_slow(void)
   b->on = 0;
   unsigned n = b->n;
   b->n = 0;
+  /* Every slot first, then the bells' writes (base/bell.h: one wake per
+   * peer thread, not one per connection); the references keep the
+   * channels, and so the bells' eventfds, open until then. */
+  fs_bell_hold();
   for (unsigned i = 0; i < n; i++) {
     struct fs_chan *ch = __atomic_load_n(&b->conn[i]->chan, __ATOMIC_ACQUIRE);
     if (ch)
       fs_chan_kick_data(ch);
-    fs_conn_put(b->conn[i]);
   }
+  fs_bell_release();
+  for (unsigned i = 0; i < n; i++)
+    fs_conn_put(b->conn[i]);
   errno = saved;
 }
 

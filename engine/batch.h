@@ -7,7 +7,10 @@
  * context switch, about 4 us each on a 2-vCPU guest, and nginx under wrk
  * made about one per request.  Held back to the end of the batch, the
  * peer's thread wakes once to several answers, as it does on kernel TCP,
- * where the answers pile up while the stack is slower.
+ * where the answers pile up while the stack is slower.  The flush sets
+ * every held slot before it writes a bell's eventfd (fs_bell_hold): the
+ * woken thread may run at once in this one's place, and must find all of
+ * its answers at that one wake, not one per wake.
  *
  * Rules (the peer must never wait on us for long):
  *   - A batch starts when this thread's epoll_wait returns two or more

@@ -1,6 +1,7 @@
 /* Unit tests for engine/batch: wakes held back within an event loop's
- * batch reach the peer at the batch's end, once per connection, and never
- * later than the thread's next wait, its exit or a full batch. */
+ * batch reach the peer at the batch's end, once per connection (once per
+ * bell where connections share one), and never later than the thread's
+ * next wait, its exit or a full batch. */
 #include <check.h>
 #include <errno.h>
 #include <poll.h>
@@ -9,7 +10,9 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "base/bell.h"
 #include "engine/batch.h"
 #include "engine/conn.h"
 #include "engine/ready.h"
@@ -114,6 +117,65 @@ START_TEST(t_held_until_flush)
 }
 END_TEST
 
+/* Connections whose peer thread sleeps on one bell (a slot each): the
+ * flush sets every slot before the bell's eventfd is written, so that the
+ * peer, which may run at the write in this thread's place, finds them all
+ * at one wake; one write in all. */
+static struct fs_bell_page *bell_pg;
+static int bell_efd;
+static int bell_early; /* rings that found the eventfd written already */
+
+static void bell_wake(struct fs_chan *ch)
+{
+  struct pollfd p = { bell_efd, POLLIN, 0 };
+  if (poll(&p, 1, 0) != 0)
+    bell_early++;
+  fs_bell_ring(bell_pg, bell_efd, (uint32_t)ch->side);
+}
+
+static const struct fs_chan_ops bell_ops = {
+  .name = "fake-shm-bell", .wake_peer = bell_wake, .release = fs_chan_nop, .progress = fs_chan_nop,
+  .publish = fs_chan_shared_publish, .settle = fs_chan_nop, .credit = fs_chan_shared_credit, .arm = fs_chan_nop,
+  .drain = fs_chan_nop,
+};
+
+static void bell_note(void *arg, uint32_t slot)
+{
+  (void)slot;
+  (*(unsigned *)arg)++;
+}
+
+START_TEST(t_flush_one_write_per_bell)
+{
+  int memfd;
+  ck_assert_int_eq(fs_bell_make(&bell_efd, &memfd, &bell_pg), 0);
+  bell_early = 0;
+  struct fake *f[3];
+  fs_batch_begin(3);
+  for (int i = 0; i < 3; i++) {
+    f[i] = fake_new(&bell_ops);
+    f[i]->ch.side = i; /* the slot */
+    peer_sleeps(f[i]);
+    fs_batch_kick(f[i]->c, &f[i]->ch);
+  }
+  fs_batch_flush();
+  ck_assert_int_eq(bell_early, 0); /* no write before the last slot was set */
+  uint64_t v = 0;
+  ck_assert_int_eq(read(bell_efd, &v, sizeof v), (ssize_t)sizeof v);
+  ck_assert_uint_eq(v, 1);
+  unsigned n = 0;
+  ck_assert_uint_eq(fs_bell_drain(bell_pg, -1, bell_note, &n), 3);
+  /* Outside a batch the ring writes at once. */
+  peer_sleeps(f[0]);
+  fs_batch_kick(f[0]->c, &f[0]->ch);
+  struct pollfd p = { bell_efd, POLLIN, 0 };
+  ck_assert_int_eq(poll(&p, 1, 0), 1);
+  fs_bell_unmap(bell_pg);
+  close(bell_efd);
+  close(memfd);
+}
+END_TEST
+
 START_TEST(t_full_batch_wakes_at_once)
 {
   struct fake *f[FS_BATCH_SLOTS + 1];
@@ -184,6 +246,7 @@ int main(void)
   tcase_add_test(tc, t_no_batch_wakes_at_once);
   tcase_add_test(tc, t_held_until_flush);
   tcase_add_test(tc, t_full_batch_wakes_at_once);
+  tcase_add_test(tc, t_flush_one_write_per_bell);
   tcase_add_test(tc, t_posted_fabric_not_held);
   tcase_add_test(tc, t_thread_exit_flushes);
   tcase_add_test(tc, t_poll_flushes);
