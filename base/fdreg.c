@@ -1,11 +1,13 @@
 /* The registry of the library's own descriptors.  See base/fdreg.h. */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -218,18 +220,44 @@ void fs_fdreg_close(int fd)
   FS_REAL(close)(fd);
 }
 
-DIR *fs_fdreg_opendir(const char *path)
+int fs_fdreg_dir_open(struct fs_fdreg_dir *d, const char *path)
 {
-  int fd = fs_fdreg_high(open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (fd < 0)
-    return NULL;
-  DIR *d = fdopendir(fd);
-  if (d == NULL) {
-    int err = errno;
-    FS_REAL(close)(fd);
-    errno = err;
+  d->fd = fs_fdreg_high(open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  d->pos = d->len = 0;
+  return d->fd < 0 ? -errno : 0;
+}
+
+/* getdents64's record: d_ino, d_off, d_reclen, d_type, then the name. */
+struct fs_fdreg_dirent {
+  uint64_t ino;
+  int64_t off;
+  unsigned short reclen;
+  unsigned char type;
+  char name[];
+};
+
+const char *fs_fdreg_dir_next(struct fs_fdreg_dir *d)
+{
+  if (d->pos >= d->len) {
+    long n = syscall(SYS_getdents64, d->fd, d->buf, sizeof d->buf);
+    if (n <= 0)
+      return NULL;
+    d->pos = 0;
+    d->len = (unsigned)n;
   }
-  return d;
+  /* Read through memcpy, not a cast: the buffer is a char array. */
+  const char *rec = d->buf + d->pos;
+  unsigned short reclen;
+  memcpy(&reclen, rec + offsetof(struct fs_fdreg_dirent, reclen), sizeof reclen);
+  d->pos += reclen;
+  return rec + offsetof(struct fs_fdreg_dirent, name);
+}
+
+void fs_fdreg_dir_close(struct fs_fdreg_dir *d)
+{
+  if (d->fd >= 0)
+    FS_REAL(close)(d->fd);
+  d->fd = -1;
 }
 
 /* An upgraded connection costs up to two fds of ours (its wake eventfd,

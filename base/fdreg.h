@@ -6,7 +6,6 @@
 #ifndef FS_BASE_FDREG_H
 #define FS_BASE_FDREG_H
 
-#include <dirent.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -111,9 +110,23 @@ bool fs_fdreg_budget_ok(int fd, int need);
  * with EMFILE.  (The registered count is no measure: it holds the fds of
  * rendezvous in flight too.) */
 bool fs_fdreg_share_ok(int fd, unsigned kept);
-/* opendir(), its descriptor moved high at once (fs_fdreg_high): for the
- * scans (stat tables, /proc/PID/fd), which run aside (base/aside.h), or in
- * the application's table where they cannot.  NULL and errno on failure. */
-DIR *fs_fdreg_opendir(const char *path);
+/* A directory read without malloc, its descriptor moved high at once
+ * (fs_fdreg_high): for the scans (stat tables, /proc/PID/fd, sysfs), which
+ * run aside (base/aside.h), or in the application's table where they
+ * cannot.  Not opendir: its DIR is a malloc, and the first malloc of the
+ * aside thread reserved a glibc arena, 64 MiB of the application's address
+ * space (ulimit -v: t_aslimit's preloaded client ran out with three arenas
+ * where plain TCP had one).  The buffer lives in the caller's frame. */
+struct fs_fdreg_dir {
+  int fd;
+  unsigned pos, len;
+  char buf[2048] __attribute__((aligned(8)));
+};
+/* 0, or -errno (nothing to close). */
+int fs_fdreg_dir_open(struct fs_fdreg_dir *d, const char *path);
+/* The next entry's name ("." and ".." included), or NULL at the end or on
+ * an error. */
+const char *fs_fdreg_dir_next(struct fs_fdreg_dir *d);
+void fs_fdreg_dir_close(struct fs_fdreg_dir *d);
 
 #endif

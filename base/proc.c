@@ -9,7 +9,6 @@
  * beyond argv and the environment strings that such titles reuse; the
  * kernel's own comm, which ps shows, is that path's base name too.
  * Fallbacks: /proc/self/comm, then argv[0]. */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -129,18 +128,17 @@ static int fs_proc_holds_job(void *arg)
   snprintf(path, sizeof path, "/proc/%d/fd", j->pid);
   snprintf(want, sizeof want, "socket:[%lu]", j->inode);
   size_t wl = strlen(want);
-  DIR *d = fs_fdreg_opendir(path);
-  if (d == NULL)
-    return errno == ENOENT ? 0 : -errno;
-  struct dirent *e;
-  int rc = 0;
-  while (rc == 0 && (e = readdir(d)) != NULL) {
-    if (e->d_name[0] == '.')
+  struct fs_fdreg_dir d;
+  int rc = fs_fdreg_dir_open(&d, path);
+  if (rc < 0)
+    return rc == -ENOENT ? 0 : rc;
+  for (const char *name; rc == 0 && (name = fs_fdreg_dir_next(&d)) != NULL;) {
+    if (name[0] == '.')
       continue;
-    ssize_t n = readlinkat(dirfd(d), e->d_name, link, sizeof link);
+    ssize_t n = readlinkat(d.fd, name, link, sizeof link);
     rc = n == (ssize_t)wl && memcmp(link, want, wl) == 0;
   }
-  closedir(d);
+  fs_fdreg_dir_close(&d);
   return rc;
 }
 
@@ -183,14 +181,14 @@ int fs_proc_as_room(size_t bytes)
   if (fs_proc_read("/proc/self/statm", buf, sizeof buf) == 0)
     goto out; /* cannot tell: the mapping itself may still fail */
   unsigned long long vm = strtoull(buf, NULL, 10) * (unsigned long long)sysconf(_SC_PAGESIZE);
-  unsigned long long lim = rl.rlim_cur, keep = lim / 4;
+  unsigned long long lim = rl.rlim_cur, keep = lim / FS_PROC_AS_KEEP;
   if (vm < lim && bytes <= lim - vm && lim - vm - bytes >= keep)
     goto out;
   rc = -ENOMEM;
   static int told;
   if (!__atomic_exchange_n(&told, 1, __ATOMIC_RELAXED))
     fs_log(FS_LOG_INFO, "address space: %llu of %llu KiB (RLIMIT_AS) in use; connections whose rings would leave "
-           "the application less than a quarter stay on tcp (reason resources)", vm >> 10, lim >> 10);
+           "the application less than half of it stay on tcp (reason resources)", vm >> 10, lim >> 10);
 out:
   errno = saved;
   return rc;

@@ -18,10 +18,16 @@ const char *fs_proc_name(void);
 size_t fs_proc_read(const char *path, char *buf, size_t len);
 
 /* May the library map `bytes` more (a connection's rings) and still leave
- * the application a quarter of its address-space limit (RLIMIT_AS: a batch
- * system's vmem or h_vmem, ulimit -v)?  0, or -ENOMEM.  Without a limit, 0
- * at the cost of one getrlimit; with one, /proc/self/statm is read too.
- * The first refusal is logged.  errno is kept. */
+ * the application 1/FS_PROC_AS_KEEP of its address-space limit (RLIMIT_AS: a
+ * batch system's vmem or h_vmem, ulimit -v)?  0, or -ENOMEM.  Without a
+ * limit, 0 at the cost of one getrlimit; with one, /proc/self/statm is read
+ * too.  The first refusal is logged.  errno is kept.
+ * Half, not a quarter: rings mapped at connect (an upgrade at 0 bytes)
+ * come before the application's own growth, and a thread alone is 72 MiB
+ * of address space (its stack and glibc's 64 MiB arena): t_aslimit's
+ * client, a thread and a fifth of the limit after its 48 connections, ran
+ * out at a quarter when its rings were mapped first. */
+#define FS_PROC_AS_KEEP 2
 int fs_proc_as_room(size_t bytes);
 
 /* How many threads the process has now (/proc/self/task's link count is

@@ -28,7 +28,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <dirent.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -600,26 +599,26 @@ struct fs_stat_find_job {
 static int fs_stat_find_job(void *arg)
 {
   const struct fs_stat_find_job *j = arg;
-  DIR *d = fs_fdreg_opendir(fs_stat_dir());
-  if (d == NULL)
-    return -errno;
+  struct fs_fdreg_dir d;
+  int rc = fs_fdreg_dir_open(&d, fs_stat_dir());
+  if (rc < 0)
+    return rc;
   int self = (int)getpid(), found = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL) {
+  for (const char *name; (name = fs_fdreg_dir_next(&d)) != NULL;) {
     char *end;
-    if (strncmp(e->d_name, "fabsock.", 8) != 0)
+    if (strncmp(name, "fabsock.", 8) != 0)
       continue;
-    long pid = strtol(e->d_name + 8, &end, 10);
-    if (end == e->d_name + 8 || strcmp(end, ".stat") != 0 || pid <= 0 || pid > INT_MAX || pid == self)
+    long pid = strtol(name + 8, &end, 10);
+    if (end == name + 8 || strcmp(end, ".stat") != 0 || pid <= 0 || pid > INT_MAX || pid == self)
       continue;
     if (kill((pid_t)pid, 0) < 0 && errno == ESRCH) {
       /* Left by a killed process (no exit handler ran): remove it where
        * we may, or every lookup pays for it.  A new process of that pid
        * replaces the file (O_EXCL) rather than reusing it. */
-      (void)unlinkat(dirfd(d), e->d_name, 0);
+      (void)unlinkat(d.fd, name, 0);
       continue;
     }
-    int fd = fs_fdreg_high(openat(dirfd(d), e->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+    int fd = fs_fdreg_high(openat(d.fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
     if (fd < 0)
       continue;
     if (fs_stat_file_has(fd, (int)pid, j->w)) {
@@ -629,7 +628,7 @@ static int fs_stat_find_job(void *arg)
     }
     FS_REAL(close)(fd);
   }
-  closedir(d);
+  fs_fdreg_dir_close(&d);
   return found;
 }
 

@@ -1,5 +1,4 @@
 /* rdma-core, loaded on first use: see verbs.h. */
-#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
@@ -48,14 +47,15 @@ int fs_verbs_load(void)
  * descriptor must not take one of the application's numbers. */
 static int fs_verbs_sysfs_job(void *arg)
 {
-  DIR *d = fs_fdreg_opendir((const char *)arg);
-  if (d == NULL)
-    return errno == ENOENT || errno == ENOTDIR ? 0 : -errno;
+  struct fs_fdreg_dir d;
+  int rc = fs_fdreg_dir_open(&d, (const char *)arg);
+  if (rc < 0)
+    return rc == -ENOENT || rc == -ENOTDIR ? 0 : rc;
   int n = 0;
-  for (struct dirent *e; (e = readdir(d)) != NULL;)
-    if (e->d_name[0] != '.' && strcmp(e->d_name, "abi_version") != 0)
+  for (const char *name; (name = fs_fdreg_dir_next(&d)) != NULL;)
+    if (name[0] != '.' && strcmp(name, "abi_version") != 0)
       n++;
-  closedir(d);
+  fs_fdreg_dir_close(&d);
   return n;
 }
 

@@ -22,6 +22,15 @@ def spare(limit, conns, who):
         b = bytearray(limit // 5)
         b[-1] = 1
     except MemoryError:
+        # What took the address space, for the report: the largest kinds.
+        sizes = {}
+        for line in open('/proc/self/maps'):
+            q = line.split()
+            lo, hi = (int(x, 16) for x in q[0].split('-'))
+            key = '%s %s' % (q[1], q[5] if len(q) > 5 else '(anonymous)')
+            sizes[key] = sizes.get(key, 0) + hi - lo
+        for key, n in sorted(sizes.items(), key=lambda kv: -kv[1])[:8]:
+            sys.stderr.write('%s: %d KiB %s\n' % (who, n >> 10, key))
         raise SystemExit('%s: MemoryError allocating %d bytes after %d connections' % (who, limit // 5, conns))
     print('%s: allocated %d bytes after %d connections' % (who, len(b), conns), flush=True)
 

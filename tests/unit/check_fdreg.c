@@ -6,6 +6,10 @@
  * found the device's fd at the number it had just closed).  Its own
  * window, one of our numbers, and a fork child never wait. */
 #include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <sys/resource.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -17,7 +21,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/aside.h"
 #include "base/fdreg.h"
+#include "base/proc.h"
 #include "tests/unit/check_run.h"
 
 /* A thread that makes an eventfd in a window and keeps the window open
@@ -248,6 +254,103 @@ START_TEST(t_limit_asked_once)
 }
 END_TEST
 
+/* The malloc-free directory reader: every entry once, over several
+ * getdents64 calls (more names than its buffer holds), its descriptor
+ * high and closed after; a missing directory is -ENOENT. */
+#define DIR_FILES 300
+START_TEST(t_dir_reads_every_entry)
+{
+  char dir[] = "/tmp/check_fdreg.XXXXXX";
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  char path[128];
+  for (int i = 0; i < DIR_FILES; i++) {
+    snprintf(path, sizeof path, "%s/entry-with-a-longish-name-%03d", dir, i);
+    int fd = open(path, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+  }
+  static unsigned char seen[DIR_FILES];
+  memset(seen, 0, sizeof seen);
+  struct fs_fdreg_dir d;
+  ck_assert_int_eq(fs_fdreg_dir_open(&d, dir), 0);
+  ck_assert_int_ge(d.fd, 3);
+  int fd = d.fd, dots = 0, n = 0;
+  for (const char *name; (name = fs_fdreg_dir_next(&d)) != NULL;) {
+    if (!strcmp(name, ".") || !strcmp(name, "..")) {
+      dots++;
+      continue;
+    }
+    int i = -1;
+    ck_assert_int_eq(sscanf(name, "entry-with-a-longish-name-%d", &i), 1);
+    ck_assert(i >= 0 && i < DIR_FILES);
+    seen[i]++;
+    n++;
+  }
+  ck_assert_int_eq(dots, 2);
+  ck_assert_int_eq(n, DIR_FILES);
+  for (int i = 0; i < DIR_FILES; i++)
+    ck_assert_uint_eq(seen[i], 1);
+  fs_fdreg_dir_close(&d);
+  ck_assert_int_lt(fcntl(fd, F_GETFD), 0);
+  for (int i = 0; i < DIR_FILES; i++) {
+    snprintf(path, sizeof path, "%s/entry-with-a-longish-name-%03d", dir, i);
+    unlink(path);
+  }
+  rmdir(dir);
+  ck_assert_int_eq(fs_fdreg_dir_open(&d, dir), -ENOENT);
+}
+END_TEST
+
+/* Allocations made by threads other than the test's own, counted here:
+ * the test program's malloc family comes first (glibc's __libc_ ones do
+ * the work).  A thread's first malloc reserves a glibc arena (64 MiB of
+ * address space) unless a free one is at hand, so the count is the test,
+ * not the arenas. */
+extern void *__libc_malloc(size_t);
+extern void *__libc_calloc(size_t, size_t);
+extern void *__libc_realloc(void *, size_t);
+static pid_t test_tid;
+static unsigned others;
+
+static void count_other(void)
+{
+  if (test_tid && syscall(SYS_gettid) != test_tid)
+    __atomic_add_fetch(&others, 1, __ATOMIC_RELAXED);
+}
+
+void *malloc(size_t n)
+{
+  count_other();
+  return __libc_malloc(n);
+}
+
+void *calloc(size_t k, size_t n)
+{
+  count_other();
+  return __libc_calloc(k, n);
+}
+
+void *realloc(void *p, size_t n)
+{
+  count_other();
+  return __libc_realloc(p, n);
+}
+
+/* A scan run aside (here /proc/PID/fd) mallocs nothing: the aside thread's
+ * first malloc reserved a glibc arena, 64 MiB of the application's address
+ * space, and a client under ulimit -v ran out of memory. */
+START_TEST(t_aside_scan_mallocs_nothing)
+{
+  ck_assert_int_eq(fs_proc_holds_socket((int)getpid(), 1), 0); /* the thread started */
+  ck_assert(fs_aside_active()); /* it does run aside */
+  test_tid = (pid_t)syscall(SYS_gettid);
+  __atomic_store_n(&others, 0, __ATOMIC_RELAXED);
+  ck_assert_int_eq(fs_proc_holds_socket((int)getpid(), 1), 0);
+  ck_assert_uint_eq(__atomic_load_n(&others, __ATOMIC_RELAXED), 0);
+  test_tid = 0;
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("fdreg");
@@ -259,6 +362,8 @@ int main(void)
   tcase_add_test(tc, t_no_cancel_inside_window);
   tcase_add_test(tc, t_gives_up_on_a_stuck_window);
   tcase_add_test(tc, t_limit_asked_once);
+  tcase_add_test(tc, t_dir_reads_every_entry);
+  tcase_add_test(tc, t_aside_scan_mallocs_nothing);
   suite_add_tcase(s, tc);
   return run_suite(s, true);
 }

@@ -44,8 +44,8 @@ static unsigned long long vm_now(void)
   return pages * (unsigned long long)sysconf(_SC_PAGESIZE);
 }
 
-/* Rings may take address space only while the application keeps a quarter
- * of its limit: under ulimit -v they took all that was left, and a client
+/* Rings may take address space only while the application keeps half of
+ * its limit (FS_PROC_AS_KEEP): under ulimit -v they took all that was left, and a client
  * plain TCP served failed with MemoryError.  No limit: always room.  errno
  * is kept either way. */
 static void *idle_thread(void *arg)
@@ -78,13 +78,14 @@ START_TEST(t_as_room)
   ck_assert_int_eq(fs_proc_as_room((size_t)1 << 40), 0); /* unlimited (the test's own process) */
   ck_assert_int_eq(errno, 5);
   unsigned long long vm = vm_now(), mib = 1 << 20;
-  /* a limit 64 MiB above what is mapped now: a quarter of it stays free */
-  unsigned long long lim = vm + 64 * mib;
+  /* a limit with 64 MiB to spare beyond the part kept free */
+  unsigned long long keep_div = FS_PROC_AS_KEEP;
+  unsigned long long lim = (vm + 64 * mib) * keep_div / (keep_div - 1);
   struct rlimit rl = { lim, lim };
   ck_assert_int_eq(setrlimit(RLIMIT_AS, &rl), 0);
-  size_t fits = (size_t)(lim - vm - lim / 4) - 4 * mib; /* slack for what stdio maps */
+  size_t fits = (size_t)(lim - vm - lim / keep_div) - 4 * mib; /* slack for what stdio maps */
   ck_assert_int_eq(fs_proc_as_room(fits), 0);
-  ck_assert_int_eq(fs_proc_as_room((size_t)(lim - vm - lim / 4) + 4 * mib), -ENOMEM);
+  ck_assert_int_eq(fs_proc_as_room((size_t)(lim - vm - lim / keep_div) + 4 * mib), -ENOMEM);
   ck_assert_int_eq(fs_proc_as_room((size_t)lim), -ENOMEM);
   ck_assert_int_eq(errno, 5);
 }
