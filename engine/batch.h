@@ -40,7 +40,7 @@
 #include "engine/conn.h"
 #include "fabric/chan.h"
 
-#define FS_BATCH_SLOTS 64      /* held connections; one more wakes at once */
+#define FS_BATCH_SLOTS 128     /* held connections; one more wakes at once */
 
 struct fs_batch {
   uint8_t on;                  /* a batch is open */
