@@ -86,6 +86,15 @@ unsigned fs_bell_drain(struct fs_bell_page *page, int efd, void (*fn)(void *arg,
   return n;
 }
 
+/* Add 1 to the eventfd; errno is left alone. */
+static void fs_bell_efd_write(int efd)
+{
+  uint64_t one = 1;
+  int saved = errno;
+  (void)FS_REAL(write)(efd, &one, sizeof one);
+  errno = saved;
+}
+
 struct fs_bell_held {
   uint8_t on, n;
   int efd[FS_BELL_HELD];
@@ -103,13 +112,8 @@ void fs_bell_release(void)
   unsigned n = h->n;
   h->on = 0;
   h->n = 0;
-  if (!n)
-    return;
-  uint64_t one = 1;
-  int saved = errno;
   for (unsigned i = 0; i < n; i++)
-    (void)FS_REAL(write)(h->efd[i], &one, sizeof one);
-  errno = saved;
+    fs_bell_efd_write(h->efd[i]);
 }
 
 void fs_bell_ring(struct fs_bell_page *page, int efd, uint32_t slot)
@@ -132,10 +136,7 @@ void fs_bell_ring(struct fs_bell_page *page, int efd, uint32_t slot)
     h->efd[h->n++] = efd;
     return;
   }
-  uint64_t one = 1;
-  int saved = errno;
-  (void)FS_REAL(write)(efd, &one, sizeof one);
-  errno = saved;
+  fs_bell_efd_write(efd);
 }
 
 int fs_bell_check_efd(int fd)
