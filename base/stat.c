@@ -448,12 +448,47 @@ FS_FORK_TEXT static int fs_stat_rehome(char *path, size_t len, bool forked)
   return rc;
 }
 
-FS_FORK_TEXT void fs_stat_atfork_child_slow(void)
+/* The child's rows, copied from the parent's file into memory of its own
+ * that then takes the file's place (mremap: slot pointers held stay
+ * valid).  A fresh header (this pid, closed counts from 0).  fs_stat_path
+ * keeps the parent's name, for its directory (fs_stat_create); no file is
+ * ours until fs_stat_publish (fs_stat_public says which).  0 or -errno. */
+FS_FORK_TEXT static int fs_stat_private_child(void)
+{
+  void *m = mmap(NULL, FS_STAT_MAP_LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (m == MAP_FAILED)
+    return -errno;
+  struct fs_stat_conn *to = (struct fs_stat_conn *)((char *)m + FS_STAT_HDR_LEN);
+  const struct fs_stat_conn *from = fs_stat_slots();
+  uint32_t hi = 0;
+  for (uint32_t w = 0; w < (fs_stat_top + 63) / 64; w++)
+    for (uint64_t bits = *fs_stat_busy(w); bits != 0; bits &= bits - 1) {
+      uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(bits);
+      memcpy(&to[i], &from[i], sizeof to[i]);
+      hi = i + 1;
+    }
+  struct fs_stat_header *h = m;
+  fs_stat_fill_header(h, fs_proc_self_light(), hi);
+  h->magic = FS_STAT_MAGIC;
+  if (mremap(m, FS_STAT_MAP_LEN, FS_STAT_MAP_LEN, MREMAP_MAYMOVE | MREMAP_FIXED, fs_stat_hdr) == MAP_FAILED) {
+    int err = -errno;
+    munmap(m, FS_STAT_MAP_LEN);
+    return err;
+  }
+  fs_stat_top = hi;
+  fs_stat_public = false;
+  __atomic_store_n(&fs_stat_settled, false, __ATOMIC_RELEASE);
+  return 0;
+}
+
+FS_FORK_TEXT void fs_stat_atfork_child_slow(bool keep_private)
 {
   int saved = errno;
   fs_lock_fork_reset(&fs_stat_lock);
   if (fs_stat_hdr == NULL || !fs_stat_public)
     goto out; /* none, or private memory: fork made the child its own copy */
+  if (keep_private && fs_stat_mode == FS_STAT_ON && fs_stat_private_child() == 0)
+    goto out;
   /* Named in place: the parent's name is of no use here, and a PATH_MAX
    * buffer on the stack is one more page to fault in. */
   int rc = fs_stat_mode == FS_STAT_ON ? fs_stat_rehome(fs_stat_path, sizeof fs_stat_path, true) : -ENOENT;
@@ -508,7 +543,7 @@ void fs_stat_exec_slow(bool failed)
 {
   int saved = errno;
   fs_lock(&fs_stat_lock);
-  if (!failed && fs_stat_mode == FS_STAT_ON && fs_stat_path[0] != '\0') {
+  if (!failed && fs_stat_mode == FS_STAT_ON && fs_stat_public && fs_stat_path[0] != '\0') {
     fs_stat_unlink(fs_stat_path);
     fs_stat_unlinked = true;
   } else if (failed && fs_stat_unlinked) {
@@ -528,7 +563,7 @@ void fs_stat_shutdown(void)
   int saved = errno;
   fs_proc_fork_work_add(FS_FORK_STAT);
   fs_lock(&fs_stat_lock);
-  if (fs_stat_path[0] != '\0')
+  if (fs_stat_public && fs_stat_path[0] != '\0') /* a private child's names its parent's */
     fs_stat_unlink(fs_stat_path);
   fs_stat_path[0] = '\0';
   /* Keep the mapping: late frees and counter updates still land in it. */
@@ -541,7 +576,8 @@ void fs_stat_shutdown(void)
 FS_FORK_TEXT void fs_stat_exit_quick_slow(void)
 {
   struct fs_stat_header *h = __atomic_load_n(&fs_stat_hdr, __ATOMIC_ACQUIRE);
-  if (h == NULL || __atomic_load_n(&fs_stat_mode, __ATOMIC_RELAXED) != FS_STAT_ON || fs_stat_path[0] == '\0')
+  if (h == NULL || __atomic_load_n(&fs_stat_mode, __ATOMIC_RELAXED) != FS_STAT_ON || !fs_stat_public ||
+      fs_stat_path[0] == '\0')
     return;
   int saved = errno;
   if (__atomic_load_n(&h->pid, __ATOMIC_RELAXED) == (int32_t)getpid())

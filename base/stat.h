@@ -116,13 +116,18 @@ static inline void fs_stat_publish(void)
     fs_stat_publish_slow();
 }
 void fs_stat_slot_free(struct fs_stat_conn *s);
-void fs_stat_atfork_child_slow(void);
-static inline void fs_stat_atfork_child(void)
+/* In a fork child: a copy of the parent's table for its own.  Where the
+ * parent's is the file, the child's is a file of its own made at once, or,
+ * keep_private, its rows in its own memory, published like any private
+ * table (fs_stat_publish) when one of them matters to another process: the
+ * caller says whether none does yet (engine/sockfork.c). */
+void fs_stat_atfork_child_slow(bool keep_private);
+static inline void fs_stat_atfork_child(bool keep_private)
 {
   /* A child of a process that never had a table runs none of this
    * module's code (base/proc.h). */
   if (fs_proc_fork_work_has(FS_FORK_STAT))
-    fs_stat_atfork_child_slow();
+    fs_stat_atfork_child_slow(keep_private);
 }
 /* The process execs itself (execve, not posix_spawn): its table leaves with
  * this image, or, failed, comes back (fabsock stat must not list a gone

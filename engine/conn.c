@@ -98,8 +98,11 @@ void fs_conn_set_state(struct fs_conn *c, int state, int reason)
     c->stat->reason = (uint8_t)reason;
     /* A listener, or a connection with something to say (on a fabric, or
      * kept on TCP for a reason): the table goes where it can be read.
-     * Not for an exec's downgrade, whose table leaves with the image. */
-    if ((reason != FS_REASON_PENDING && reason != FS_REASON_EXEC) || state == FS_STATE_LISTEN)
+     * Not for an exec's downgrade, whose table leaves with the image, nor
+     * at a close, whose row goes (a fork child closing the listeners it
+     * inherited made its file for nothing: engine/sockfork.c). */
+    if (state != FS_STATE_CLOSED &&
+        ((reason != FS_REASON_PENDING && reason != FS_REASON_EXEC) || state == FS_STATE_LISTEN))
       fs_stat_publish();
   }
 }

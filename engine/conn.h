@@ -123,6 +123,8 @@ struct fs_conn {
   uint32_t visit;             /* dedupe mark for whole-table walks */
   uint32_t ino;               /* accepted end: the socket's inode (stat, holders) */
   int32_t fork_child;         /* shared_hist: the last child forked with it */
+  int32_t fork_first;         /* shared_hist: the first child forked with it, whose
+                                 stat table may stay in its own memory (sockfork.c) */
   uint64_t tcp_tx, tcp_rx;    /* bytes carried by TCP so far (SWITCH/REVERT) */
   uint64_t fab_tx, fab_rx;    /* bytes carried by the fabric */
   char *ovh;                  /* TCP bytes read past the peer's SWITCH, for after its

@@ -298,11 +298,10 @@ void fs_sock_maybe_upgrade(struct fs_conn *c, bool locked)
       if (!fs_agent_reachable(c))
         fs_sock_refused(c, FS_REASON_REMOTE_HOST);
       fs_door_home_claim(c, locked); /* the peer's rendezvous may come before our first wait */
-      /* Forked with it or handed it: the peer will look for this process
-       * by its own name.  Served from here, not at fork: a child that
-       * serves a short connection never pays for it. */
+      /* Forked with it or handed it: the peer finds this process in the
+       * stat tables, then by its own name, both made here (not at fork). */
       if (c->shared_hist)
-        fs_agent_serve_proc();
+        fs_sock_forked_crossed();
       return;
     }
     if (now - c->crossed_ns > fs_sock_giveup_ns(c)) {
@@ -459,11 +458,7 @@ static int fs_sock_alone(struct fs_conn *c)
   int pids[1];
   if (!c->stat || c->ino == 0)
     return FS_REASON_FORK;
-  /* The last child forked with it is asked directly: its table may not
-   * list it yet (a moment after fork), or ever (it exec'd a program
-   * without libfabsock). */
-  if (fs_stat_holders(c->ino, pids, 1) != 0 ||
-      (c->fork_child > 0 && fs_proc_holds_socket(c->fork_child, c->ino) != 0))
+  if (fs_stat_holders(c->ino, pids, 1) != 0 || fs_sock_forked_hold(c))
     return FS_REASON_NOT_OWNER; /* shared still: the peer asks again */
   return 0;
 }

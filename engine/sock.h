@@ -60,9 +60,17 @@ bool fs_sock_revert_tx(struct fs_conn *c, int fd, struct fs_chan *ch, int reason
  * child's pid, -1 if fork failed, or FS_SOCK_FORK_PID_UNKNOWN for a child
  * whose pid the caller cannot know (a fork made inside libc). */
 #define FS_SOCK_FORK_PID_UNKNOWN INT32_MAX
-void fs_sock_before_fork(void);
+/* pid_known: the caller will learn the child's pid (our fork(), not a fork
+ * inside libc). */
+void fs_sock_before_fork(bool pid_known);
 void fs_sock_after_fork(pid_t pid);
 void fs_sock_before_exec(void);
+/* An accepted end forked with (shared_hist): does a child this process
+ * knows by pid hold it too (engine/sockfork.c)? */
+bool fs_sock_forked_hold(struct fs_conn *c);
+/* ... whose end crossed its threshold here: the stat table and the
+ * process's own name, where its peer finds this process. */
+void fs_sock_forked_crossed(void);
 
 /* fd is about to be used by a call the kernel serves on its own (splice,
  * tee, copy_file_range): its bytes must be in the kernel socket, so the

@@ -28,6 +28,24 @@
  * (epoch + 1): no store to this page after the fork (a fault in each). */
 static uint32_t fs_sock_epoch FS_HOT;
 
+/* Whether the child may keep its stat table in its own memory until one of
+ * its rows matters to another process (base/stat.h, fs_stat_atfork_child):
+ * decided by the walk before the fork, read by the child in its copy.  A
+ * child's table as a file was most of what a fork cost a server that forks
+ * per connection (bench/fork-loop: 64 of its 168 us, eleven system calls),
+ * for rows that nobody reads while the connection stays under its
+ * threshold.  Not where a row already has something to say (a fabric, a
+ * reason), where the caller cannot know the child's pid (a fork inside
+ * libc), nor for an accepted connection forked before: another process
+ * holding a connection upgrades only if it finds no other holder, in the
+ * stat tables or, for the children it knows by pid, in /proc (fs_sock_alone),
+ * so a child that keeps its table to itself must be the first one forked
+ * with each of its connections, known by pid to its parent (fork_first) and
+ * to the siblings forked after it (their copies).  A private child that
+ * forks in turn publishes first (fs_sock_before_fork). */
+static bool fs_sock_fork_private FS_HOT;
+static bool fs_sock_fork_publish FS_HOT; /* the walk found what others may look for */
+
 static void fs_sock_fork_prep(int fd, struct fs_conn *c, void *arg)
 {
   (void)arg;
@@ -37,6 +55,13 @@ static void fs_sock_fork_prep(int fd, struct fs_conn *c, void *arg)
   struct fs_chan *ch = __atomic_load_n(&c->chan, __ATOMIC_ACQUIRE);
   if (!ch)
     fs_sock_publish_ino(c, fd); /* the child may be the one left holding it */
+  int state = fs_conn_state(c);
+  if (ch || (c->reason != FS_REASON_NONE && c->reason != FS_REASON_PENDING) ||
+      (state != FS_STATE_TCP && state != FS_STATE_LISTEN && state != FS_STATE_UNCONNECTED) ||
+      (c->dir == FS_DIR_ACCEPT && c->fork_first != 0))
+    fs_sock_fork_private = false;
+  if (state == FS_STATE_LISTEN || (c->dir == FS_DIR_ACCEPT && c->ino != 0))
+    fs_sock_fork_publish = true;
   if (ch && !ch->ops->fork_shares(ch)) {
     /* The child cannot use this end (a queue pair): both go back to TCP first. */
     fs_sock_downgrade(c, fd, FS_REASON_FORK);
@@ -69,6 +94,7 @@ static void fs_sock_prebind(void)
   free(realloc(fs_sock_no_ptr, 1));
   fs_sockio_tcp_bind();
   (void)munmap(NULL, 0); /* EINVAL, bound */
+  (void)mremap(NULL, 0, 0, 0); /* EINVAL, bound: a child's table made its own (base/stat.c) */
   /* A table still private is published by a child that downgrades a
    * connection at the fork (fs_conn_set_state): the file's calls (open
    * is bound already, by the policy's read); and a child's table gives a
@@ -82,7 +108,7 @@ static void fs_sock_prebind(void)
   fs_sock_prebound = true;
 }
 
-void fs_sock_before_fork(void)
+void fs_sock_before_fork(bool pid_known)
 {
   /* The child's first send finds the driver question answered (gpu.h).
    * Before the agent's lock: the probe may take the loader's. */
@@ -97,7 +123,15 @@ void fs_sock_before_fork(void)
   if (__atomic_load_n(&fs_fdtab_hiwater, __ATOMIC_ACQUIRE) == 0)
     return; /* never a socket: no walk, and no store to the epoch's page */
   fs_sock_epoch += 2;
+  fs_sock_fork_private = pid_known;
+  fs_sock_fork_publish = false;
   fs_fdtab_foreach(fs_sock_fork_prep, NULL);
+  /* A private table (a child's, above) goes where others look before its
+   * own children come: they hold its listeners and connections too (an
+   * nginx master forked by the process that listen()ed; a child forked with
+   * a connection that its own parent closed). */
+  if (fs_sock_fork_publish)
+    fs_stat_publish();
 }
 
 /* The child's stat table is a copy of the parent's slots as they were when
@@ -172,8 +206,11 @@ FS_FORK_TEXT static void fs_sock_fork_fix(int fd, struct fs_conn *c, void *arg)
   if (!ch && !c->no_upgrade && fs_conn_state(c) != FS_STATE_LISTEN) {
     if (c->dir == FS_DIR_ACCEPT && c->ino != 0 && c->stat) {
       c->shared_hist = true;
-      if (pid > 0 && pid != FS_SOCK_FORK_PID_UNKNOWN)
+      if (pid > 0 && pid != FS_SOCK_FORK_PID_UNKNOWN) {
         c->fork_child = (int32_t)pid;
+        if (c->fork_first == 0)
+          c->fork_first = (int32_t)pid;
+      }
     } else {
       c->no_upgrade = true;
       fs_conn_set_state(c, FS_STATE_TCP, FS_REASON_FORK);
@@ -184,7 +221,7 @@ FS_FORK_TEXT static void fs_sock_fork_fix(int fd, struct fs_conn *c, void *arg)
 FS_FORK_TEXT void fs_sock_after_fork(pid_t pid)
 {
   if (pid == 0) {
-    fs_stat_atfork_child();
+    fs_stat_atfork_child(fs_sock_fork_private);
     fs_conn_pool_fork_child();
   }
   fs_fdtab_foreach(fs_sock_fork_fix, &pid);
@@ -199,6 +236,26 @@ FS_FORK_TEXT void fs_sock_after_fork(pid_t pid)
    * parent's close() then writes EOF on it while the child, which really
    * serves the connection, stays on TCP, and the peer reads EOF early. */
   fs_agent_after_fork(pid == 0);
+}
+
+/* The last child forked with it is asked directly: its table may not list
+ * it yet (a moment after fork), or ever (it exec'd a program without
+ * libfabsock).  So is the first, whose table may stay in its own memory
+ * until its end crosses (fs_sock_fork_private): siblings forked after it
+ * know it from their copies. */
+bool fs_sock_forked_hold(struct fs_conn *c)
+{
+  return (c->fork_child > 0 && fs_proc_holds_socket(c->fork_child, c->ino) != 0) ||
+         (c->fork_first > 0 && c->fork_first != c->fork_child && fs_proc_holds_socket(c->fork_first, c->ino) != 0);
+}
+
+/* Both from here, not at fork: a child serving a short connection pays for
+ * neither.  A peer whose end crossed first, on bytes still in flight to
+ * this one, finds no row yet and looks again (fabric/shm/rdvio.c). */
+void fs_sock_forked_crossed(void)
+{
+  fs_stat_publish();
+  fs_agent_serve_proc();
 }
 
 static void fs_sock_exec_one(int fd, struct fs_conn *c, void *arg)

@@ -36,11 +36,11 @@
 #include "base/real.h"
 #include "base/stat.h"
 
-static void fs_fork_before(void)
+static void fs_fork_before(bool pid_known)
 {
   fs_batch_flush(); /* the child must not hold the parent's wakes */
   fs_real_resolve_all(); /* once per process: docs/design.md 1.6, what a fork costs */
-  fs_sock_before_fork();
+  fs_sock_before_fork(pid_known);
 }
 
 FS_FORK_TEXT static void fs_fork_after(pid_t pid)
@@ -69,7 +69,7 @@ FS_FORK_TEXT static bool fs_fork_mine(void)
 
 FS_FORK_TEXT FS_EXPORT pid_t fork(void)
 {
-  fs_fork_before();
+  fs_fork_before(true);
   /* errno's address asked here: the same thread's after the fork, and a
    * child that called __errno_location faulted in its page of libc code. */
   int *err = &errno;
@@ -101,7 +101,7 @@ FS_FORK_TEXT static void fs_fork_prepare(void)
   if (fs_fork_mine())
     return;
   int saved = errno;
-  fs_fork_before();
+  fs_fork_before(false);
   errno = saved;
 }
 

@@ -16,7 +16,9 @@
 # expected fabric} in [both]: the process serving a connection is not the
 # one whose listener the client finds, so the client looks the holder up
 # (docs/design.md, 1.3).
-# Last, forked children that end with _exit must leave no stat table.
+# Then three children holding one accepted connection, the first idle: the
+# one that serves it stays on TCP.  Last, forked children that end with
+# _exit must leave no stat table.
 . "$(dirname "$0")/lib.sh"
 require_progs forksrv mtclient
 IT_CLIENT_TIMEOUT=${IT_CLIENT_TIMEOUT:-40} # quick clients: a hang must not eat the budget
@@ -86,6 +88,36 @@ for p in doc.get("processes", []):
   stop_server
  done
 done
+
+# An accepted connection three children hold, the first of them idle: the
+# child serving it stays on TCP (bytes on a ring would never reach the idle
+# one); with the first gone, it upgrades.  The first child's table may stay
+# in its own memory, so only the pid the serving child's copy names finds
+# it (engine/sockfork.c).  Both ends preloaded, one pass.
+if [ -n "$FABSOCK_LIB" ] && [ -x "$FABSOCK_BIN" ] && [ -n "${FABSOCK_TRANSPORT:-}" ] && [ "${FABSOCK_TRANSPORT:-}" != shm ]; then
+  tap_skip "forked children sharing an accepted connection" \
+    "runs over 127.0.0.1 with the fabric chosen there (shm); FABSOCK_TRANSPORT=${FABSOCK_TRANSPORT:-} here"
+elif [ -n "$FABSOCK_LIB" ] && [ -x "$FABSOCK_BIN" ]; then
+  real_python
+  for share in idle gone; do
+    name="forked children sharing an accepted connection, the first $share: served"
+    want=tcp
+    [ $share = gone ] && want=${FABSOCK_EXPECT_FABRIC:-}
+    sdir=$IT_TMP/statdir.share.$share; mkdir -p "$sdir"
+    out=$(LD_PRELOAD=$FABSOCK_LIB timeout 60 "$IT_PYTHON" "$IT_DIR/forkshare.py" "$share" "$sdir" "$FABSOCK_BIN" 2>&1)
+    rc=$?
+    seen=${out#ok }
+    if [ $rc -ne 0 ] || [ "${out%% *}" != ok ]; then
+      tap_not_ok "$name" "exit $rc: $out"
+    elif [ -z "$want" ]; then
+      tap_ok "$name" "$seen (no fabric check)"
+    elif [ "$seen" != no-row ] && [ -z "$(echo "$seen" | tr ',' '\n' | grep -v "^$want/")" ]; then
+      tap_ok "$name on $want" "$seen"
+    else
+      tap_not_ok "$name on $want" "the serving child's row: $seen"
+    fi
+  done
+fi
 
 # Children that end with _exit (sshd's session children, os._exit in
 # Python's forked workers) run no exit handlers: their stat tables must go

@@ -104,7 +104,7 @@ START_TEST(t_hold_restarts_in_the_child)
   ck_assert_int_eq(fs_fdtab_install(fd, c), 0);
   ck_assert(fs_hold_request(c));
   ck_assert_uint_ne(c->hold_ns, 0);
-  fs_sock_before_fork();
+  fs_sock_before_fork(true);
   pid_t pid = fork();
   ck_assert_int_ge(pid, 0);
   if (pid == 0) {

@@ -34,7 +34,7 @@ static int listener(void)
 /* Fork as the preload does; the child runs fn and exits with its result. */
 static int in_child(int (*fn)(void))
 {
-  fs_sock_before_fork();
+  fs_sock_before_fork(true);
   pid_t pid = fork();
   fs_sock_after_fork(pid);
   ck_assert_int_ge(pid, 0);

@@ -23,7 +23,7 @@ START_TEST(t_fork_without_sockets_touches_one_page)
   int res[2], go[2];
   ck_assert_int_eq(pipe(res), 0);
   ck_assert_int_eq(pipe(go), 0);
-  fs_sock_before_fork();
+  fs_sock_before_fork(true);
   pid_t pid = fork();
   ck_assert_int_ge(pid, 0);
   if (pid == 0) {

@@ -258,7 +258,7 @@ START_TEST(test_disabled)
   setenv("FABSOCK_STAT", "0", 1);
   ck_assert_ptr_null(fs_stat_slot_alloc());
   ck_assert(!table_exists((int)getpid()));
-  fs_stat_atfork_child(); /* no table: nothing to do */
+  fs_stat_atfork_child(false); /* no table: nothing to do */
   fs_stat_shutdown();
 }
 END_TEST
@@ -391,9 +391,10 @@ static void child_passed(pid_t pid)
                 WEXITSTATUS(status), status);
 }
 
-START_TEST(test_fork_rehome)
+/* A published table of three slots, the middle one freed (fds 10 and 12,
+ * 500 bytes sent on the last): the parent's side of the fork tests. */
+static struct fs_stat_conn *three_rows(void)
 {
-  int ppid = (int)getpid();
   struct fs_stat_conn *s = fs_stat_slot_alloc();
   fs_stat_publish(); /* the file (private until a row matters) */
   ck_assert_ptr_nonnull(s);
@@ -404,13 +405,19 @@ START_TEST(test_fork_rehome)
   publish(&s[2], 12);
   s[2].tx_bytes = 500;
   fs_stat_slot_free(&s[1]);
+  return s;
+}
 
+START_TEST(test_fork_rehome)
+{
+  int ppid = (int)getpid();
+  struct fs_stat_conn *s = three_rows();
   pid_t child = fork();
   ck_assert_int_ge(child, 0);
   if (child == 0) {
     int me = (int)getpid();
     errno = 21;
-    fs_stat_atfork_child();
+    fs_stat_atfork_child(false);
     CHILD_CHECK(2, errno == 21);
     CHILD_CHECK(3, table_exists(me));
     struct fs_stat_header h;
@@ -452,6 +459,60 @@ START_TEST(test_fork_rehome)
 }
 END_TEST
 
+/* A fork child of a published table that holds no row another process
+ * needs yet keeps its rows in its own memory (engine/sockfork.c decides):
+ * no file at the fork, the parent's left alone by every path that removes
+ * a table (exit, _exit, exec), and the file made with the child's rows
+ * once fs_stat_publish is called (the child's end crossed its threshold). */
+START_TEST(test_fork_keeps_private)
+{
+  int ppid = (int)getpid();
+  struct fs_stat_conn *s = three_rows();
+  pid_t child = fork();
+  ck_assert_int_ge(child, 0);
+  if (child == 0) {
+    int me = (int)getpid();
+    errno = 21;
+    fs_stat_atfork_child(true);
+    CHILD_CHECK(2, errno == 21);
+    CHILD_CHECK(3, !table_exists(me));
+    /* Its rows as they were, in memory of its own. */
+    CHILD_CHECK(4, s[0].used == 1 && s[0].fd == 10 && s[1].used == 0 && s[2].fd == 12 && s[2].tx_bytes == 500);
+    s[0].tx_bytes = 777;
+    struct fs_stat_conn c;
+    CHILD_CHECK(5, read_slot(ppid, 0, &c) == 0 && c.tx_bytes == 0);
+    CHILD_CHECK(6, fs_stat_slot_alloc() == &s[1]);
+    publish(&s[1], 13);
+    /* Nothing of the parent's goes. */
+    fs_stat_exit_quick_slow();
+    fs_stat_exec_slow(false);
+    fs_stat_exec_slow(true);
+    CHILD_CHECK(7, table_exists(ppid) && !table_exists(me));
+    /* Published: the child's file, its rows. */
+    errno = 22;
+    fs_stat_publish();
+    CHILD_CHECK(8, errno == 22 && table_exists(me));
+    struct fs_stat_header h;
+    CHILD_CHECK(9, read_header(me, &h) == 0 && h.magic == FS_STAT_MAGIC && h.pid == me && h.hi_water == 3);
+    CHILD_CHECK(10, h.closed[3] == 0);
+    CHILD_CHECK(11, read_slot(me, 0, &c) == 0 && c.used == 1 && c.fd == 10 && c.tx_bytes == 777);
+    CHILD_CHECK(12, read_slot(me, 1, &c) == 0 && c.used == 1 && c.fd == 13);
+    CHILD_CHECK(13, read_slot(me, 2, &c) == 0 && c.used == 1 && c.fd == 12 && c.tx_bytes == 500);
+    s[2].rx_bytes = 9; /* the mapping is the file now */
+    CHILD_CHECK(14, read_slot(me, 2, &c) == 0 && c.rx_bytes == 9);
+    fs_stat_shutdown();
+    CHILD_CHECK(15, !table_exists(me) && table_exists(ppid));
+    _exit(0);
+  }
+  child_passed(child);
+  struct fs_stat_conn c;
+  ck_assert(table_exists(ppid));
+  ck_assert_int_eq(read_slot(ppid, 0, &c), 0);
+  ck_assert_int_eq(c.fd, 10);
+  ck_assert_uint_eq(c.tx_bytes, 0);
+}
+END_TEST
+
 /* _exit (no exit handlers): a child's own table goes with it, but a child
  * still on its parent's table (vfork shares the memory, not the pid) must
  * leave the parent's file alone.  Without this, every forked child that
@@ -466,7 +527,7 @@ START_TEST(test_exit_quick)
   pid_t own = fork();
   ck_assert_int_ge(own, 0);
   if (own == 0) {
-    fs_stat_atfork_child();
+    fs_stat_atfork_child(false);
     CHILD_CHECK(2, table_exists((int)getpid()));
     errno = 33;
     fs_stat_exit_quick();
@@ -508,7 +569,7 @@ START_TEST(test_fork_fallback)
     CHILD_CHECK(5, getrlimit(RLIMIT_NOFILE, &rl) == 0);
     none = (struct rlimit){ 0, rl.rlim_max };
     CHILD_CHECK(5, setrlimit(RLIMIT_NOFILE, &none) == 0);
-    fs_stat_atfork_child();
+    fs_stat_atfork_child(false);
     CHILD_CHECK(6, setrlimit(RLIMIT_NOFILE, &rl) == 0);
     s->tx_bytes = 31337;
     struct fs_stat_conn c;
@@ -542,7 +603,7 @@ START_TEST(test_fork_child_slot_above_its_rows)
   ck_assert_int_ge(child, 0);
   if (child == 0) {
     int me = (int)getpid();
-    fs_stat_atfork_child();
+    fs_stat_atfork_child(false);
     struct fs_stat_header h;
     struct fs_stat_conn c;
     CHILD_CHECK(2, read_header(me, &h) == 0 && h.hi_water == 3);
@@ -569,7 +630,7 @@ START_TEST(test_fork_private)
   ck_assert_int_ge(child, 0);
   if (child == 0) {
     int me = (int)getpid();
-    fs_stat_atfork_child();
+    fs_stat_atfork_child(false);
     CHILD_CHECK(2, !table_exists(me) && !table_exists(ppid));
     s->tx_bytes = 6; /* its own copy */
     CHILD_CHECK(3, fs_stat_slot_alloc() == s + 1);
@@ -630,7 +691,7 @@ START_TEST(test_fork_without_table_touches_nothing)
     struct pm_snap a = { 0 }, b = { 0 };
     if (pm_take(&b) < 0 || pm_take(&a) < 0)
       _exit(2);
-    fs_stat_atfork_child();
+    fs_stat_atfork_child(false);
     pm_take(&b);
     _exit(pm_changed(&a, &b, NULL) == 0 ? 0 : 1);
   }
@@ -882,7 +943,7 @@ START_TEST(test_closed_counts)
   pid_t child = fork();
   ck_assert_int_ge(child, 0);
   if (child == 0) {
-    fs_stat_atfork_child();
+    fs_stat_atfork_child(false);
     struct fs_stat_header ch;
     CHILD_CHECK(2, read_header((int)getpid(), &ch) == 0 && ch.closed[2] == 0 && ch.closed[3] == 0);
     fs_stat_shutdown();
@@ -1395,6 +1456,7 @@ static Suite *stat_suite(void)
   tcase_add_test(tc, test_shutdown);
   tcase_add_test(tc, test_threads);
   tcase_add_test(tc, test_fork_rehome);
+  tcase_add_test(tc, test_fork_keeps_private);
   tcase_add_test(tc, test_fork_fallback);
   tcase_add_test(tc, test_exit_quick);
   tcase_add_test(tc, test_fork_without_table_touches_nothing);
