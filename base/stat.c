@@ -78,6 +78,13 @@ static size_t fs_stat_pgsz FS_HOT;
  * made after (a fork child's): the environment is looked up once. */
 static char fs_stat_path[FS_STAT_PATH_LEN] FS_HOT;
 static size_t fs_stat_dirc_len FS_HOT;
+/* A file of ours to remove (exit, _exit, exec): fs_stat_path names one only
+ * while the mapping is it; a fork child's private table keeps its parent's
+ * name there, for the directory. */
+static inline bool fs_stat_file_ours(void)
+{
+  return fs_stat_public && fs_stat_path[0] != '\0';
+}
 /* Slot i taken: bit i%64 of word i/64.  Word 0 in FS_HOT: a process's
  * first sockets touch no page of .bss for it (tests/t_libshape.sh). */
 static uint64_t fs_stat_busy0 FS_HOT;
@@ -220,6 +227,19 @@ static int fs_stat_pwrite(int fd, const void *buf, size_t n, off_t at)
   return w == (ssize_t)n ? 0 : w < 0 ? -errno : -ENOSPC;
 }
 
+/* The first slot in use at or after i, or UINT32_MAX: the walk over the
+ * rows a new file (fs_stat_fill_file) or a fork child's own memory
+ * (fs_stat_private_child) is given. */
+FS_FORK_TEXT static uint32_t fs_stat_next_busy(uint32_t i)
+{
+  for (uint32_t w = i / 64; w < (fs_stat_top + 63) / 64; w++) {
+    uint64_t bits = *fs_stat_busy(w) & (w == i / 64 ? ~0ull << (i % 64) : ~0ull);
+    if (bits != 0)
+      return w * 64 + (uint32_t)__builtin_ctzll(bits);
+  }
+  return UINT32_MAX;
+}
+
 /* The file's contents: the rows of the slots we hold (none in a new table),
  * then the header, the magic last: a reader (pread, never a mapping) skips
  * the file until then (pwrite: fs_stat_pwrite_raw says why not through
@@ -231,12 +251,10 @@ FS_FORK_TEXT static int fs_stat_fill_file(int fd, int pid, bool forked, uint32_t
   uint32_t hi = 0;
   if (fs_stat_hdr != NULL) {
     const struct fs_stat_conn *from = fs_stat_slots();
-    for (uint32_t w = 0; w < (fs_stat_top + 63) / 64 && rc == 0; w++)
-      for (uint64_t bits = *fs_stat_busy(w); bits != 0 && rc == 0; bits &= bits - 1) {
-        uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(bits);
-        rc = fs_stat_pwrite(fd, &from[i], sizeof from[i], (off_t)(FS_STAT_HDR_LEN + (size_t)i * sizeof from[i]));
-        hi = i + 1;
-      }
+    for (uint32_t i = fs_stat_next_busy(0); i != UINT32_MAX && rc == 0; i = fs_stat_next_busy(i + 1)) {
+      rc = fs_stat_pwrite(fd, &from[i], sizeof from[i], (off_t)(FS_STAT_HDR_LEN + (size_t)i * sizeof from[i]));
+      hi = i + 1;
+    }
   }
   struct fs_stat_header nh;
   memset(&nh, 0, sizeof nh);
@@ -461,12 +479,10 @@ FS_FORK_TEXT static int fs_stat_private_child(void)
   struct fs_stat_conn *to = (struct fs_stat_conn *)((char *)m + FS_STAT_HDR_LEN);
   const struct fs_stat_conn *from = fs_stat_slots();
   uint32_t hi = 0;
-  for (uint32_t w = 0; w < (fs_stat_top + 63) / 64; w++)
-    for (uint64_t bits = *fs_stat_busy(w); bits != 0; bits &= bits - 1) {
-      uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(bits);
-      memcpy(&to[i], &from[i], sizeof to[i]);
-      hi = i + 1;
-    }
+  for (uint32_t i = fs_stat_next_busy(0); i != UINT32_MAX; i = fs_stat_next_busy(i + 1)) {
+    memcpy(&to[i], &from[i], sizeof to[i]);
+    hi = i + 1;
+  }
   struct fs_stat_header *h = m;
   fs_stat_fill_header(h, fs_proc_self_light(), hi);
   h->magic = FS_STAT_MAGIC;
@@ -543,7 +559,7 @@ void fs_stat_exec_slow(bool failed)
 {
   int saved = errno;
   fs_lock(&fs_stat_lock);
-  if (!failed && fs_stat_mode == FS_STAT_ON && fs_stat_public && fs_stat_path[0] != '\0') {
+  if (!failed && fs_stat_mode == FS_STAT_ON && fs_stat_file_ours()) {
     fs_stat_unlink(fs_stat_path);
     fs_stat_unlinked = true;
   } else if (failed && fs_stat_unlinked) {
@@ -563,7 +579,7 @@ void fs_stat_shutdown(void)
   int saved = errno;
   fs_proc_fork_work_add(FS_FORK_STAT);
   fs_lock(&fs_stat_lock);
-  if (fs_stat_public && fs_stat_path[0] != '\0') /* a private child's names its parent's */
+  if (fs_stat_file_ours())
     fs_stat_unlink(fs_stat_path);
   fs_stat_path[0] = '\0';
   /* Keep the mapping: late frees and counter updates still land in it. */
@@ -576,8 +592,7 @@ void fs_stat_shutdown(void)
 FS_FORK_TEXT void fs_stat_exit_quick_slow(void)
 {
   struct fs_stat_header *h = __atomic_load_n(&fs_stat_hdr, __ATOMIC_ACQUIRE);
-  if (h == NULL || __atomic_load_n(&fs_stat_mode, __ATOMIC_RELAXED) != FS_STAT_ON || !fs_stat_public ||
-      fs_stat_path[0] == '\0')
+  if (h == NULL || __atomic_load_n(&fs_stat_mode, __ATOMIC_RELAXED) != FS_STAT_ON || !fs_stat_file_ours())
     return;
   int saved = errno;
   if (__atomic_load_n(&h->pid, __ATOMIC_RELAXED) == (int32_t)getpid())
