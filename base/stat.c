@@ -292,16 +292,19 @@ static void fs_stat_init(void)
     fs_stat_settled = true;
     return;
   }
-  long pg = sysconf(_SC_PAGESIZE);
-  fs_stat_pgsz = pg >= 4096 ? (size_t)pg : 4096;
   void *map = mmap(NULL, FS_STAT_MAP_LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (map == MAP_FAILED) {
     fs_stat_fail("table", errno);
     fs_stat_settled = true;
     return;
   }
+  /* Nobody reads a private table's header but its closed counts: the
+   * file gets a header of its own (fs_stat_fill_file).  Its pid, clocks
+   * and program name here were two page faults of a one-shot client's
+   * first socket() (getpid's code, the clocks' data page). */
   struct fs_stat_header *h = map;
-  fs_stat_fill_header(h, (int)getpid(), 0);
+  h->version = FS_STAT_VERSION;
+  h->nslots = FS_STAT_SLOTS;
   __atomic_store_n(&h->magic, FS_STAT_MAGIC, __ATOMIC_RELEASE);
   __atomic_store_n(&fs_stat_hdr, h, __ATOMIC_RELEASE);
   /* busy, backed, hint and top are still zero: this is the image's only
@@ -333,9 +336,17 @@ static int fs_stat_back_by_write(uint32_t i)
  * zeroed, never punched). */
 static int fs_stat_back(uint32_t i)
 {
-  size_t p = (FS_STAT_HDR_LEN + (size_t)i * sizeof(struct fs_stat_conn)) / fs_stat_pgsz;
-  if (!fs_stat_public || p == 0 || fs_stat_backed[p / 64] & (1ull << (p % 64)))
+  if (!fs_stat_public)
     return 0; /* private memory has no holes */
+  if (fs_stat_pgsz == 0) {
+    /* Asked here, not at the table's start: sysconf's code and table were
+     * two page faults of a one-shot client's first socket(). */
+    long pg = sysconf(_SC_PAGESIZE);
+    fs_stat_pgsz = pg >= 4096 ? (size_t)pg : 4096;
+  }
+  size_t p = (FS_STAT_HDR_LEN + (size_t)i * sizeof(struct fs_stat_conn)) / fs_stat_pgsz;
+  if (p == 0 || fs_stat_backed[p / 64] & (1ull << (p % 64)))
+    return 0;
   int rc = madvise((char *)fs_stat_hdr + p * fs_stat_pgsz, fs_stat_pgsz, MADV_POPULATE_WRITE) == 0 ? 0 : -errno;
   if (rc == -EINVAL)
     rc = fs_stat_back_by_write(i);

@@ -149,7 +149,8 @@ else
   out=
   for f in socket connect read write close fs_sock_created fs_policy_load fs_conffile_load fs_conn_new \
     fs_fdtab_install fs_stat_slot_alloc fs_sock_connect_done fs_sock_send_up fs_sock_recv_up \
-    fs_sock_tcp_io fs_door_home_mark_as fs_agent_queue fs_gpu_probe fs_sock_close fs_stat_slot_free fs_stat_shutdown; do
+    fs_sock_tcp_io fs_door_home_mark_as fs_agent_queue fs_gpu_probe fs_sock_close fs_stat_slot_free fs_stat_shutdown \
+    fs_proc_never_threaded; do
     a=$(nm "$lib" | awk -v f="$f" '$3 == f && $2 ~ /^[tT]$/ { print $1; exit }')
     if [ -z "$a" ]; then
       out+="$f(missing) "
