@@ -135,6 +135,8 @@ struct fs_conn {
   uint64_t trim_rx;           /* agent: fab_rx at its last trim pass */
   uint8_t rx_quiet;           /* agent: passes since fab_rx last moved (to 2) */
   uint64_t crossed_ns;        /* accepting end: when the threshold was crossed */
+  bool ino_late;              /* accepting end: ino is published at crossed_ns
+                                 (from a listener shared since fork: engine/sock.c) */
   uint64_t upgrade_due;       /* connecting end: when its queued upgrade may run */
   uint64_t hold_ns;           /* agent: when a request first waited for its use */
   uint64_t alive_ns;          /* the peer half-closed TCP and was alive then (coarse ns) */

@@ -246,7 +246,9 @@ static void fs_sock_establish(struct fs_conn *c, int fd, int dir)
  * "alone" check looks for ours).  Only then: the process that alone serves
  * the names finds its own connections by their addresses, and an fstat
  * per accepted connection was one system call in twelve of a connection
- * per request (nginx). */
+ * per request (nginx).  From a listener shared since fork, at the
+ * threshold (ino_late): told "not-owner" by the listener's process, the
+ * peer looks until the holder lists it (fs_rdv_dial_holder). */
 void fs_sock_publish_ino(struct fs_conn *c, int fd)
 {
   if (c->dir != FS_DIR_ACCEPT || c->no_upgrade || __atomic_load_n(&c->ino, __ATOMIC_RELAXED) != 0)
@@ -298,6 +300,8 @@ void fs_sock_maybe_upgrade(struct fs_conn *c, bool locked)
       if (!fs_agent_reachable(c))
         fs_sock_refused(c, FS_REASON_REMOTE_HOST);
       fs_door_home_claim(c, locked); /* the peer's rendezvous may come before our first wait */
+      if (c->ino_late)
+        fs_sock_publish_ino(c, __atomic_load_n(&c->fd, __ATOMIC_ACQUIRE));
       /* Forked with it or handed it: the peer finds this process in the
        * stat tables, then by its own name, both made here (not at fork). */
       if (c->shared_hist)
@@ -342,8 +346,10 @@ void fs_sock_accepted(struct fs_conn *lc, int lfd, int nfd, int flags, const str
   fs_sockopt_inherit(c, lc);
   if (fs_fdtab_install(nfd, c) == 0) {
     fs_sock_established(c, nfd, FS_DIR_ACCEPT);
-    if (lc->listener_shared || !__atomic_load_n(&lc->served, __ATOMIC_ACQUIRE))
-      fs_sock_publish_ino(c, nfd);
+    if (lc->listener_shared && c->policy.upgrade_bytes > 0)
+      c->ino_late = true; /* at 0 bytes the peer asks at once */
+    else if (lc->listener_shared || !__atomic_load_n(&lc->served, __ATOMIC_ACQUIRE))
+      fs_sock_publish_ino(c, nfd); /* served elsewhere: that process looks for it (fabric/shm/rdv.c) */
   }
   fs_conn_put(c);
   /* A peer asking the listener's name may reach another process sharing

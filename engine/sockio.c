@@ -394,6 +394,14 @@ static ssize_t fs_sock_send_up(struct fs_conn *c, int fd, struct fs_io *io)
     return -EOPNOTSUPP;
   if (__builtin_expect(fs_gpuio_device(io), 0))
     return fs_gpuio_send(c, fd, io, fs_sock_send);
+  /* A send that will cross the threshold lists the inode first: one call
+   * (nginx's or gunicorn's sendfile of a whole file) may block until the
+   * peer has read nearly all of it, and the peer looks for us meanwhile. */
+  if (__builtin_expect(c->ino_late, 0) && !__atomic_load_n(&c->ino, __ATOMIC_RELAXED)) {
+    ssize_t n = io->op == FS_IO_SENDFILE ? (ssize_t)io->count : fs_iov_usable(io->iov, io->iovcnt);
+    if (n > 0 && c->tcp_tx + c->tcp_rx + (uint64_t)n >= c->policy.upgrade_bytes)
+      fs_sock_publish_ino(c, fd);
+  }
   struct fs_chan *ch = fs_cutover_chan_known(c, false);
   ssize_t r;
   int hrc;

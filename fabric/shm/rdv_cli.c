@@ -115,20 +115,28 @@ static int fs_rdv_attempt(struct fs_link *c, bool holder_only, uint64_t give_up,
     told = true;
     reason = FS_REASON_NO_PEER;
   }
+  bool listing = false; /* waiting for the holder's row, past give_up if need be */
   if (reason == FS_REASON_NO_PEER && inode != 0) {
     via_holder = true;
     reason = fs_rdv_dial_holder((const struct sockaddr *)&c->peer, uid, inode, ufd, told, port);
     if (reason == FS_RDV_UNLISTED) {
       if (seen_ns == 0)
         seen_ns = now;
-      reason = now - seen_ns < (uint64_t)FS_RDV_LIST_GRACE_MS * 1000000u ? FS_RDV_AGAIN : FS_REASON_NO_PEER;
+      uint64_t grace = told ? FS_RDV_HOLDER_GRACE_MS : FS_RDV_LIST_GRACE_MS;
+      listing = now - seen_ns < grace * 1000000u;
+      reason = listing ? FS_RDV_AGAIN : told ? FS_REASON_NOT_OWNER : FS_REASON_NO_PEER;
+    } else if (reason == 0 && seen_ns != 0) {
+      /* Found after waiting for its row: the request gets the set-up bound
+       * from now, or it would time out unanswered (the holder "rejected"). */
+      uint64_t bound = now + (uint64_t)c->policy.timeout_ms * 1000000u;
+      give_up = give_up > bound ? give_up : bound;
     }
   } else if (reason == FS_REASON_NO_PEER) {
     reason = FS_RDV_AGAIN; /* queued: its acceptor may be in an exec (socket activation) */
   }
   if (reason == FS_RDV_AGAIN) {
     FS_REAL(close)(ufd);
-    if (now >= give_up)
+    if (now >= give_up && !listing)
       return told ? FS_REASON_NOT_OWNER : FS_REASON_NO_PEER;
     return fs_rdv_cli_retry(c, give_up, again_holder, seen_ns, now, backoff_ms);
   }

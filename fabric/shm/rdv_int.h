@@ -18,6 +18,9 @@
                                    what the client passes (fs_rdv_srv_new) */
 #define FS_RDV_RETRY_MAX_MS 50  /* backoff cap while the holder is not alone yet */
 #define FS_RDV_LIST_GRACE_MS 100 /* from a process of ours accepting to its stat row */
+#define FS_RDV_HOLDER_GRACE_MS 3000 /* told "not-owner": from our crossing to the
+                                       holder's (its row lists the inode from then on);
+                                       its own give-up waits as long (engine/sock.c) */
 
 /* K_CLI_RETRY: a connecting end waiting to look for its peer's holder
  * again (the peer's socket is shared, or not accepted yet). */

@@ -315,8 +315,8 @@ int fs_rdv_dial_holder(const struct sockaddr *peer, uint32_t diag_uid, uint32_t 
       n = 1;
     }
   }
-  if (n == 0 && !told_shared && fs_rdv_listened(port))
-    return FS_RDV_UNLISTED;
+  if (n == 0 && (told_shared || fs_rdv_listened(port)))
+    return FS_RDV_UNLISTED; /* told: a prefork worker lists it at the threshold (engine/sock.c) */
   if (n < 0 || (n == 0 && !told_shared))
     return FS_REASON_NO_PEER; /* no listener name, no holder: no libfabsock there */
   if (n != 1)

@@ -55,10 +55,11 @@ void fs_rdv_closefds(int *fds, int n);
 
 /* Whom a connecting end asks (its agent).  Internal answers besides 0 and
  * the FS_REASON_* codes: look again later (the peer's socket is held by
- * more than one process, or by none yet); nobody lists the peer's socket,
- * but a process of ours listens on its port (it accepted it a moment ago
- * and lists it soon, or it is not ours at all); the listener's name is
- * served by another user than the peer socket's. */
+ * more than one process); nobody lists the peer's socket, but a process
+ * of ours listens on its port (it accepted it a moment ago and lists it
+ * soon, or it is not ours at all), or the listener's process said the
+ * socket is not its own (a prefork worker lists it at the threshold); the
+ * listener's name is served by another user than the peer socket's. */
 #define FS_RDV_AGAIN (-1)
 #define FS_RDV_UNLISTED (-2)
 #define FS_RDV_OTHER_UID (-3)

@@ -17,8 +17,10 @@
 # one whose listener the client finds, so the client looks the holder up
 # (docs/design.md, 1.3).
 # Then three children holding one accepted connection, the first idle: the
-# one that serves it stays on TCP.  Last, forked children that end with
-# _exit must leave no stat table.
+# one that serves it stays on TCP.  A prefork worker that reads nothing for
+# 1.5 s after its client crossed the threshold (it lists the connection
+# only at its own crossing): on the fabric all the same.  Last, forked
+# children that end with _exit must leave no stat table.
 . "$(dirname "$0")/lib.sh"
 require_progs forksrv mtclient
 IT_CLIENT_TIMEOUT=${IT_CLIENT_TIMEOUT:-40} # quick clients: a hang must not eat the budget
@@ -95,28 +97,37 @@ done
 # in its own memory, so only the pid the serving child's copy names finds
 # it (engine/sockfork.c).  Both ends preloaded, one pass.
 if [ -n "$FABSOCK_LIB" ] && [ -x "$FABSOCK_BIN" ] && [ -n "${FABSOCK_TRANSPORT:-}" ] && [ "${FABSOCK_TRANSPORT:-}" != shm ]; then
-  tap_skip "forked children sharing an accepted connection" \
+  tap_skip "forked children sharing an accepted connection; a prefork worker reading late" \
     "runs over 127.0.0.1 with the fabric chosen there (shm); FABSOCK_TRANSPORT=${FABSOCK_TRANSPORT:-} here"
 elif [ -n "$FABSOCK_LIB" ] && [ -x "$FABSOCK_BIN" ]; then
   real_python
+  # RC OUT NAME WANT WHAT: a script's "ok ROWS" (FABRIC/REASON,...) against
+  # WANT, the fabric every row must be on (none: no fabric check).
+  rows_verdict() {
+    local seen=${2#ok }
+    if [ "$1" -ne 0 ] || [ "${2%% *}" != ok ]; then
+      tap_not_ok "$3" "exit $1: $2"
+    elif [ -z "$4" ]; then
+      tap_ok "$3" "$seen (no fabric check)"
+    elif [ "$seen" != no-row ] && [ -z "$(echo "$seen" | tr ',' '\n' | grep -v "^$4/")" ]; then
+      tap_ok "$3 on $4" "$seen"
+    else
+      tap_not_ok "$3 on $4" "$5: $seen"
+    fi
+  }
   for share in idle gone; do
     name="forked children sharing an accepted connection, the first $share: served"
     want=tcp
     [ $share = gone ] && want=${FABSOCK_EXPECT_FABRIC:-}
     sdir=$IT_TMP/statdir.share.$share; mkdir -p "$sdir"
     out=$(LD_PRELOAD=$FABSOCK_LIB timeout 60 "$IT_PYTHON" "$IT_DIR/forkshare.py" "$share" "$sdir" "$FABSOCK_BIN" 2>&1)
-    rc=$?
-    seen=${out#ok }
-    if [ $rc -ne 0 ] || [ "${out%% *}" != ok ]; then
-      tap_not_ok "$name" "exit $rc: $out"
-    elif [ -z "$want" ]; then
-      tap_ok "$name" "$seen (no fabric check)"
-    elif [ "$seen" != no-row ] && [ -z "$(echo "$seen" | tr ',' '\n' | grep -v "^$want/")" ]; then
-      tap_ok "$name on $want" "$seen"
-    else
-      tap_not_ok "$name on $want" "the serving child's row: $seen"
-    fi
+    rows_verdict $? "$out" "$name" "$want" "the serving child's row"
   done
+  name="a prefork worker that reads 1.5 s late: its connection upgrades"
+  want=${FABSOCK_EXPECT_FABRIC:-}
+  sdir=$IT_TMP/statdir.late; mkdir -p "$sdir"
+  out=$(LD_PRELOAD=$FABSOCK_LIB timeout 60 "$IT_PYTHON" "$IT_DIR/preforklate.py" "$sdir" "$FABSOCK_BIN" 2>&1)
+  rows_verdict $? "$out" "$name" "$want" "the worker's row"
 fi
 
 # Children that end with _exit (sshd's session children, os._exit in
