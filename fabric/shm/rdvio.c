@@ -309,7 +309,7 @@ int fs_rdv_dial_holder(const struct sockaddr *peer, uint32_t diag_uid, uint32_t 
   if (n < 0) {
     int asked = fs_rdv_ask_holder(peer, inode);
     if (asked == FS_RDV_AGAIN)
-      return FS_RDV_AGAIN;
+      return told_shared ? FS_RDV_UNLISTED : FS_RDV_AGAIN; /* as below, out of a chroot */
     if (asked > 0) {
       pids[0] = asked;
       n = 1;
